@@ -1,0 +1,26 @@
+"""trl_pods: PODS (Policy Optimization with Down-Sampling) for Hugging Face TRL."""
+
+from .down_sampling import get_down_sampler, list_down_samplers, register_down_sampler
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "PODSConfig",
+    "PODSGRPOTrainer",
+    "get_down_sampler",
+    "list_down_samplers",
+    "register_down_sampler",
+]
+
+
+def __getattr__(name: str):
+    # The config and trainer import TRL; keep `import trl_pods.down_sampling` free of it.
+    if name == "PODSConfig":
+        from .config import PODSConfig
+
+        return PODSConfig
+    if name == "PODSGRPOTrainer":
+        from .trainer import PODSGRPOTrainer
+
+        return PODSGRPOTrainer
+    raise AttributeError(f"module 'trl_pods' has no attribute {name!r}")

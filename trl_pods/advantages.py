@@ -1,0 +1,39 @@
+"""Advantages of kept rollouts with the baseline taken over every generated rollout of their prompt."""
+
+from __future__ import annotations
+
+import torch
+
+
+def nanstd(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Bessel-corrected std ignoring NaN (TRL's `nanstd`); NaN where fewer than two values are present."""
+    mean = torch.nanmean(x, dim=dim, keepdim=True)
+    count = (~torch.isnan(x)).sum(dim=dim, keepdim=dim is not None)
+    squares = torch.nansum((x - mean) ** 2, dim=dim, keepdim=dim is not None)
+    return torch.where(count > 1, squares / (count - 1).clamp(min=1), torch.nan).sqrt()
+
+
+def full_group_advantages(rewards: torch.Tensor, kept: torch.Tensor, scale_rewards: str) -> torch.Tensor:
+    """GRPO advantages of the kept rollouts, normalised with statistics of all N rollouts of each group.
+
+    This is ``pods_advantage_scope="all"`` (D3S's choice): the kept rollouts are compared with everything the
+    policy produced for the prompt, not only with each other. ``scale_rewards`` keeps TRL's meaning: ``"group"``
+    divides by the group's std, ``"batch"`` by the std of every reward in the batch, ``"none"`` does not divide.
+
+    Args:
+        rewards: ``[G, N]`` rewards, NaN for an unscorable rollout.
+        kept: ``[G, M]`` indices of the kept rollouts.
+        scale_rewards: ``"group"``, ``"batch"`` or ``"none"``.
+
+    Returns:
+        ``[G, M]`` advantages; 0 for unscorable rollouts and wherever the std is undefined.
+    """
+    mean = torch.nanmean(rewards, dim=1, keepdim=True)  # [G, 1]
+    advantages = rewards.gather(1, kept) - mean  # [G, M]
+    if scale_rewards == "group":
+        advantages = advantages / (nanstd(rewards, dim=1).unsqueeze(1) + 1e-4)
+    elif scale_rewards == "batch":
+        advantages = advantages / (nanstd(rewards) + 1e-4)
+    elif scale_rewards != "none":
+        raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none'; got {scale_rewards!r}.")
+    return advantages.nan_to_num(0.0)

@@ -1,0 +1,191 @@
+"""Down-sampling rules: choose, per prompt, which M of its N scored rollouts to train on.
+
+Every rule is a pure tensor function with one signature::
+
+    fn(rewards: Tensor[G, N], m: int, *, generator: torch.Generator | None = None) -> LongTensor[G, m]
+
+``rewards[g, i]`` is the scalar reward of rollout ``i`` of prompt group ``g``; NaN marks a rollout that no
+reward function could score. The result holds, per group, ``m`` distinct indices into the N axis, sorted
+ascending. Rules never pick an unscorable rollout while a scored one is left.
+
+This module imports only torch, so rules can be tested and benchmarked without transformers or TRL.
+Rules are looked up by name (``register_down_sampler`` / ``get_down_sampler``) or by a dotted import path.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Protocol
+
+import torch
+
+__all__ = [
+    "DownSampler",
+    "get_down_sampler",
+    "list_down_samplers",
+    "max_reward",
+    "max_variance",
+    "random",
+    "register_down_sampler",
+]
+
+
+class DownSampler(Protocol):
+    def __call__(
+        self, rewards: torch.Tensor, m: int, *, generator: torch.Generator | None = None
+    ) -> torch.Tensor: ...
+
+
+_REGISTRY: dict[str, DownSampler] = {}
+
+
+def register_down_sampler(name: str) -> Callable[[DownSampler], DownSampler]:
+    """Decorator that makes a down-sampling rule available under ``name`` (e.g. ``pods_down_sampler=name``)."""
+
+    def decorator(fn: DownSampler) -> DownSampler:
+        if name in _REGISTRY and _REGISTRY[name] is not fn:
+            raise ValueError(f"A down-sampler named {name!r} is already registered; choose another name.")
+        _REGISTRY[name] = fn
+        return fn
+
+    return decorator
+
+
+def list_down_samplers() -> list[str]:
+    """Names of the registered down-sampling rules."""
+    return sorted(_REGISTRY)
+
+
+def get_down_sampler(name_or_path: str) -> DownSampler:
+    """Return the rule registered as ``name_or_path``, or import it from a dotted path ``"pkg.module.fn"``.
+
+    Raises:
+        ValueError: the name is neither registered nor an importable callable; the message lists the known names.
+    """
+    if name_or_path in _REGISTRY:
+        return _REGISTRY[name_or_path]
+    known = ", ".join(repr(n) for n in list_down_samplers())
+    module_name, _, attr = name_or_path.rpartition(".")
+    if not module_name:
+        raise ValueError(
+            f"Unknown down-sampler {name_or_path!r}. Use one of {known}, or a dotted import path such as "
+            "'my_package.my_module.my_rule' to a function fn(rewards[G, N], m, *, generator=None) -> indices[G, m]."
+        )
+    try:
+        fn = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(
+            f"Could not import the down-sampler {name_or_path!r} ({err}). Registered names are {known}."
+        ) from err
+    if not callable(fn):
+        raise ValueError(f"The down-sampler {name_or_path!r} is not callable.")
+    return fn
+
+
+def _check(rewards: torch.Tensor, m: int) -> None:
+    if rewards.dim() != 2 or not rewards.is_floating_point():
+        raise ValueError(f"rewards must be a floating-point tensor of shape [groups, N]; got {tuple(rewards.shape)} "
+                         f"{rewards.dtype}.")
+    if not 1 <= m <= rewards.size(1):
+        raise ValueError(f"m must be between 1 and N={rewards.size(1)}; got m={m}.")
+    if torch.isinf(rewards).any():
+        raise ValueError("rewards contain +/-inf; return a finite reward, or None (NaN) for an unscorable rollout.")
+
+
+def _scored_first_order(keys: torch.Tensor, rewards: torch.Tensor, descending: bool = False) -> torch.Tensor:
+    """Stable argsort of ``keys`` along N that puts unscorable (NaN-reward) rollouts last, ties by index."""
+    keys = keys.double().masked_fill(torch.isnan(rewards), float("inf") if not descending else float("-inf"))
+    return torch.sort(keys, dim=1, descending=descending, stable=True).indices
+
+
+def _finish(order: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Map chosen positions of a per-group ordering back to rollout indices, sorted ascending."""
+    return torch.sort(order.gather(1, positions), dim=1).values
+
+
+@register_down_sampler("max_variance")
+def max_variance(rewards: torch.Tensor, m: int, *, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Exact maximum-variance subset of size ``m`` per group (PODS, Theorem 1).
+
+    Some optimal subset is the ``k`` highest and ``m - k`` lowest rewards for some ``k`` in ``0..m``. One stable
+    sort, prefix sums of the centred rewards (float64) and a ``[G, m + 1]`` table of candidate variances find it
+    for all groups at once: O(N log N) per group, no Python loop over groups. Among equally good ``k`` the
+    largest wins (keep more of the best rollouts); equal rewards are ordered by a stable sort, so the choice
+    is deterministic. A group with fewer than ``m`` scored rollouts keeps all of them plus the lowest-indexed
+    unscorable ones.
+
+    Args:
+        rewards: ``[G, N]`` rewards, NaN for an unscorable rollout.
+        m: rollouts to keep per group.
+        generator: unused (the rule is deterministic).
+
+    Returns:
+        ``[G, m]`` int64 indices into the N axis, sorted ascending.
+    """
+    _check(rewards, m)
+    g, n = rewards.shape
+    device = rewards.device
+    order = _scored_first_order(rewards, rewards)  # [G, N]: scored rewards ascending, then NaN
+    scored = (~torch.isnan(rewards)).sum(dim=1, keepdim=True)  # [G, 1]: c, rollouts with a reward
+    x = rewards.double().gather(1, order)  # [G, N]
+    x = x - torch.nanmean(x, dim=1, keepdim=True).nan_to_num(0.0)  # centre: no cancellation in E[x^2] - E[x]^2
+    x = x.nan_to_num(0.0)
+    zero = x.new_zeros(g, 1)
+    s1 = torch.cat([zero, x.cumsum(1)], dim=1)  # [G, N + 1]: s1[:, j] = sum of the j lowest
+    s2 = torch.cat([zero, (x * x).cumsum(1)], dim=1)  # [G, N + 1]
+
+    k = torch.arange(m + 1, device=device).expand(g, -1)  # [G, m + 1]: k highest + (m - k) lowest
+    top_start = (scored - k).clamp(min=0)  # [G, m + 1]
+    top_end = scored.expand_as(k)
+    total1 = s1.gather(1, m - k) + s1.gather(1, top_end) - s1.gather(1, top_start)  # [G, m + 1]
+    total2 = s2.gather(1, m - k) + s2.gather(1, top_end) - s2.gather(1, top_start)
+    variance = total2 / m - (total1 / m) ** 2  # [G, m + 1]
+    # The first max of the k-reversed table is the largest best k; all k tie in groups with fewer than m scored.
+    best_k = m - variance.flip(1).argmax(dim=1, keepdim=True)  # [G, 1]
+    best_k = torch.where(scored >= m, best_k, torch.zeros_like(best_k))
+
+    j = torch.arange(m, device=device).expand(g, -1)  # [G, m]: output slot
+    # Slots below m - k take the lowest; the rest take the top k, which end at position c - 1.
+    positions = torch.where(j < m - best_k, j, scored - m + j)
+    positions = torch.where(scored >= m, positions, j)  # too few scored: all scored, then NaN rows
+    return _finish(order, positions)
+
+
+@register_down_sampler("max_reward")
+def max_reward(rewards: torch.Tensor, m: int, *, generator: torch.Generator | None = None) -> torch.Tensor:
+    """The ``m`` highest rewards per group (PODS's max-reward rule; ties go to the lower index).
+
+    Args:
+        rewards: ``[G, N]`` rewards, NaN for an unscorable rollout.
+        m: rollouts to keep per group.
+        generator: unused (the rule is deterministic).
+
+    Returns:
+        ``[G, m]`` int64 indices into the N axis, sorted ascending.
+    """
+    _check(rewards, m)
+    order = _scored_first_order(rewards, rewards, descending=True)
+    return order[:, :m].sort(dim=1).values
+
+
+@register_down_sampler("random")
+def random(rewards: torch.Tensor, m: int, *, generator: torch.Generator | None = None) -> torch.Tensor:
+    """``m`` rollouts per group uniformly at random among the scored ones (PODS's random rule).
+
+    The draw depends only on ``generator``: the trainer seeds it from ``seed`` and the step, so every rank draws
+    the same subsets and a resumed run draws what the uninterrupted run would have.
+
+    Args:
+        rewards: ``[G, N]`` rewards, NaN for an unscorable rollout.
+        m: rollouts to keep per group.
+        generator: source of randomness; ``None`` uses torch's global generator.
+
+    Returns:
+        ``[G, m]`` int64 indices into the N axis, sorted ascending.
+    """
+    _check(rewards, m)
+    device = generator.device if generator is not None else rewards.device
+    keys = torch.rand(rewards.shape, generator=generator, device=device).to(rewards.device)
+    order = _scored_first_order(keys, rewards)
+    return order[:, :m].sort(dim=1).values

@@ -1,0 +1,219 @@
+"""`PODSGRPOTrainer`: `trl.GRPOTrainer` that generates N rollouts per prompt and trains on M of them.
+
+A training batch goes through two phases, both built from `GRPOTrainer`'s own methods:
+
+1. **Generate and select.** With the group size set to N, the parent's `_generate` produces N rollouts per prompt
+   and the parent's `_calculate_rewards` scores each once (gathered over processes). The down-sampler picks M per
+   prompt from the gathered ``[groups, N]`` reward matrix, so every process computes the same selection.
+2. **Train on the kept rows.** The parent's `_generate_and_score_completions` runs on the kept rows only, with
+   `_generate` and `_calculate_rewards` answering from the phase-1 results and the group size at M. Padding,
+   masks, old/reference log-probs, the vLLM importance-sampling correction, advantages, metrics and the loss are
+   TRL's code, and none of them sees a discarded rollout.
+
+The data loader is sized for the generated rows: each prompt is repeated N times, and each process receives whole
+prompt groups (`PODSConfig` checks the layout).
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from trl import GRPOTrainer
+
+from .advantages import full_group_advantages, nanstd
+from .config import PODSConfig
+from .down_sampling import get_down_sampler
+
+_UNSUPPORTED_ARGUMENTS = ("tools", "rollout_func", "environment_factory")
+
+
+def weighted_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Scalar reward per rollout as TRL sums it: ``[B, F] -> [B]``, NaN where every function returned None."""
+    rewards = (rewards_per_func * weights.to(rewards_per_func.device)).nansum(dim=1)
+    return rewards.masked_fill(torch.isnan(rewards_per_func).all(dim=1), torch.nan)
+
+
+def _take(values: list | None, rows: list[int]) -> list | None:
+    return None if values is None else [values[i] for i in rows]
+
+
+class PODSGRPOTrainer(GRPOTrainer):
+    """Drop-in replacement for `trl.GRPOTrainer` that trains on a down-sampled subset of the rollouts.
+
+    Takes the same arguments as `GRPOTrainer`; `args` must be a [`PODSConfig`]. Evaluation is unchanged (no
+    down-sampling). Tools, environments, `rollout_func` and vision inputs are not supported.
+    """
+
+    _tag_names = [*GRPOTrainer._tag_names, "pods"]
+
+    def __init__(self, model, reward_funcs=None, args: PODSConfig | None = None, *trainer_args, **trainer_kwargs):
+        if not isinstance(args, PODSConfig):
+            raise TypeError(
+                f"PODSGRPOTrainer needs `args=trl_pods.PODSConfig(...)`, got {type(args).__name__}. PODSConfig takes "
+                "every GRPOConfig parameter plus pods_n, pods_m, pods_down_sampler and pods_advantage_scope."
+            )
+        unsupported = [name for name in _UNSUPPORTED_ARGUMENTS if trainer_kwargs.get(name)]
+        if unsupported:
+            raise ValueError(
+                f"PODSGRPOTrainer does not support {', '.join(unsupported)}: multi-turn rollouts change the rows "
+                "between generation and scoring. Use trl.GRPOTrainer for tool or environment training."
+            )
+        super().__init__(model, reward_funcs, args, *trainer_args, **trainer_kwargs)
+        if self._is_vlm:
+            raise ValueError("PODSGRPOTrainer does not support vision-language models; use trl.GRPOTrainer.")
+        self.pods_n, self.pods_m = args.pods_n, args.pods_m
+        self.down_sampler = get_down_sampler(args.pods_down_sampler)
+        self._pods_phase1: dict[str, Any] | None = None  # phase-1 results served to the parent in phase 2
+
+    # ---------------------------------------------------------------- data layout: N rollouts per prompt
+
+    @contextmanager
+    def _generation_layout(self):
+        """Within the block, TRL sees the batch as generated: groups of `pods_n` rows instead of `pods_m`."""
+        kept_batch = self.args.generation_batch_size
+        self.num_generations = self.pods_n
+        self.args.generation_batch_size = kept_batch // self.pods_m * self.pods_n
+        try:
+            yield
+        finally:
+            self.num_generations = self.pods_m
+            self.args.generation_batch_size = kept_batch
+
+    def get_train_dataloader(self):
+        # The sampler repeats every prompt pods_n times and each batch holds the prompts of pods_m-sized groups.
+        with self._generation_layout():
+            return super().get_train_dataloader()
+
+    def _get_dataloader(self, dataset, description, batch_size, *args, **kwargs):
+        if kwargs.get("is_training"):  # sized by TRL for the kept rows: pods_m per prompt
+            batch_size = batch_size // self.pods_m * self.pods_n
+        return super()._get_dataloader(dataset, description, batch_size, *args, **kwargs)
+
+    # ---------------------------------------------------------------- the two phases
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        if not self.model.training:
+            return super()._generate_and_score_completions(inputs)
+        if any("image" in row or "images" in row for row in inputs):
+            raise ValueError("PODSGRPOTrainer does not support image inputs; use trl.GRPOTrainer.")
+        phase1 = self._generate_score_and_select(inputs)
+        self._pods_phase1 = phase1
+        try:
+            output = super()._generate_and_score_completions(phase1["inputs"])
+        finally:
+            self._pods_phase1 = None
+        if self.args.pods_advantage_scope == "all":
+            self._use_full_group_advantages(output, phase1)
+        return output
+
+    def _generate(self, prompts: list):
+        if self._pods_phase1 is not None:
+            return self._pods_phase1["generation"]
+        return super()._generate(prompts)
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        if self._pods_phase1 is not None:
+            return self._pods_phase1["rewards_per_func"]
+        return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+
+    def _generate_score_and_select(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        """Phase 1: generate N per prompt, score every rollout once, keep M per prompt (same on every rank)."""
+        n, m = self.pods_n, self.pods_m
+        local_rows = len(inputs)
+        prompts = [row["prompt"] for row in inputs]
+        with self._generation_layout():
+            generation = self._generate(prompts)
+        completions, completion_ids = generation[3], generation[1]
+        rewards_per_func = self._calculate_rewards(inputs, prompts, completions, completion_ids)  # [P * B, F]
+        rewards = weighted_rewards(rewards_per_func, self.reward_weights).view(-1, n)  # [G, N], all processes
+
+        start = time.perf_counter()
+        kept = self._select(rewards)  # [G, M]
+        selection_time = time.perf_counter() - start
+
+        kept_rows = (kept + torch.arange(kept.size(0), device=kept.device).unsqueeze(1) * n).flatten()  # [G * M]
+        first_row = self.accelerator.process_index * local_rows
+        local = [row - first_row for row in kept_rows.tolist() if first_row <= row < first_row + local_rows]
+        self._filter_pending_extra_logs(local, local_rows)
+        self._log_selection(rewards, kept, selection_time)
+        prompt_ids, completion_ids, tool_mask, completions, logps, extra_fields, images, tool_images = generation
+        return {
+            "inputs": [inputs[i] for i in local],
+            "generation": (
+                _take(prompt_ids, local),
+                _take(completion_ids, local),
+                _take(tool_mask, local),
+                _take(completions, local),
+                _take(logps, local),
+                extra_fields,
+                _take(images, local),
+                tool_images,
+            ),
+            "rewards_per_func": rewards_per_func[kept_rows.to(rewards_per_func.device)],
+            "rewards": rewards,
+            "kept": kept,
+        }
+
+    def _select(self, rewards: torch.Tensor) -> torch.Tensor:
+        """Run the down-sampler on the gathered ``[G, N]`` rewards; validate what a user rule returns."""
+        if self.pods_n == self.pods_m:
+            return torch.arange(self.pods_m).expand(rewards.size(0), -1)
+        generator = torch.Generator().manual_seed(self._selection_seed())
+        kept = self.down_sampler(rewards.detach().cpu(), self.pods_m, generator=generator)
+        expected = (rewards.size(0), self.pods_m)
+        if (
+            not isinstance(kept, torch.Tensor)
+            or tuple(kept.shape) != expected
+            or kept.dtype != torch.long
+            or (kept.numel() and (kept.min() < 0 or kept.max() >= self.pods_n))
+            or (kept.sort(dim=1).values.diff(dim=1) == 0).any()
+        ):
+            raise ValueError(
+                f"The down-sampler {self.args.pods_down_sampler!r} must return a LongTensor of shape {expected} with "
+                f"distinct indices in [0, {self.pods_n}) per row."
+            )
+        return kept.sort(dim=1).values
+
+    def _selection_seed(self) -> int:
+        """Same on every rank; depends on the seed, the optimizer step and the micro-step within it."""
+        micro_step = self._step % self.args.gradient_accumulation_steps
+        position = self.state.global_step * self.args.gradient_accumulation_steps + micro_step
+        return (self.args.seed * 1_000_003 + position) % (2**63)
+
+    def _filter_pending_extra_logs(self, local: list[int], local_rows: int) -> None:
+        """Columns that reward functions logged for every generated row keep only the kept rows."""
+        for column, values in self._pending_extra_logs.items():
+            if len(values) == local_rows:
+                self._pending_extra_logs[column] = [values[i] for i in local]
+
+    def _log_selection(self, rewards: torch.Tensor, kept: torch.Tensor, selection_time: float) -> None:
+        kept_rewards = rewards.gather(1, kept.to(rewards.device))
+        metrics = self._metrics["train"]
+        for scope, values in (("all", rewards), ("kept", kept_rewards)):
+            metrics[f"pods/reward_mean_{scope}"].append(torch.nanmean(values).item())
+            metrics[f"pods/reward_std_{scope}"].append(nanstd(values).nan_to_num(0.0).item())
+            metrics[f"pods/frac_zero_std_groups_{scope}"].append(_frac_constant_groups(values))
+        metrics["pods/selection_time"].append(selection_time)
+        metrics["pods/rollouts_generated"].append(float(rewards.numel()))
+        metrics["pods/rollouts_trained"].append(float(kept.numel()))
+
+    def _use_full_group_advantages(self, output: dict[str, Any], phase1: dict[str, Any]) -> None:
+        """``pods_advantage_scope="all"``: replace TRL's kept-only advantages by full-group ones."""
+        advantages = full_group_advantages(phase1["rewards"], phase1["kept"].to(phase1["rewards"].device),
+                                           self.scale_rewards).flatten()  # [G * M]
+        local_rows = output["advantages"].size(0)
+        start = self.accelerator.process_index * local_rows
+        output["advantages"] = advantages[start : start + local_rows].to(output["advantages"].device)
+        logged = self._logs["advantages"]
+        for _ in range(min(advantages.numel(), len(logged))):
+            logged.pop()
+        logged.extend(advantages.tolist())
+
+
+def _frac_constant_groups(rewards: torch.Tensor) -> float:
+    """Fraction of groups whose scored rewards are all equal (they give every rollout zero advantage)."""
+    spread = torch.nan_to_num(rewards, nan=-torch.inf).amax(1) - torch.nan_to_num(rewards, nan=torch.inf).amin(1)
+    return (spread.nan_to_num(0.0) <= 0).float().mean().item() if rewards.numel() else 0.0
