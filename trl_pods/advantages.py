@@ -6,10 +6,14 @@ import torch
 
 
 def nanstd(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
-    """Bessel-corrected std ignoring NaN (TRL's `nanstd`); NaN where fewer than two values are present."""
+    """Bessel-corrected std ignoring NaN, as TRL's `nanstd`; NaN where fewer than two values are present.
+
+    Reduces over ``dim`` keeping it (``[G, N] -> [G, 1]``), or over everything (a scalar) when ``dim`` is None.
+    """
+    keepdim = dim is not None
     mean = torch.nanmean(x, dim=dim, keepdim=True)
-    count = (~torch.isnan(x)).sum(dim=dim, keepdim=dim is not None)
-    squares = torch.nansum((x - mean) ** 2, dim=dim, keepdim=dim is not None)
+    count = (~torch.isnan(x)).sum(dim=dim, keepdim=keepdim)
+    squares = torch.nansum((x - mean) ** 2, dim=dim, keepdim=keepdim)
     return torch.where(count > 1, squares / (count - 1).clamp(min=1), torch.nan).sqrt()
 
 
@@ -31,7 +35,7 @@ def full_group_advantages(rewards: torch.Tensor, kept: torch.Tensor, scale_rewar
     mean = torch.nanmean(rewards, dim=1, keepdim=True)  # [G, 1]
     advantages = rewards.gather(1, kept) - mean  # [G, M]
     if scale_rewards == "group":
-        advantages = advantages / (nanstd(rewards, dim=1).unsqueeze(1) + 1e-4)
+        advantages = advantages / (nanstd(rewards, dim=1) + 1e-4)
     elif scale_rewards == "batch":
         advantages = advantages / (nanstd(rewards) + 1e-4)
     elif scale_rewards != "none":

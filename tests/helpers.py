@@ -1,0 +1,43 @@
+"""Shared pieces of the trainer tests: a small prompt set, a deterministic reward, a quiet config."""
+
+from __future__ import annotations
+
+from datasets import Dataset
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+from trl_pods import PODSConfig
+
+QUIET = dict(
+    use_cpu=True,
+    bf16=False,
+    report_to=[],
+    gradient_checkpointing=False,
+    save_strategy="no",
+    logging_steps=1,
+    disable_tqdm=True,
+    max_completion_length=6,
+    learning_rate=1e-2,
+    seed=0,
+)
+
+
+def prompts_dataset(n: int = 8) -> Dataset:
+    return Dataset.from_dict(
+        {
+            "prompt": [[{"role": "user", "content": f"What is {i} plus {i + 1}?"}] for i in range(n)],
+            "answer": [str(2 * i + 1) for i in range(n)],
+        }
+    )
+
+
+def token_sum_reward(completion_ids, **kwargs) -> list[float]:
+    """Deterministic reward with spread inside a group: a hash of the generated token ids."""
+    return [float(sum(ids) % 7) for ids in completion_ids]
+
+
+def load(path):
+    return AutoModelForCausalLM.from_pretrained(path), PreTrainedTokenizerFast.from_pretrained(path)
+
+
+def pods_config(tmp_path, **kwargs) -> PODSConfig:
+    return PODSConfig(output_dir=str(tmp_path), **{**QUIET, **kwargs})

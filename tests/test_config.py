@@ -1,0 +1,93 @@
+"""PODSConfig: defaults, TRL's batch meaning, and one test per rejected configuration."""
+
+import dataclasses
+
+import pytest
+
+from trl_pods import PODSConfig
+
+
+def make(**kwargs) -> PODSConfig:
+    defaults = dict(output_dir="unused", use_cpu=True, bf16=False, report_to=[], per_device_train_batch_size=8)
+    return PODSConfig(**{**defaults, **kwargs})
+
+
+def test_defaults_follow_the_paper_ratio_and_trl_group_size():
+    """pods_m defaults to num_generations (TRL's 8), pods_n to 4 * pods_m, max_variance and kept-scope advantages."""
+    config = make()
+    assert (config.pods_m, config.num_generations, config.pods_n) == (8, 8, 32)
+    assert config.pods_down_sampler == "max_variance" and config.pods_advantage_scope == "kept"
+
+
+def test_pods_m_and_num_generations_follow_each_other():
+    """Setting either group size sets both: the update is GRPO with num_generations = pods_m."""
+    assert make(pods_m=4).num_generations == 4
+    assert make(num_generations=4).pods_m == 4
+    assert make(pods_m=4, num_generations=4, pods_n=4).pods_n == 4
+
+
+def test_trl_batch_parameters_keep_their_meaning():
+    """per_device_train_batch_size, steps_per_generation and generation_batch_size are TRL's (kept rows)."""
+    config = make(pods_n=16, pods_m=4, per_device_train_batch_size=4, gradient_accumulation_steps=2)
+    assert config.steps_per_generation == 2 and config.generation_batch_size == 8
+
+
+def test_every_field_has_help_text():
+    """Every PODS field (and the overridden num_generations) documents itself for --help."""
+    for f in dataclasses.fields(PODSConfig):
+        if f.name.startswith("pods_") or f.name == "num_generations":
+            assert f.metadata.get("help"), f.name
+
+
+def test_rejects_pods_m_below_two():
+    """GRPO advantages need at least two kept rollouts per prompt."""
+    with pytest.raises(ValueError, match="pods_m must be at least 2"):
+        make(pods_m=1, pods_n=4)
+
+
+def test_rejects_pods_m_above_pods_n():
+    """A prompt cannot keep more rollouts than it generates."""
+    with pytest.raises(ValueError, match=r"pods_n \(4\) is smaller than pods_m \(8\)"):
+        make(pods_m=8, pods_n=4)
+
+
+def test_rejects_disagreeing_group_sizes():
+    """pods_m and num_generations are the same quantity; different values are a mistake."""
+    with pytest.raises(ValueError, match=r"pods_m \(4\) and num_generations \(8\) disagree"):
+        make(pods_m=4, num_generations=8)
+
+
+def test_rejects_groups_split_across_processes():
+    """Each process must hold whole prompt groups, else it could not down-sample on its own rows."""
+    with pytest.raises(ValueError, match="not a multiple of pods_m"):
+        make(pods_m=8, pods_n=16, per_device_train_batch_size=4)  # 4 rows per process < one group of 8
+
+
+def test_layout_check_counts_steps_per_generation():
+    """Rows per process are per_device_train_batch_size * steps_per_generation: 4 * 2 holds one group of 8."""
+    assert make(pods_m=8, pods_n=16, per_device_train_batch_size=4, steps_per_generation=2).pods_m == 8
+    with pytest.raises(ValueError, match="not a multiple of pods_m"):
+        make(pods_m=8, pods_n=16, per_device_train_batch_size=4, steps_per_generation=3)
+
+
+def test_rejects_unknown_down_sampler():
+    """A typo in the rule name fails at configuration time, listing the known rules."""
+    with pytest.raises(ValueError, match="Unknown down-sampler 'max_varience'.*'max_variance'"):
+        make(pods_down_sampler="max_varience")
+
+
+def test_accepts_dotted_path_down_sampler():
+    """A user rule given as a dotted import path is accepted."""
+    assert make(pods_down_sampler="trl_pods.down_sampling.random").pods_down_sampler.endswith("random")
+
+
+def test_rejects_unknown_advantage_scope():
+    """Only 'kept' and 'all' are advantage scopes."""
+    with pytest.raises(ValueError, match="pods_advantage_scope must be one of"):
+        make(pods_advantage_scope="group")
+
+
+def test_rejects_full_scope_with_normalize_then_sum():
+    """'all'-scope advantages normalise the weighted sum, which TRL's normalize_then_sum does not compute."""
+    with pytest.raises(ValueError, match="sum_then_normalize"):
+        make(pods_advantage_scope="all", multi_objective_aggregation="normalize_then_sum")

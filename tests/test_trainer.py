@@ -1,0 +1,256 @@
+"""PODSGRPOTrainer end to end on a real tiny model: what each stage sees, equivalence with GRPO, options."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import QUIET, load, pods_config, prompts_dataset, token_sum_reward
+from trl import GRPOConfig, GRPOTrainer
+
+from trl_pods import PODSGRPOTrainer
+from trl_pods.advantages import full_group_advantages
+
+
+class SpyTrainer(PODSGRPOTrainer):
+    """Records the rows that every log-prob pass and every phase sees."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.logp_passes: list[tuple[str, int]] = []
+        self.selections: list[dict] = []
+        self.outputs: list[dict] = []
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, *args, **kwargs):
+        if torch.is_grad_enabled():
+            kind = "train"
+        else:
+            kind = "ref" if model is self.ref_model else "old"
+        self.logp_passes.append((kind, input_ids.size(0)))
+        return super()._get_per_token_logps_and_entropies(model, input_ids, *args, **kwargs)
+
+    def _generate_score_and_select(self, inputs):
+        phase1 = super()._generate_score_and_select(inputs)
+        self.selections.append(phase1)
+        return phase1
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        self.outputs.append(output)
+        return output
+
+
+class CountingReward:
+    """A reward function that records every batch of rows it scores."""
+
+    __name__ = "counting_reward"
+
+    def __init__(self):
+        self.calls: list[list[str]] = []
+
+    def __call__(self, prompts, completion_ids, **kwargs):
+        self.calls.append([p[0]["content"] for p in prompts])
+        return token_sum_reward(completion_ids)
+
+
+def _params(model) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.named_parameters()}
+
+
+def test_each_stage_sees_the_right_rows(tiny_model_path, tmp_path):
+    """Rewards see N rows per prompt exactly once; old, ref and train log-prob passes only ever see kept rows."""
+    n, m, prompts_per_generation = 8, 4, 2
+    reward = CountingReward()
+    model, tokenizer = load(tiny_model_path)
+    config = pods_config(
+        tmp_path, pods_n=n, pods_m=m, per_device_train_batch_size=4, steps_per_generation=2, max_steps=4, beta=0.1
+    )
+    trainer = SpyTrainer(model, reward, config, train_dataset=prompts_dataset(), processing_class=tokenizer)
+    before = _params(model)
+    trainer.train()
+
+    assert len(reward.calls) == 2, "one reward call per generation: 4 optimizer steps, a generation every 2"
+    for call in reward.calls:
+        assert len(call) == prompts_per_generation * n
+        assert all(call.count(p) == n for p in set(call)), "every prompt scored exactly N times"
+    old = [rows for kind, rows in trainer.logp_passes if kind == "old"]
+    ref = [rows for kind, rows in trainer.logp_passes if kind == "ref"]
+    train = [rows for kind, rows in trainer.logp_passes if kind == "train"]
+    assert sum(old) == sum(ref) == 2 * prompts_per_generation * m, "old/ref passes cover the kept rows only"
+    assert train and all(rows == 4 for rows in train), "train passes see per_device_train_batch_size kept rows"
+    assert any(not torch.equal(before[k], v) for k, v in model.named_parameters()), "parameters must change"
+    logs = trainer.state.log_history[0]
+    assert logs["pods/rollouts_generated"] == prompts_per_generation * n
+    assert logs["pods/rollouts_trained"] == prompts_per_generation * m
+    assert logs["pods/reward_std_kept"] >= logs["pods/reward_std_all"] - 1e-6, "max_variance keeps the spread"
+
+
+def test_advantages_are_computed_per_kept_group(tiny_model_path, tmp_path):
+    """Advantages are (r - mean) / (std + 1e-4) over each prompt's M kept rewards, in the kept rows' order."""
+    model, tokenizer = load(tiny_model_path)
+    config = pods_config(tmp_path, pods_n=6, pods_m=3, per_device_train_batch_size=6, max_steps=1)
+    trainer = SpyTrainer(model, token_sum_reward, config, train_dataset=prompts_dataset(), processing_class=tokenizer)
+    trainer.train()
+    phase1, output = trainer.selections[0], trainer.outputs[0]
+    kept_rewards = phase1["rewards"].gather(1, phase1["kept"])  # [G, M]
+    expected = (kept_rewards - kept_rewards.mean(1, keepdim=True)) / (kept_rewards.std(1, keepdim=True) + 1e-4)
+    assert torch.allclose(output["advantages"], expected.flatten(), atol=1e-5)
+    assert torch.equal(phase1["kept"], torch.sort(phase1["kept"], dim=1).values)
+    kept_ids = [phase1["generation"][1][i] for i in range(6)]
+    assert [float(sum(ids) % 7) for ids in kept_ids] == kept_rewards.flatten().tolist(), "rows align with rewards"
+
+
+def test_full_group_advantage_scope(tiny_model_path, tmp_path):
+    """pods_advantage_scope='all' normalises the kept rewards with the statistics of all N rollouts."""
+    model, tokenizer = load(tiny_model_path)
+    config = pods_config(
+        tmp_path, pods_n=6, pods_m=3, per_device_train_batch_size=6, max_steps=1, pods_advantage_scope="all"
+    )
+    trainer = SpyTrainer(model, token_sum_reward, config, train_dataset=prompts_dataset(), processing_class=tokenizer)
+    trainer.train()
+    phase1, output = trainer.selections[0], trainer.outputs[0]
+    expected = full_group_advantages(phase1["rewards"], phase1["kept"], "group").flatten()
+    assert torch.allclose(output["advantages"], expected)
+    rewards = phase1["rewards"][0]
+    by_hand = (rewards[phase1["kept"][0]] - rewards.mean()) / (rewards.std() + 1e-4)
+    assert torch.allclose(output["advantages"][:3], by_hand, atol=1e-5)
+
+
+def _grpo_run(trainer_cls, config_cls, path, out, **extra):
+    model, tokenizer = load(path)
+    config = config_cls(output_dir=str(out), per_device_train_batch_size=4, max_steps=3, **QUIET, **extra)
+    trainer = trainer_cls(model, token_sum_reward, config, train_dataset=prompts_dataset(), processing_class=tokenizer)
+    trainer.train()
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    return losses, _params(model)
+
+
+def test_n_equals_m_reproduces_grpo_exactly(tiny_model_path, tmp_path):
+    """pods_n == pods_m is plain GRPO: same seed → identical losses and parameters as trl.GRPOTrainer."""
+    from trl_pods import PODSConfig
+
+    grpo_losses, grpo_params = _grpo_run(GRPOTrainer, GRPOConfig, tiny_model_path, tmp_path / "a", num_generations=4)
+    pods_losses, pods_params = _grpo_run(
+        PODSGRPOTrainer, PODSConfig, tiny_model_path, tmp_path / "b", pods_n=4, pods_m=4
+    )
+    assert grpo_losses == pods_losses and len(grpo_losses) == 3
+    for name, value in grpo_params.items():
+        assert torch.equal(value, pods_params[name]), name
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(loss_type="grpo"),
+        dict(loss_type="dr_grpo"),
+        dict(loss_type="bnpo"),
+        dict(loss_type="cispo"),
+        dict(loss_type="sapo"),
+        dict(loss_type="luspo", importance_sampling_level="sequence"),
+        dict(loss_type="vespo"),
+        dict(beta=0.04, num_iterations=2),
+        dict(steps_per_generation=2, gradient_accumulation_steps=2),
+        dict(pods_down_sampler="random", scale_rewards="batch"),
+        dict(pods_down_sampler="max_reward", top_entropy_quantile=0.5),
+        dict(multi_objective_aggregation="normalize_then_sum"),
+    ],
+    ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()),
+)
+def test_trains_with_trl_options(tiny_model_path, tmp_path, options):
+    """Every loss type and the multi-step / reference-model options train (finite loss, parameters move)."""
+    model, tokenizer = load(tiny_model_path)
+    config = pods_config(tmp_path, pods_n=8, pods_m=4, per_device_train_batch_size=4, max_steps=2, **options)
+    trainer = PODSGRPOTrainer(
+        model, token_sum_reward, config, train_dataset=prompts_dataset(), processing_class=tokenizer
+    )
+    before = _params(model)
+    trainer.train()
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert losses and all(torch.isfinite(torch.tensor(losses)))
+    assert any(not torch.equal(before[k], v) for k, v in model.named_parameters())
+
+
+def test_trains_a_lora_adapter_with_reference_from_disabled_adapter(tiny_model_path, tmp_path):
+    """PEFT/LoRA with beta > 0: only adapter weights move, and the reference pass runs on kept rows."""
+    from peft import LoraConfig
+
+    model, tokenizer = load(tiny_model_path)
+    config = pods_config(tmp_path, pods_n=8, pods_m=4, per_device_train_batch_size=4, max_steps=2, beta=0.1)
+    trainer = SpyTrainer(
+        model,
+        token_sum_reward,
+        config,
+        train_dataset=prompts_dataset(),
+        processing_class=tokenizer,
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+    )
+    before = _params(trainer.model)
+    trainer.train()
+    changed = [k for k, v in trainer.model.named_parameters() if not torch.equal(before[k], v)]
+    assert changed and all("lora" in k for k in changed)
+    assert all(rows % 4 == 0 and rows <= 4 for kind, rows in trainer.logp_passes if kind != "train")
+
+
+def test_evaluation_is_plain_grpo(tiny_model_path, tmp_path):
+    """Evaluation generates num_generations_eval per prompt and does not down-sample, as in GRPOTrainer."""
+    reward = CountingReward()
+    model, tokenizer = load(tiny_model_path)
+    config = pods_config(
+        tmp_path, pods_n=8, pods_m=4, per_device_train_batch_size=4, per_device_eval_batch_size=4, max_steps=1,
+        eval_strategy="steps", eval_steps=1,
+    )
+    trainer = PODSGRPOTrainer(
+        model, reward, config, train_dataset=prompts_dataset(), eval_dataset=prompts_dataset(2),
+        processing_class=tokenizer,
+    )
+    trainer.train()
+    eval_calls = reward.calls[1:]
+    assert eval_calls and all(len(call) == 4 and len(set(call)) == 1 for call in eval_calls)
+    assert any("eval_reward" in entry for entry in trainer.state.log_history)
+
+
+def test_rejects_grpo_config(tiny_model_path, tmp_path):
+    """Passing a GRPOConfig is a TypeError that says to use PODSConfig."""
+    model, tokenizer = load(tiny_model_path)
+    config = GRPOConfig(output_dir=str(tmp_path), **QUIET)
+    with pytest.raises(TypeError, match="PODSConfig"):
+        PODSGRPOTrainer(model, token_sum_reward, config, train_dataset=prompts_dataset(), processing_class=tokenizer)
+
+
+@pytest.mark.parametrize("feature", ["tools", "rollout_func"])
+def test_rejects_multi_turn_features(tiny_model_path, tmp_path, feature):
+    """Tools and custom rollouts are refused at construction with a clear message."""
+    model, tokenizer = load(tiny_model_path)
+    config = pods_config(tmp_path, pods_n=8, pods_m=4, per_device_train_batch_size=4)
+    value = [len] if feature == "tools" else (lambda prompts, trainer: {})
+    with pytest.raises(ValueError, match=f"does not support {feature}"):
+        PODSGRPOTrainer(
+            model, token_sum_reward, config, train_dataset=prompts_dataset(), processing_class=tokenizer,
+            **{feature: value},
+        )
+
+
+def test_rejects_image_rows(tiny_model_path, tmp_path):
+    """Vision inputs are refused with a clear message instead of silently mis-sliced."""
+    model, tokenizer = load(tiny_model_path)
+    dataset = prompts_dataset().add_column("image", [None] * 8)
+    config = pods_config(tmp_path, pods_n=8, pods_m=4, per_device_train_batch_size=4, max_steps=1)
+    trainer = PODSGRPOTrainer(model, token_sum_reward, config, train_dataset=dataset, processing_class=tokenizer)
+    with pytest.raises(ValueError, match="image inputs"):
+        trainer.train()
+
+
+def test_rejects_a_user_rule_with_a_wrong_result(tiny_model_path, tmp_path):
+    """A user down-sampler returning duplicate indices fails loudly instead of training on wrong rows."""
+    from trl_pods import register_down_sampler
+
+    @register_down_sampler("test_duplicates")
+    def duplicates(rewards, m, *, generator=None):
+        return torch.zeros(rewards.size(0), m, dtype=torch.long)
+
+    model, tokenizer = load(tiny_model_path)
+    config = pods_config(
+        tmp_path, pods_n=8, pods_m=4, per_device_train_batch_size=4, max_steps=1, pods_down_sampler="test_duplicates"
+    )
+    trainer = PODSGRPOTrainer(model, token_sum_reward, config, train_dataset=prompts_dataset(), processing_class=tokenizer)
+    with pytest.raises(ValueError, match="distinct indices"):
+        trainer.train()
