@@ -6,7 +6,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_DISABLED", "true")
 
 import pytest  # noqa: E402
-
 from tiny_model import build_tiny_model  # noqa: E402
 
 

@@ -50,7 +50,12 @@ def main(model_path: str, out: str, sampler: str = "random", processes: int | No
     per_device = 8 // world
     model, tokenizer = load(model_path)
     config = pods_config(
-        out, pods_n=8, pods_m=4, per_device_train_batch_size=per_device, max_steps=2, pods_down_sampler=sampler,
+        out,
+        pods_n=8,
+        pods_m=4,
+        per_device_train_batch_size=per_device,
+        max_steps=2,
+        pods_down_sampler=sampler,
         ddp_backend="gloo" if world > 1 else None,
     )
     trainer = RecordingTrainer(

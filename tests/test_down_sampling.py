@@ -49,7 +49,7 @@ def test_max_variance_matches_brute_force(kind):
         m = int(torch.randint(1, n + 1, (1,), generator=gen))
         rewards = _random_rewards(kind, 4, n, gen)
         kept = max_variance(rewards, m)
-        for row, idx in zip(rewards, kept):
+        for row, idx in zip(rewards, kept, strict=True):
             scored = int((~torch.isnan(row)).sum())
             if scored >= m:
                 assert not torch.isnan(row[idx]).any(), "picked an unscorable rollout while scored ones were left"
@@ -116,7 +116,7 @@ def test_max_reward_keeps_the_highest_and_avoids_nan():
 
 
 def test_random_is_reproducible_from_the_generator_and_uniform():
-    """random: the same seed gives the same subsets (identical on every rank); each rollout is kept ≈ m/N of the time."""
+    """random: the same seed gives the same subsets (identical on every rank); each rollout is kept ≈ m/N of times."""
     rewards = torch.zeros(2000, 8)
     a = random(rewards, 2, generator=torch.Generator().manual_seed(7))
     b = random(rewards, 2, generator=torch.Generator().manual_seed(7))

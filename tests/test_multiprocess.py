@@ -15,8 +15,19 @@ pytestmark = pytest.mark.slow
 def _run(model_path, out: Path, processes: int, sampler: str) -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
-               "--master_port", str(29500 + os.getpid() % 1000), str(WORKER), str(model_path), str(out), sampler]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        str(processes),
+        "--master_port",
+        str(29500 + os.getpid() % 1000),
+        str(WORKER),
+        str(model_path),
+        str(out),
+        sampler,
+    ]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(processes)]
@@ -29,7 +40,7 @@ def test_two_processes_agree_with_each_other_and_with_one(tiny_model_path, tmp_p
     ranks = _run(tiny_model_path, tmp_path / "two", 2, sampler)
     (single,) = _run(tiny_model_path, tmp_path / "one", 1, sampler)
     assert len(ranks[0]["records"]) == len(ranks[1]["records"]) == 2
-    for step, (r0, r1) in enumerate(zip(ranks[0]["records"], ranks[1]["records"])):
+    for r0, r1 in zip(ranks[0]["records"], ranks[1]["records"], strict=True):
         assert not set(r0["prompts"]) & set(r1["prompts"]), "a prompt's rollouts were split across ranks"
         for record in (r0, r1):
             assert all(record["prompts"].count(p) == 8 for p in record["prompts"])
@@ -45,7 +56,7 @@ def test_two_processes_agree_with_each_other_and_with_one(tiny_model_path, tmp_p
 
     from trl_pods.advantages import nanstd
 
-    for r0, r1 in zip(ranks[0]["records"], ranks[1]["records"]):
+    for r0, r1 in zip(ranks[0]["records"], ranks[1]["records"], strict=True):
         rewards = torch.tensor(r0["rewards"])
         kept = torch.tensor(r0["kept"])
         kept_rewards = rewards.gather(1, kept)

@@ -195,11 +195,21 @@ def test_evaluation_is_plain_grpo(tiny_model_path, tmp_path):
     reward = CountingReward()
     model, tokenizer = load(tiny_model_path)
     config = pods_config(
-        tmp_path, pods_n=8, pods_m=4, per_device_train_batch_size=4, per_device_eval_batch_size=4, max_steps=1,
-        eval_strategy="steps", eval_steps=1,
+        tmp_path,
+        pods_n=8,
+        pods_m=4,
+        per_device_train_batch_size=4,
+        per_device_eval_batch_size=4,
+        max_steps=1,
+        eval_strategy="steps",
+        eval_steps=1,
     )
     trainer = PODSGRPOTrainer(
-        model, reward, config, train_dataset=prompts_dataset(), eval_dataset=prompts_dataset(2),
+        model,
+        reward,
+        config,
+        train_dataset=prompts_dataset(),
+        eval_dataset=prompts_dataset(2),
         processing_class=tokenizer,
     )
     trainer.train()
@@ -224,7 +234,11 @@ def test_rejects_multi_turn_features(tiny_model_path, tmp_path, feature):
     value = [len] if feature == "tools" else (lambda prompts, trainer: {})
     with pytest.raises(ValueError, match=f"does not support {feature}"):
         PODSGRPOTrainer(
-            model, token_sum_reward, config, train_dataset=prompts_dataset(), processing_class=tokenizer,
+            model,
+            token_sum_reward,
+            config,
+            train_dataset=prompts_dataset(),
+            processing_class=tokenizer,
             **{feature: value},
         )
 
@@ -251,6 +265,8 @@ def test_rejects_a_user_rule_with_a_wrong_result(tiny_model_path, tmp_path):
     config = pods_config(
         tmp_path, pods_n=8, pods_m=4, per_device_train_batch_size=4, max_steps=1, pods_down_sampler="test_duplicates"
     )
-    trainer = PODSGRPOTrainer(model, token_sum_reward, config, train_dataset=prompts_dataset(), processing_class=tokenizer)
+    trainer = PODSGRPOTrainer(
+        model, token_sum_reward, config, train_dataset=prompts_dataset(), processing_class=tokenizer
+    )
     with pytest.raises(ValueError, match="distinct indices"):
         trainer.train()

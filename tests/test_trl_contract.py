@@ -20,9 +20,16 @@ def test_trl_version_is_in_the_tested_range():
 
 def test_overridden_methods_exist_with_the_expected_signatures():
     """The narrow seams: names and parameters of the private methods that are overridden or called."""
-    params = {name: list(inspect.signature(getattr(GRPOTrainer, name)).parameters) for name in
-              ("_generate", "_calculate_rewards", "_generate_and_score_completions", "get_train_dataloader",
-               "_get_train_sampler")}
+    params = {
+        name: list(inspect.signature(getattr(GRPOTrainer, name)).parameters)
+        for name in (
+            "_generate",
+            "_calculate_rewards",
+            "_generate_and_score_completions",
+            "get_train_dataloader",
+            "_get_train_sampler",
+        )
+    }
     assert params["_generate"] == ["self", "prompts"]
     assert params["_calculate_rewards"] == ["self", "inputs", "prompts", "completions", "completion_ids_list"]
     assert params["_generate_and_score_completions"] == ["self", "inputs"]
@@ -34,7 +41,9 @@ def _trainer(path, tmp_path, **kwargs):
     model, tokenizer = load(path)
     kwargs = {"pods_n": 6, "pods_m": 2, "per_device_train_batch_size": 4, "max_steps": 1, **kwargs}
     config = pods_config(tmp_path, **kwargs)
-    return PODSGRPOTrainer(model, token_sum_reward, config, train_dataset=prompts_dataset(), processing_class=tokenizer)
+    return PODSGRPOTrainer(
+        model, token_sum_reward, config, train_dataset=prompts_dataset(), processing_class=tokenizer
+    )
 
 
 def test_generate_returns_the_8_tuple_that_is_sliced(tiny_model_path, tmp_path):

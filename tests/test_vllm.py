@@ -14,7 +14,13 @@ def test_vllm_generates_n_per_prompt_and_trains_on_m(tiny_model_path, tmp_path, 
     n, m = 8, 4
     model, tokenizer = load(tiny_model_path)
     config = pods_config(
-        tmp_path, pods_n=n, pods_m=m, per_device_train_batch_size=8, max_steps=2, use_vllm=True, vllm_mode=mode,
+        tmp_path,
+        pods_n=n,
+        pods_m=m,
+        per_device_train_batch_size=8,
+        max_steps=2,
+        use_vllm=True,
+        vllm_mode=mode,
         temperature=1.0,
     )
     trainer = SpyTrainer(model, token_sum_reward, config, train_dataset=prompts_dataset(), processing_class=tokenizer)
@@ -31,7 +37,10 @@ def test_vllm_generates_n_per_prompt_and_trains_on_m(tiny_model_path, tmp_path, 
     assert len(engine.synced_at) == 2, "weights synced once per optimizer step"
     old = [rows for kind, rows in trainer.logp_passes if kind == "old"]
     assert sum(old) == 2 * 2 * m, "the IS correction's old-log-prob pass runs on kept rows only"
-    ratios = [e["sampling/importance_sampling_ratio/mean"] for e in trainer.state.log_history
-              if "sampling/importance_sampling_ratio/mean" in e]
+    ratios = [
+        e["sampling/importance_sampling_ratio/mean"]
+        for e in trainer.state.log_history
+        if "sampling/importance_sampling_ratio/mean" in e
+    ]
     assert len(ratios) == 2
     assert ratios == pytest.approx([1.0, 1.0], abs=1e-3), "vLLM log-probs must stay aligned with their kept rows"

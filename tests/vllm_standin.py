@@ -84,10 +84,12 @@ class FakeLLM:
         self.calls.append((len(prompts), sampling_params.n))
         outputs = []
         for request in prompts:
-            samples = _sample(self.model, request["prompt_token_ids"], sampling_params.n, self.max_tokens,
-                              self.temperature)
+            samples = _sample(
+                self.model, request["prompt_token_ids"], sampling_params.n, self.max_tokens, self.temperature
+            )
             completions = [
-                CompletionOutput(tokens, [{t: Logprob(lp)} for t, lp in zip(tokens, logps)]) for tokens, logps in samples
+                CompletionOutput(tokens, [{t: Logprob(lp)} for t, lp in zip(tokens, logps, strict=True)])
+                for tokens, logps in samples
             ]
             outputs.append(RequestOutput(request["prompt_token_ids"], completions))
         return outputs
@@ -112,8 +114,12 @@ class FakeVLLMClient:
                 completion_ids.append(tokens)
                 completion_logps.append([[lp] for lp in logps])
         token_ids = [[[t] for t in tokens] for tokens in completion_ids]
-        return {"prompt_ids": prompts, "completion_ids": completion_ids, "logprobs": completion_logps,
-                "logprob_token_ids": token_ids}
+        return {
+            "prompt_ids": prompts,
+            "completion_ids": completion_ids,
+            "logprobs": completion_logps,
+            "logprob_token_ids": token_ids,
+        }
 
 
 class FakeVLLMGeneration(VLLMGeneration):

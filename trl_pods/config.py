@@ -93,7 +93,10 @@ class PODSConfig(GRPOConfig):
             rows, source = self.generation_batch_size // self.world_size, "generation_batch_size / num_processes"
         else:
             steps = self.steps_per_generation or self.gradient_accumulation_steps
-            rows, source = self.per_device_train_batch_size * steps, "per_device_train_batch_size * steps_per_generation"
+            rows, source = (
+                self.per_device_train_batch_size * steps,
+                "per_device_train_batch_size * steps_per_generation",
+            )
         if rows % self.pods_m != 0:
             raise ValueError(
                 f"Each process keeps {source} = {rows} rows per generation, which is not a multiple of pods_m "

@@ -14,11 +14,12 @@ Rules are looked up by name (``register_down_sampler`` / ``get_down_sampler``) o
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Protocol
 
 import torch
+
+from ._lookup import resolve
 
 __all__ = [
     "DownSampler",
@@ -32,9 +33,7 @@ __all__ = [
 
 
 class DownSampler(Protocol):
-    def __call__(
-        self, rewards: torch.Tensor, m: int, *, generator: torch.Generator | None = None
-    ) -> torch.Tensor: ...
+    def __call__(self, rewards: torch.Tensor, m: int, *, generator: torch.Generator | None = None) -> torch.Tensor: ...
 
 
 _REGISTRY: dict[str, DownSampler] = {}
@@ -63,30 +62,15 @@ def get_down_sampler(name_or_path: str) -> DownSampler:
     Raises:
         ValueError: the name is neither registered nor an importable callable; the message lists the known names.
     """
-    if name_or_path in _REGISTRY:
-        return _REGISTRY[name_or_path]
-    known = ", ".join(repr(n) for n in list_down_samplers())
-    module_name, _, attr = name_or_path.rpartition(".")
-    if not module_name:
-        raise ValueError(
-            f"Unknown down-sampler {name_or_path!r}. Use one of {known}, or a dotted import path such as "
-            "'my_package.my_module.my_rule' to a function fn(rewards[G, N], m, *, generator=None) -> indices[G, m]."
-        )
-    try:
-        fn = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as err:
-        raise ValueError(
-            f"Could not import the down-sampler {name_or_path!r} ({err}). Registered names are {known}."
-        ) from err
-    if not callable(fn):
-        raise ValueError(f"The down-sampler {name_or_path!r} is not callable.")
-    return fn
+    return resolve(name_or_path, _REGISTRY, "down-sampler")
 
 
 def _check(rewards: torch.Tensor, m: int) -> None:
     if rewards.dim() != 2 or not rewards.is_floating_point():
-        raise ValueError(f"rewards must be a floating-point tensor of shape [groups, N]; got {tuple(rewards.shape)} "
-                         f"{rewards.dtype}.")
+        raise ValueError(
+            f"rewards must be a floating-point tensor of shape [groups, N]; got {tuple(rewards.shape)} "
+            f"{rewards.dtype}."
+        )
     if not 1 <= m <= rewards.size(1):
         raise ValueError(f"m must be between 1 and N={rewards.size(1)}; got m={m}.")
     if torch.isinf(rewards).any():

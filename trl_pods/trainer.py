@@ -121,7 +121,7 @@ class PODSGRPOTrainer(GRPOTrainer):
 
     def _generate_score_and_select(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         """Phase 1: generate N per prompt, score every rollout once, keep M per prompt (same on every rank)."""
-        n, m = self.pods_n, self.pods_m
+        n = self.pods_n
         local_rows = len(inputs)
         prompts = [row["prompt"] for row in inputs]
         with self._generation_layout():
@@ -202,8 +202,9 @@ class PODSGRPOTrainer(GRPOTrainer):
 
     def _use_full_group_advantages(self, output: dict[str, Any], phase1: dict[str, Any]) -> None:
         """``pods_advantage_scope="all"``: replace TRL's kept-only advantages by full-group ones."""
-        advantages = full_group_advantages(phase1["rewards"], phase1["kept"].to(phase1["rewards"].device),
-                                           self.scale_rewards).flatten()  # [G * M]
+        advantages = full_group_advantages(
+            phase1["rewards"], phase1["kept"].to(phase1["rewards"].device), self.scale_rewards
+        ).flatten()  # [G * M]
         local_rows = output["advantages"].size(0)
         start = self.accelerator.process_index * local_rows
         output["advantages"] = advantages[start : start + local_rows].to(output["advantages"].device)

@@ -1,0 +1,90 @@
+"""The task loaders, on the local sample files only (no hub access)."""
+
+import json
+from pathlib import Path
+
+import pytest
+from datasets import Dataset
+
+from trl_pods.rewards import accuracy_reward, gsm8k_reward
+from trl_pods.tasks import SYSTEM_PROMPT_PLAIN, SYSTEM_PROMPT_THINK, load_gsm8k, load_math, load_task
+
+DATA = Path(__file__).parent / "data"
+GSM8K = DATA / "gsm8k_sample.jsonl"
+MATH = DATA / "math_sample.jsonl"
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_gsm8k_rows_become_conversational_prompts():
+    """Each GSM8K row becomes [system, user question] and keeps its answer text (with '#### n') unchanged."""
+    dataset = load_gsm8k(path=GSM8K)
+    rows = _rows(GSM8K)
+    assert set(dataset.column_names) == {"answer", "prompt"}
+    assert len(dataset) == len(rows) == 5
+    for example, row in zip(dataset, rows, strict=True):
+        assert example["prompt"] == [
+            {"role": "system", "content": SYSTEM_PROMPT_THINK},
+            {"role": "user", "content": row["question"]},
+        ]
+        assert example["answer"] == row["answer"]
+        assert "####" in example["answer"]
+
+
+def test_math_rows_keep_solution_and_answer():
+    """MATH rows keep `solution` and MATH-500's `answer` (the gold the rewards read) and drop everything else."""
+    dataset = load_math(path=MATH, system_prompt=None)
+    rows = _rows(MATH)
+    assert set(dataset.column_names) == {"prompt", "solution", "answer"}
+    for example, row in zip(dataset, rows, strict=True):
+        assert example["prompt"] == [{"role": "user", "content": row["problem"]}]
+        assert (example["solution"], example["answer"]) == (row["solution"], row["answer"])
+        assert "\\boxed{" in example["solution"]
+
+
+def test_math_without_answer_column_from_parquet(tmp_path):
+    """A hendrycks-style file (no `answer`), read from parquet, keeps just `prompt` and `solution`."""
+    path = tmp_path / "math.parquet"
+    Dataset.from_list([{k: v for k, v in row.items() if k != "answer"} for row in _rows(MATH)]).to_parquet(path)
+    assert set(load_math(path=path).column_names) == {"prompt", "solution"}
+
+
+def test_kept_gold_scores_with_the_rewards():
+    """The loaders keep exactly what the rewards need: the known final answers score 1.0 on every sample row."""
+    gsm8k = load_gsm8k(path=GSM8K)
+    finals = [answer.rsplit("####", 1)[1].strip() for answer in gsm8k["answer"]]
+    completions = [[{"role": "assistant", "content": f"<think>...</think><answer>{f}</answer>"}] for f in finals]
+    assert gsm8k_reward(completions, **gsm8k.remove_columns("prompt").to_dict()) == [1.0] * 5
+
+    math = load_math(path=MATH)
+    completions = [f"So the answer is $\\boxed{{{answer}}}$." for answer in math["answer"]]
+    assert accuracy_reward(completions, answer=math["answer"]) == [1.0] * 5
+    assert accuracy_reward(completions, solution=math["solution"]) == [1.0] * 5
+
+
+def test_load_task_dispatches_and_validates():
+    """load_task picks the loader and the system prompt of the style; unknown names fail with the choices."""
+    plain = load_task("gsm8k", path=GSM8K, prompt_style="plain")
+    assert plain[0]["prompt"][0] == {"role": "system", "content": SYSTEM_PROMPT_PLAIN}
+    assert load_task("math", path=MATH)[0]["prompt"][0]["content"] == SYSTEM_PROMPT_THINK
+    with pytest.raises(ValueError, match="gsm8k, math"):
+        load_task("aime", path=GSM8K)
+    with pytest.raises(ValueError, match="think, plain"):
+        load_task("gsm8k", path=GSM8K, prompt_style="cot")
+
+
+def test_bad_files_are_reported(tmp_path):
+    """An unsupported extension or a file without the task's columns fails with a clear message."""
+    with pytest.raises(ValueError, match="Unsupported data file"):
+        load_gsm8k(path=tmp_path / "gsm8k.csv")
+    with pytest.raises(ValueError, match="question"):
+        load_gsm8k(path=MATH)
+
+
+def test_prompts_describe_the_scored_formats():
+    """The think prompt asks for the tags format_reward checks; the plain prompt for \\boxed{}."""
+    for tag in ("<think>", "</think>", "<answer>", "</answer>"):
+        assert tag in SYSTEM_PROMPT_THINK
+    assert "\\boxed{}" in SYSTEM_PROMPT_PLAIN

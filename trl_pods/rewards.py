@@ -1,0 +1,411 @@
+r"""Math reward functions for GRPO/PODS with TRL's signature ``f(completions, **kwargs) -> list[float | None]``.
+
+* `accuracy_reward`: 1.0 if the final answer equals the gold answer according to math-verify, else 0.0.
+* `format_reward`: 1.0 for a ``<think>…</think><answer>…</answer>`` completion, else 0.0.
+* `gsm8k_reward`: the PODS paper's GSM8K composite, correctness plus partial credit for the four tags.
+
+The gold answer comes from the dataset's ``answer`` column (GSM8K ``"… #### 72"``, or a plain final answer such as
+``"72"`` or ``"\frac{1}{2}"``) or, when a row has no ``answer``, its ``solution`` column (MATH, with ``\boxed{}``).
+A row whose gold cannot be parsed is unscorable: its reward is ``None``, which TRL treats as NaN.
+
+Hang-proofing. math-verify can run forever on hostile completions (``\boxed{10^{10^{10}}}`` makes sympy compute a
+ten-billion-digit integer inside one C call), and its own timeout relies on ``signal.alarm``, which cannot interrupt
+a C call and fails outside the main thread (TRL runs async reward functions on a background thread). So:
+
+1. The answer text is cut to its last `MAX_ANSWER_CHARS` characters before parsing; string handling in this process
+   is linear-time (``str.find``/``str.count``, no regular expressions), so megabyte completions are cheap.
+2. Parsing and verification run in one persistent worker subprocess (``python -c``, importing only this file and
+   math-verify, never torch or the training script). A call sends all its items in one message and the worker
+   answers one message per item, in order. Each item gets `reward_timeout()` seconds of wall-clock time (the
+   deadline restarts with every answer); when it runs out, the worker is killed, that item scores 0.0, a fresh
+   worker is started and the remaining items are sent to it. Every worker has its own pipe, so no answer of a killed
+   worker can be mistaken for an answer of its replacement. Worst case, a call of n items returns after about
+   n * (timeout + worker start-up, ~1 s); a normal item takes about a millisecond.
+3. Processes never outlive the interpreter: ``atexit`` kills the worker; an idle worker exits when its pipe closes
+   (e.g. the trainer was killed); a busy one also caps its own CPU time per item (``RLIMIT_CPU``, timeout + 2 s),
+   so the kernel ends it even when nobody is left to.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import math
+import multiprocessing
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from functools import lru_cache
+from multiprocessing.connection import Connection
+
+__all__ = [
+    "MAX_ANSWER_CHARS",
+    "REWARD_FUNCS",
+    "REWARD_TIMEOUT_S",
+    "accuracy_reward",
+    "format_reward",
+    "get_reward_func",
+    "gsm8k_reward",
+    "reward_timeout",
+]
+
+RewardFunc = Callable[..., list[float | None]]
+
+REWARD_TIMEOUT_S = 5.0
+"""Default wall-clock seconds math-verify may spend on one completion; ``TRL_PODS_REWARD_TIMEOUT`` overrides it."""
+
+MAX_ANSWER_CHARS = 1000
+"""Only the last this-many characters of an answer (the ``<answer>`` content, else the completion) are parsed."""
+
+_TAGS = ("<think>", "</think>", "<answer>", "</answer>")
+_TAG_CREDIT = 0.05  # gsm8k_reward: per tag that occurs exactly once, for a wrong answer
+
+_STARTUP_TIMEOUT_S = 120.0
+_READY = "ready"
+# Runs in the worker: load this file under a private name, so the `trl_pods` package (and torch) stays unimported.
+_BOOT = (
+    "import importlib.util, sys\n"
+    "spec = importlib.util.spec_from_file_location('_trl_pods_reward_worker', sys.argv[1])\n"
+    "module = importlib.util.module_from_spec(spec)\n"
+    "spec.loader.exec_module(module)\n"
+    "module._serve(int(sys.argv[2]))\n"
+)
+
+logger = logging.getLogger(__name__)
+
+
+def reward_timeout() -> float:
+    """Seconds one completion may take in math-verify: ``$TRL_PODS_REWARD_TIMEOUT``, else `REWARD_TIMEOUT_S`.
+
+    Raises:
+        ValueError: the configured value is not a positive, finite number.
+    """
+    value = os.environ.get("TRL_PODS_REWARD_TIMEOUT", REWARD_TIMEOUT_S)
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"TRL_PODS_REWARD_TIMEOUT must be a positive, finite number of seconds, got {value!r}.")
+    return seconds
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Text handling (this process; linear time on any input)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _completion_text(completion: object) -> str:
+    """The text of a completion: a string, or the last assistant message of a conversation ("" if none)."""
+    if isinstance(completion, str):
+        return completion
+    messages = [completion] if isinstance(completion, dict) else completion
+    if not isinstance(messages, list):
+        return ""
+    messages = [m for m in messages if isinstance(m, dict)]
+    assistant = [m for m in messages if m.get("role", "assistant") == "assistant"] or messages
+    content = assistant[-1].get("content") if assistant else None
+    if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}, ...]
+        content = "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return content if isinstance(content, str) else ""
+
+
+def _as_text(value: object) -> str:
+    if isinstance(value, float) and not math.isfinite(value):  # e.g. pandas' NaN for a missing value
+        return ""
+    return str(value).strip() if isinstance(value, str | int | float) else ""
+
+
+def _gold_text(answer: object, solution: object) -> str | None:
+    r"""What math-verify parses as gold: the text after GSM8K's last ``####``, a MATH solution from its last
+    ``\boxed``, or a plain final answer wrapped in ``\boxed{}``; None when the row has no gold at all."""
+    text = _as_text(answer) or _as_text(solution)
+    if "####" in text:
+        text = text.rsplit("####", 1)[1].strip()
+    elif (boxed := text.rfind("\\boxed")) >= 0:
+        text = text[boxed:]
+    elif text:
+        text = f"\\boxed{{{text}}}"
+    return text[:MAX_ANSWER_CHARS] or None
+
+
+def _answer_candidates(text: str) -> tuple[str, ...]:
+    r"""Readings of the model's final answer; the completion is correct if any of them verifies.
+
+    The content of the last ``<answer>…</answer>`` if there is one: as written (math-verify finds a number or
+    ``\boxed{}`` in it) and, unless it already has a ``\boxed``, wrapped in ``\boxed{}`` so that a bare expression
+    such as ``6-5i`` or ``(3, \frac{\pi}{2})`` is read whole. Otherwise the completion itself, for math-verify to
+    find its ``\boxed{}`` or last number.
+    """
+    end = text.rfind("</answer>")
+    start = text.rfind("<answer>", 0, end) if end >= 0 else -1
+    if start < 0:
+        return (text[-MAX_ANSWER_CHARS:],)
+    region = text[start + len("<answer>") : end][-MAX_ANSWER_CHARS:]
+    return (region,) if "\\boxed" in region else (region, f"\\boxed{{{region}}}")
+
+
+def _has_format(text: str) -> bool:
+    """``<think>…</think><answer>…</answer>``: each tag exactly once, in this order, only whitespace around."""
+    if any(text.count(tag) != 1 for tag in _TAGS):
+        return False
+    think, think_end, answer, answer_end = (text.find(tag) for tag in _TAGS)
+    return (
+        think < think_end < answer < answer_end
+        and not text[:think].strip()
+        and not text[think_end + len("</think>") : answer].strip()
+        and not text[answer_end + len("</answer>") :].strip()
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The math-verify worker
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=4096)
+def _parse_gold(gold: str) -> list:
+    from math_verify import parse
+
+    return parse(gold, parsing_timeout=None)
+
+
+def _verify_item(gold: str, candidates: tuple[str, ...]) -> float | None:
+    """Worker side: None if the gold does not parse, 1.0 if a candidate verifies against it, else 0.0."""
+    from math_verify import parse, verify
+
+    gold_parsed = _parse_gold(gold)
+    if not gold_parsed:
+        return None
+    for candidate in candidates:
+        if verify(gold_parsed, parse(candidate, parsing_timeout=None), timeout_seconds=None):
+            return 1.0
+    return 0.0
+
+
+def _limit_cpu(seconds: float) -> None:
+    """Have the kernel end this process (SIGXCPU) once it uses ``seconds`` more CPU time."""
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    soft = math.ceil(time.process_time() + seconds)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
+
+
+def _serve(fd: int) -> None:
+    """Worker main loop: answer each ``(items, timeout)`` request with one message per item, in order."""
+    import resource
+
+    logging.disable(logging.WARNING)  # math-verify warns that its own (signal-based) timeouts are off
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # being killed by RLIMIT_CPU must not dump core
+    conn = Connection(fd)
+    _verify_item("\\boxed{1}", ("1",))  # import and warm up math-verify before declaring readiness
+    conn.send(_READY)
+    while True:
+        try:
+            items, timeout = conn.recv()
+        except EOFError:  # the parent closed the pipe or died
+            return
+        for gold, candidates in items:
+            _limit_cpu(timeout + 2)
+            try:
+                result = _verify_item(gold, candidates)
+            except Exception:  # math-verify catches its own errors; this is a last line of defence
+                result = 0.0
+            conn.send(result)
+
+
+class _Worker:
+    """Client of one math-verify worker process, replaced whenever it dies or overruns a deadline."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._conn: Connection | None = None
+
+    def score(self, items: list[tuple[str, tuple[str, ...]]], timeout: float) -> list[float | None]:
+        """`_verify_item` for every ``(gold, candidates)`` item, in order; 0.0 for an item that timed out."""
+        results: list[float | None] = []
+        with self._lock:
+            while len(results) < len(items):
+                self._ensure_running()
+                todo = items[len(results) :]
+                try:
+                    self._conn.send((todo, timeout))
+                    for _ in todo:
+                        if not self._conn.poll(timeout):
+                            raise TimeoutError
+                        results.append(self._conn.recv())
+                except (OSError, EOFError) as err:  # TimeoutError is an OSError
+                    # The item in flight is the next one: it costs its rollout 0.0; the rest go to a new worker.
+                    logger.warning(
+                        "math-verify %s on a completion; scored it 0.0 and restarted the worker.",
+                        f"took over {timeout:g} s" if isinstance(err, TimeoutError) else f"failed ({err!r})",
+                    )
+                    self.close()
+                    results.append(0.0)
+                except BaseException:
+                    self.close()  # e.g. KeyboardInterrupt: answers left in the pipe must never reach a later call
+                    raise
+        return results
+
+    def _ensure_running(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            return
+        self.close()
+        parent_conn, child_conn = multiprocessing.Pipe()
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-c", _BOOT, os.path.abspath(__file__), str(child_conn.fileno())],
+                pass_fds=(child_conn.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+            )
+        finally:
+            child_conn.close()
+        self._conn = parent_conn
+        try:
+            ready = parent_conn.poll(_STARTUP_TIMEOUT_S) and parent_conn.recv() == _READY
+        except (OSError, EOFError):
+            ready = False
+        except BaseException:
+            self.close()
+            raise
+        if not ready:
+            self.close()
+            raise RuntimeError(
+                f"The math-verify worker ({sys.executable}) did not start within {_STARTUP_TIMEOUT_S:g} s; "
+                "is math-verify installed?"
+            )
+
+    def close(self) -> None:
+        """Kill the worker process, if any (lock-free, so that it can run at interpreter exit)."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+            self._proc = None
+
+
+_WORKER = _Worker()
+
+
+def _reset_after_fork() -> None:
+    # A forked child must not share its parent's worker (nor a lock some other thread held at fork time); closing
+    # its copy of the pipe keeps "parent gone => pipe closed => idle worker exits" true.
+    global _WORKER
+    if _WORKER._conn is not None:
+        _WORKER._conn.close()
+    _WORKER = _Worker()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+atexit.register(lambda: _WORKER.close())
+
+
+def _correctness(completions: list, answer: list | None, solution: list | None) -> list[float | None]:
+    if answer is None and solution is None:
+        raise ValueError("Math rewards need the gold answer: an `answer` or `solution` dataset column.")
+    n = len(completions)
+    golds = [_gold_text(a, s) for a, s in zip(answer or [None] * n, solution or [None] * n, strict=True)]
+    todo = [i for i, gold in enumerate(golds) if gold is not None]
+    items = [(golds[i], _answer_candidates(_completion_text(completions[i]))) for i in todo]
+    rewards: list[float | None] = [None] * n
+    for i, reward in zip(todo, _WORKER.score(items, reward_timeout()) if items else [], strict=True):
+        rewards[i] = reward
+    return rewards
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Reward functions
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def accuracy_reward(
+    completions: list, answer: list | None = None, solution: list | None = None, **kwargs
+) -> list[float | None]:
+    r"""1.0 if the completion's final answer equals the gold answer according to math-verify, else 0.0.
+
+    The model's answer is the content of its last ``<answer>…</answer>`` if present, else the whole completion
+    (math-verify takes its ``\boxed{}`` or last number). Equality is math-verify's: ``72.0`` = ``72``,
+    ``0.5`` = ``\frac{1}{2}``, ``1,000`` = ``1000``.
+
+    Args:
+        completions: Strings, or conversations (lists of ``{"role", "content"}`` messages) whose last assistant
+            message is scored.
+        answer: Gold per completion: a GSM8K answer (``"… #### 72"``), a MATH solution, or a plain final answer.
+        solution: Gold per completion when ``answer`` is absent or empty for a row: a MATH solution with
+            ``\boxed{}`` or a plain final answer.
+        **kwargs: Other dataset columns and TRL's extras (``prompts``, ``trainer_state``, ...), ignored.
+
+    Returns:
+        One reward per completion: ``None`` where the gold cannot be parsed (unscorable), 0.0 where the completion
+        is wrong, has no parsable answer or ran past `reward_timeout()`.
+
+    Raises:
+        ValueError: neither ``answer`` nor ``solution`` was given.
+        RuntimeError: the math-verify worker process could not be started.
+    """
+    return _correctness(completions, answer, solution)
+
+
+def format_reward(completions: list, **kwargs) -> list[float]:
+    """1.0 if the completion is ``<think>…</think><answer>…</answer>``, else 0.0.
+
+    Each of the four tags must occur exactly once and in this order, with only whitespace before ``<think>``,
+    between ``</think>`` and ``<answer>``, and after ``</answer>``.
+
+    Args:
+        completions: Strings or conversations, as for `accuracy_reward`.
+        **kwargs: Dataset columns and TRL's extras, ignored.
+    """
+    return [float(_has_format(_completion_text(c))) for c in completions]
+
+
+def gsm8k_reward(
+    completions: list, answer: list | None = None, solution: list | None = None, **kwargs
+) -> list[float | None]:
+    """The PODS paper's GSM8K reward: correctness with partial credit for the format.
+
+    Rule, per completion: 1.0 if `accuracy_reward` is 1.0; otherwise 0.05 for each of ``<think>``, ``</think>``,
+    ``<answer>`` and ``</answer>`` that occurs exactly once (order not checked), so a wrong answer earns at most 0.2.
+    ``None`` when the gold cannot be parsed, as for `accuracy_reward`.
+
+    Args:
+        completions: Strings or conversations, as for `accuracy_reward`.
+        answer: Gold per completion, as for `accuracy_reward`.
+        solution: Gold per completion, as for `accuracy_reward`.
+        **kwargs: Other dataset columns and TRL's extras, ignored.
+    """
+    rewards = _correctness(completions, answer, solution)
+    texts = [_completion_text(c) for c in completions]
+    return [
+        r if r is None or r == 1.0 else _TAG_CREDIT * sum(text.count(tag) == 1 for tag in _TAGS)
+        for r, text in zip(rewards, texts, strict=True)
+    ]
+
+
+REWARD_FUNCS: dict[str, RewardFunc] = {
+    "accuracy": accuracy_reward,
+    "format": format_reward,
+    "gsm8k": gsm8k_reward,
+}
+
+
+def get_reward_func(name_or_path: str) -> RewardFunc:
+    """Return the reward registered as ``name_or_path`` (`REWARD_FUNCS`, or ``"arithmetic"`` for the built-in offline
+    task) or import it from a dotted path ``"pkg.mod.fn"``.
+
+    Raises:
+        ValueError: the name is neither registered nor an importable callable; the message lists the known names.
+    """
+    # Imported here: the reward worker loads this file on its own, outside the package.
+    from trl_pods._lookup import resolve
+    from trl_pods.arithmetic import arithmetic_reward
+
+    return resolve(name_or_path, {**REWARD_FUNCS, "arithmetic": arithmetic_reward}, "reward function")

@@ -1,0 +1,148 @@
+r"""Datasets of the PODS paper's tasks as TRL conversational prompts, with the gold columns `trl_pods.rewards` reads.
+
+Every loader returns a `datasets.Dataset` whose ``prompt`` column is ``[system message, user message]`` (no system
+message when ``system_prompt`` is None) and which keeps the gold answer:
+
+* GSM8K: ``answer``, the dataset's own answer text (reasoning, then ``#### <number>``).
+* MATH: ``solution`` (with ``\boxed{}``) and, where the source has one, ``answer`` (MATH-500's final answer).
+
+With ``path=None`` the data comes from the Hugging Face Hub (not available offline); otherwise from a local
+``.jsonl``, ``.json`` or ``.parquet`` file with the source's columns.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from datasets import Dataset, concatenate_datasets, load_dataset
+
+__all__ = [
+    "MATH_SUBJECTS",
+    "SYSTEM_PROMPT_PLAIN",
+    "SYSTEM_PROMPT_THINK",
+    "load_gsm8k",
+    "load_math",
+    "load_task",
+]
+
+SYSTEM_PROMPT_THINK = (
+    "A conversation between User and Assistant. The user asks a question, and the Assistant solves it. The Assistant "
+    "first thinks about the reasoning process in the mind and then provides the user with the answer. The reasoning "
+    "process and answer are enclosed within <think> </think> and <answer> </answer> tags, respectively, i.e., "
+    "<think> reasoning process here </think> <answer> answer here </answer>."
+)
+"""Reason in ``<think>`` tags, then answer in ``<answer>`` tags: the format `format_reward`/`gsm8k_reward` score
+(DeepSeek-R1-Zero's wording)."""
+
+SYSTEM_PROMPT_PLAIN = "Please reason step by step, and put your final answer within \\boxed{}."
+r"""Free-form reasoning ending in ``\boxed{}`` (Qwen2.5-Math's chain-of-thought prompt): one convention that suits
+both GSM8K and MATH, and the one math-verify extracts first."""
+
+PROMPT_STYLES = {"think": SYSTEM_PROMPT_THINK, "plain": SYSTEM_PROMPT_PLAIN}
+
+MATH_SUBJECTS = (
+    "algebra",
+    "counting_and_probability",
+    "geometry",
+    "intermediate_algebra",
+    "number_theory",
+    "prealgebra",
+    "precalculus",
+)
+"""Configs of ``EleutherAI/hendrycks_math``, concatenated for the MATH training set (7,500 problems)."""
+
+_FILE_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+
+
+def _load_file(path: str | Path) -> Dataset:
+    builder = _FILE_FORMATS.get(Path(path).suffix.lower())
+    if builder is None:
+        raise ValueError(f"Unsupported data file {str(path)!r}: use one of {', '.join(_FILE_FORMATS)}.")
+    return load_dataset(builder, data_files=str(path), split="train")
+
+
+def _to_prompts(dataset: Dataset, question: str, keep: tuple[str, ...], system_prompt: str | None) -> Dataset:
+    """Replace ``question`` by a conversational ``prompt``; keep the ``keep`` columns that exist; drop the rest."""
+    missing = {question, keep[0]} - set(dataset.column_names)
+    if missing:
+        raise ValueError(f"The dataset lacks the column(s) {sorted(missing)}; it has {dataset.column_names}.")
+    system = [] if system_prompt is None else [{"role": "system", "content": system_prompt}]
+    return dataset.map(
+        lambda row: {"prompt": [*system, {"role": "user", "content": row[question]}]},
+        remove_columns=[c for c in dataset.column_names if c not in keep],
+    )
+
+
+def load_gsm8k(
+    split: str = "train", path: str | Path | None = None, system_prompt: str | None = SYSTEM_PROMPT_THINK
+) -> Dataset:
+    """GSM8K as ``prompt`` + ``answer`` rows.
+
+    Args:
+        split: ``"train"`` (7,473 problems) or ``"test"`` (1,319) of ``openai/gsm8k`` (config ``"main"``); ignored
+            with ``path``.
+        path: Local ``.jsonl``/``.json``/``.parquet`` file with GSM8K's ``question`` and ``answer`` columns.
+        system_prompt: System message of every prompt; None for none.
+
+    Returns:
+        Rows ``{"prompt": [system, user question], "answer": "<reasoning> #### <number>"}``.
+    """
+    dataset = _load_file(path) if path is not None else load_dataset("openai/gsm8k", "main", split=split)
+    return _to_prompts(dataset, "question", ("answer",), system_prompt)
+
+
+def load_math(
+    split: str = "train", path: str | Path | None = None, system_prompt: str | None = SYSTEM_PROMPT_THINK
+) -> Dataset:
+    r"""MATH as ``prompt`` + ``solution`` (+ ``answer``) rows.
+
+    Args:
+        split: ``"train"``: the 7,500 training problems of ``EleutherAI/hendrycks_math`` (its seven subject configs,
+            `MATH_SUBJECTS`, concatenated; no ``answer`` column, the gold is the solution's ``\boxed{}``).
+            ``"test"``: ``HuggingFaceH4/MATH-500``, the 500-problem test subset the paper evaluates on (with an
+            ``answer`` column). Ignored with ``path``.
+        path: Local ``.jsonl``/``.json``/``.parquet`` file with MATH's ``problem`` and ``solution`` columns, and
+            optionally ``answer``.
+        system_prompt: System message of every prompt; None for none.
+
+    Returns:
+        Rows ``{"prompt": [system, user problem], "solution": ..., "answer": ...}`` (``answer`` only if the source
+        has it).
+
+    Raises:
+        ValueError: ``split`` is neither ``"train"`` nor ``"test"`` (hub only).
+    """
+    if path is not None:
+        dataset = _load_file(path)
+    elif split == "train":
+        dataset = concatenate_datasets(
+            [load_dataset("EleutherAI/hendrycks_math", subject, split="train") for subject in MATH_SUBJECTS]
+        )
+    elif split == "test":
+        dataset = load_dataset("HuggingFaceH4/MATH-500", split="test")
+    else:
+        raise ValueError(f"MATH has the splits 'train' and 'test', not {split!r}.")
+    return _to_prompts(dataset, "problem", ("solution", "answer"), system_prompt)
+
+
+_LOADERS = {"gsm8k": load_gsm8k, "math": load_math}
+
+
+def load_task(name: str, split: str = "train", path: str | Path | None = None, prompt_style: str = "think") -> Dataset:
+    """Load task ``name`` (``"gsm8k"`` or ``"math"``) with the system prompt of ``prompt_style``.
+
+    Args:
+        name: ``"gsm8k"`` or ``"math"``.
+        split: Hub split, see `load_gsm8k` and `load_math`.
+        path: Local data file instead of the hub.
+        prompt_style: ``"think"`` (`SYSTEM_PROMPT_THINK`, for ``format``/``gsm8k`` rewards) or ``"plain"``
+            (`SYSTEM_PROMPT_PLAIN`, for the ``accuracy`` reward alone).
+
+    Raises:
+        ValueError: unknown task or prompt style.
+    """
+    if name not in _LOADERS:
+        raise ValueError(f"Unknown task {name!r}; known tasks: {', '.join(_LOADERS)}.")
+    if prompt_style not in PROMPT_STYLES:
+        raise ValueError(f"Unknown prompt style {prompt_style!r}; use one of {', '.join(PROMPT_STYLES)}.")
+    return _LOADERS[name](split=split, path=path, system_prompt=PROMPT_STYLES[prompt_style])
