@@ -1,4 +1,4 @@
-"""Train with PODS: `accelerate launch --config_file recipes/accelerate/... scripts/train_pods.py --config recipe.yaml`.
+"""Train with PODS: `accelerate launch --config_file recipes/accelerate/X.yaml scripts/train_pods.py --config R.yaml`.
 
 Same as the `trl-pods train` command; see `trl_pods/train.py` for the arguments.
 """
