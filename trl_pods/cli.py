@@ -17,7 +17,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not argv or argv[0] not in COMMANDS:
         usage = "\n".join(f"  {name:<6} {help_}" for name, (_, help_) in COMMANDS.items())
         print(
-            f"usage: trl-pods {{{','.join(COMMANDS)}}} [args]\n\n{usage}\n\n`trl-pods COMMAND --help` for its arguments."
+            f"usage: trl-pods {{{','.join(COMMANDS)}}} [args]\n\n{usage}\n\n`trl-pods COMMAND --help`: its arguments."
         )
         sys.exit(0 if argv[:1] in (["-h"], ["--help"]) else 2)
     import importlib
