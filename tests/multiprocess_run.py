@@ -1,12 +1,19 @@
-"""Worker for the multi-process tests: `torchrun --nproc_per_node K tests/multiprocess_run.py MODEL OUT [SAMPLER]`.
+"""Worker of the multi-process tests: `torchrun --nproc_per_node K tests/multiprocess_run.py MODEL OUT [options]`.
 
-Trains PODS for two optimizer steps and writes, per rank, what that rank saw: its prompts, the selection, its
-advantages and the global token count, so the test can compare ranks with each other and with a 1-process run.
+Trains PODS for two optimizer steps on a global batch of 2 prompts x 4 kept rows (whatever K is) and writes, per
+rank, what that rank saw: its prompts, the gathered rewards, the selection, its advantages and the global token
+count, so the test can compare ranks with each other and with a 1-process run.
+
+`--generation deterministic` replaces only the sampling step by a deterministic function of (prompt, index in the
+group), so a 1-process and a K-process run see identical rollouts; `--generation vllm-server` generates through the
+vLLM stand-in in server mode (rank 0 calls the engine; TRL's real code gathers, deduplicates and scatters).
 """
 
+import argparse
 import json
 import os
 import sys
+import zlib
 
 sys.path.insert(0, os.path.dirname(__file__))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -18,9 +25,34 @@ from trl_pods import PODSGRPOTrainer  # noqa: E402
 
 
 class RecordingTrainer(PODSGRPOTrainer):
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, deterministic: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
         self.records = []
+        self.deterministic = deterministic
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, **kwargs):
+        if not self.deterministic:
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, **kwargs)
+        completions = []
+        for row, ids in enumerate(prompt_ids):
+            seed = zlib.crc32(json.dumps([ids, row % num_generations]).encode())
+            completions.append(torch.randint(10, 200, (6,), generator=torch.Generator().manual_seed(seed)).tolist())
+        return completions, None
+
+    def _generate_score_and_select(self, inputs):
+        phase1 = super()._generate_score_and_select(inputs)
+        prompt_ids = self._tokenize_prompts([row["prompt"] for row in inputs])[0]
+        self.records.append(
+            dict(
+                prompts=[row["prompt"][0]["content"] for row in inputs],
+                kept_prompts=[row["prompt"][0]["content"] for row in phase1["inputs"]],
+                kept=phase1["kept"].tolist(),
+                rewards=phase1["rewards"].tolist(),
+                prompt_ids_match=[list(p) for p in phase1["generation"][0]]
+                == [prompt_ids[inputs.index(row)] for row in phase1["inputs"]],
+            )
+        )
+        return phase1
 
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
@@ -30,43 +62,56 @@ class RecordingTrainer(PODSGRPOTrainer):
             )
         return output
 
-    def _generate_score_and_select(self, inputs):
-        phase1 = super()._generate_score_and_select(inputs)
-        self.records.append(
-            dict(
-                prompts=[row["prompt"][0]["content"] for row in inputs],
-                kept_prompts=[row["prompt"][0]["content"] for row in phase1["inputs"]],
-                kept=phase1["kept"].tolist(),
-                rewards=phase1["rewards"].tolist(),
-            )
-        )
-        return phase1
 
-
-def main(model_path: str, out: str, sampler: str = "random", processes: int | None = None) -> None:
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("model")
+    parser.add_argument("out")
+    parser.add_argument("--sampler", default="random")
+    parser.add_argument("--generation", default="model", choices=["model", "deterministic", "vllm-server"])
+    args = parser.parse_args()
     torch.set_num_threads(1)
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    # The same global batch whatever the process count: 2 prompts x 4 kept rows per generation.
-    per_device = 8 // world
-    model, tokenizer = load(model_path)
+    extra = {}
+    if args.generation == "vllm-server":
+        from vllm_standin import patch_trl
+
+        patch_trl()
+        extra = dict(use_vllm=True, vllm_mode="server", temperature=1.0)
+    model, tokenizer = load(args.model)
     config = pods_config(
-        out,
+        args.out,
         pods_n=8,
         pods_m=4,
-        per_device_train_batch_size=per_device,
+        per_device_train_batch_size=8 // world,
         max_steps=2,
-        pods_down_sampler=sampler,
+        pods_down_sampler=args.sampler,
         ddp_backend="gloo" if world > 1 else None,
+        **extra,
     )
     trainer = RecordingTrainer(
-        model, token_sum_reward, config, train_dataset=prompts_dataset(), processing_class=tokenizer
+        model,
+        token_sum_reward,
+        config,
+        train_dataset=prompts_dataset(),
+        processing_class=tokenizer,
+        deterministic=args.generation == "deterministic",
     )
     trainer.train()
     rank = trainer.accelerator.process_index
-    logs = [{k: v for k, v in e.items() if k.startswith(("pods/", "reward"))} for e in trainer.state.log_history]
-    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
-        json.dump({"records": trainer.records, "logs": logs, "world": world}, f)
+    logs = [
+        {k: v for k, v in e.items() if k.startswith(("pods/", "reward", "sampling/"))}
+        for e in trainer.state.log_history
+    ]
+    result = {"records": trainer.records, "logs": logs, "world": world}
+    if args.generation == "vllm-server" and rank == 0:
+        from vllm_standin import FakeVLLMGeneration
+
+        client = FakeVLLMGeneration.instances[-1].vllm_client
+        result["server_calls"] = [(len(prompts), n) for prompts, n in client.calls]
+    with open(os.path.join(args.out, f"rank{rank}.json"), "w") as f:
+        json.dump(result, f)
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    main()

@@ -146,3 +146,11 @@ def install(monkeypatch) -> None:
     FakeVLLMGeneration.instances = []
     monkeypatch.setattr(grpo_trainer, "VLLMGeneration", FakeVLLMGeneration)
     monkeypatch.setattr(vllm_generation, "SamplingParams", SamplingParams, raising=False)
+
+
+def patch_trl() -> None:
+    """Route GRPOTrainer's vLLM backend to the stand-in for the rest of this process (worker scripts)."""
+    import trl.trainer.grpo_trainer as grpo_trainer
+
+    grpo_trainer.VLLMGeneration = FakeVLLMGeneration
+    vllm_generation.SamplingParams = SamplingParams

@@ -37,6 +37,9 @@ class PODSConfig(GRPOConfig):
         pods_advantage_scope (`str`, *optional*, defaults to `"kept"`):
             Rewards the advantage baseline is computed over: `"kept"` (mean and std of the M kept rewards, as in the
             paper) or `"all"` (of all N generated rewards, as in D3S).
+        pods_selection_log (`bool`, *optional*, defaults to `True`):
+            Append every generation's kept indices, with digests of its prompts and rewards, to
+            `output_dir/pods_selections.jsonl` (main process), so selections can be audited and runs compared.
     """
 
     num_generations: int | None = field(
@@ -69,6 +72,14 @@ class PODSConfig(GRPOConfig):
             "help": "Rewards the advantage mean/std are computed over: 'kept' (the M kept, as in the paper) or 'all' "
             "(all N generated, as in D3S).",
             "choices": list(ADVANTAGE_SCOPES),
+        },
+    )
+
+    pods_selection_log: bool = field(
+        default=True,
+        metadata={
+            "help": "Append every generation's kept indices (with digests of its prompts and rewards) to "
+            "output_dir/pods_selections.jsonl, to audit selections and compare runs step by step."
         },
     )
 

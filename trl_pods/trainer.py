@@ -16,11 +16,15 @@ prompt groups (`PODSConfig` checks the layout).
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import time
 from contextlib import contextmanager
 from typing import Any
 
 import torch
+from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
 from .advantages import full_group_advantages, nanstd
@@ -28,6 +32,7 @@ from .config import PODSConfig
 from .down_sampling import get_down_sampler
 
 _UNSUPPORTED_ARGUMENTS = ("tools", "rollout_func", "environment_factory")
+SELECTION_LOG = "pods_selections.jsonl"
 
 
 def weighted_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -139,6 +144,8 @@ class PODSGRPOTrainer(GRPOTrainer):
         local = [row - first_row for row in kept_rows.tolist() if first_row <= row < first_row + local_rows]
         self._filter_pending_extra_logs(local, local_rows)
         self._log_selection(rewards, kept, selection_time)
+        if self.args.pods_selection_log:
+            self._record_selection(prompts[::n], rewards, kept)
         prompt_ids, completion_ids, tool_mask, completions, logps, extra_fields, images, tool_images = generation
         return {
             "inputs": [inputs[i] for i in local],
@@ -200,6 +207,27 @@ class PODSGRPOTrainer(GRPOTrainer):
         metrics["pods/rollouts_generated"].append(float(rewards.numel()))
         metrics["pods/rollouts_trained"].append(float(kept.numel()))
 
+    def _record_selection(self, local_prompts: list, rewards: torch.Tensor, kept: torch.Tensor) -> None:
+        """Append this generation's selection to ``output_dir/pods_selections.jsonl`` (main process).
+
+        One line per generation: the optimizer step and the generation's index within it, a digest of each rank's
+        prompts, a digest of the gathered rewards and the kept indices, so that runs (e.g. resumed ones) can be
+        compared step by step.
+        """
+        prompt_digests = gather_object([_digest(local_prompts)])
+        if not self.accelerator.is_main_process:
+            return
+        record = {
+            "global_step": self.state.global_step,
+            "generation": self._step % self.args.gradient_accumulation_steps,
+            "prompts": prompt_digests,
+            "rewards": _digest(rewards.tolist()),
+            "kept": kept.tolist(),
+        }
+        os.makedirs(self.args.output_dir, exist_ok=True)
+        with open(os.path.join(self.args.output_dir, SELECTION_LOG), "a") as f:
+            f.write(json.dumps(record) + "\n")
+
     def _use_full_group_advantages(self, output: dict[str, Any], phase1: dict[str, Any]) -> None:
         """``pods_advantage_scope="all"``: replace TRL's kept-only advantages by full-group ones."""
         advantages = full_group_advantages(
@@ -212,6 +240,10 @@ class PODSGRPOTrainer(GRPOTrainer):
         for _ in range(min(advantages.numel(), len(logged))):
             logged.pop()
         logged.extend(advantages.tolist())
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha1(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _frac_constant_groups(rewards: torch.Tensor) -> float:
