@@ -41,3 +41,11 @@ def load(path):
 
 def pods_config(tmp_path, **kwargs) -> PODSConfig:
     return PODSConfig(output_dir=str(tmp_path), **{**QUIET, **kwargs})
+
+
+def slow_token_sum_reward(completion_ids, **kwargs) -> list[float]:
+    """`token_sum_reward` that takes half a second, so a test can kill a run between two steps."""
+    import time
+
+    time.sleep(0.5)
+    return token_sum_reward(completion_ids)

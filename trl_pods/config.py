@@ -85,8 +85,11 @@ class PODSConfig(GRPOConfig):
 
     def __post_init__(self):
         self._resolve_group_sizes()
-        self._check_whole_groups_per_process()
+        if self.generation_batch_size is None:  # checked before GRPOConfig's coarser check, for a PODS message
+            steps = self.steps_per_generation or self.gradient_accumulation_steps
+            self._check_whole_groups_per_process(self.per_device_train_batch_size * steps)
         super().__post_init__()
+        self._check_whole_groups_per_process(self.per_device_train_batch_size * self.steps_per_generation)
         get_down_sampler(self.pods_down_sampler)  # raises with the list of known names
         if self.pods_advantage_scope not in ADVANTAGE_SCOPES:
             raise ValueError(
@@ -98,21 +101,12 @@ class PODSConfig(GRPOConfig):
                 "multi_objective_aggregation='sum_then_normalize'; set it, or use pods_advantage_scope='kept'."
             )
 
-    def _check_whole_groups_per_process(self) -> None:
-        # Rows each process keeps per generation, as GRPOConfig derives them (before it does, for a PODS message).
-        if self.generation_batch_size is not None:
-            rows, source = self.generation_batch_size // self.world_size, "generation_batch_size / num_processes"
-        else:
-            steps = self.steps_per_generation or self.gradient_accumulation_steps
-            rows, source = (
-                self.per_device_train_batch_size * steps,
-                "per_device_train_batch_size * steps_per_generation",
-            )
+    def _check_whole_groups_per_process(self, rows: int) -> None:
         if rows % self.pods_m != 0:
             raise ValueError(
-                f"Each process keeps {source} = {rows} rows per generation, which is not a multiple of pods_m "
-                f"({self.pods_m}). A prompt's pods_n rollouts must be generated, scored and down-sampled on one "
-                f"process: make {source} a multiple of {self.pods_m}."
+                f"Each process keeps per_device_train_batch_size * steps_per_generation = {rows} rows per generation, "
+                f"which is not a multiple of pods_m ({self.pods_m}). A prompt's pods_n rollouts must be generated, "
+                f"scored and down-sampled on one process: make it a multiple of {self.pods_m}."
             )
 
     def _resolve_group_sizes(self) -> None:

@@ -151,6 +151,10 @@ def train(script_args: ScriptArguments, training_args: PODSConfig, model_args: M
     trainer.save_metrics("train", result.metrics)
     if trainer.accelerator.is_main_process:
         arguments = {
+            "launch": {
+                "distributed_type": trainer.accelerator.distributed_type.value,
+                "num_processes": trainer.accelerator.num_processes,
+            },
             "script": dataclasses.asdict(script_args),
             "training": training_args.to_dict(),
             "model": dataclasses.asdict(model_args),
