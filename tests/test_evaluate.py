@@ -1,0 +1,184 @@
+"""`trl_pods.evaluate`: the pass@k estimator, single-model and run-directory evaluation, outputs and input checks."""
+
+import json
+import shutil
+from math import comb
+from pathlib import Path
+
+import pytest
+
+from trl_pods.evaluate import EvalArguments, evaluate, main, pass_at_k
+
+DATA = Path(__file__).parent / "data"
+SEEN: list[list[str]] = []  # completions scored by `length_parity_reward`, one list per call
+
+
+def length_parity_reward(completions, **kwargs) -> list[float]:
+    """Deterministic in the completion text, about half correct: 1.0 for an even number of characters."""
+    texts = [completion[0]["content"] for completion in completions]
+    SEEN.append(texts)
+    return [float(len(text) % 2 == 0) for text in texts]
+
+
+def tiny_args(model, tmp_path, **kwargs) -> EvalArguments:
+    defaults = dict(
+        task="arithmetic",
+        max_problems=4,
+        num_samples=2,
+        temperature=1.0,
+        max_new_tokens=6,
+        batch_size=4,
+        seed=0,
+        device="cpu",
+        output=str(tmp_path / "eval.json"),
+    )
+    return EvalArguments(model_name_or_path=str(model), **{**defaults, **kwargs})
+
+
+@pytest.mark.parametrize(
+    ("n", "c", "k", "expected"),
+    [
+        (5, 2, 1, 0.4),
+        (5, 2, 2, 1 - comb(3, 2) / comb(5, 2)),  # 0.7
+        (4, 0, 2, 0.0),
+        (4, 4, 1, 1.0),
+        (4, 4, 4, 1.0),
+        (5, 3, 3, 1.0),  # n - c < k: every 3 of the 5 samples include a correct one
+        (10, 3, 4, 1 - comb(7, 4) / comb(10, 4)),
+    ],
+)
+def test_pass_at_k_hand_computed(n, c, k, expected):
+    """The unbiased estimator 1 - C(n-c, k) / C(n, k) matches hand-computed values, including the edge cases."""
+    assert pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12)
+
+
+def test_pass_at_k_exact_for_k1_and_large_n():
+    """pass@1 is exactly c/n (so it equals the mean accuracy), and large n neither overflows nor loses precision."""
+    assert all(pass_at_k(n, c, 1) == c / n for n in range(1, 30) for c in range(n + 1))
+    assert pass_at_k(2048, 1, 1024) == pytest.approx(0.5)
+    assert 0.0 < pass_at_k(2048, 1, 1) < 1e-3
+
+
+@pytest.mark.parametrize(("n", "c", "k"), [(4, 1, 5), (4, 1, 0), (4, 5, 1), (4, -1, 1)])
+def test_pass_at_k_rejects_bad_arguments(n, c, k):
+    """k outside 1..n or c outside 0..n is an error, not a silently wrong number."""
+    with pytest.raises(ValueError):
+        pass_at_k(n, c, k)
+
+
+def test_single_model_writes_json_and_is_reproducible(tiny_model_path, tmp_path):
+    """A single-model run writes the JSON with every field; accuracy is the mean of correct/k and equals pass@1;
+    the same seed gives the same completions and numbers."""
+    reward = f"{__name__}.length_parity_reward"
+    SEEN.clear()
+    report = evaluate(tiny_args(tiny_model_path, tmp_path, reward=reward))
+    assert json.loads((tmp_path / "eval.json").read_text()) == report
+    assert not (tmp_path / "eval.png").exists(), "one model and no --plot: no plot"
+    assert {k: report[k] for k in ("task", "split", "num_samples", "temperature")} == {
+        "task": "arithmetic",
+        "split": "test",
+        "num_samples": 2,
+        "temperature": 1.0,
+    }
+    (result,) = report["results"]
+    assert result["model"] == str(tiny_model_path) and result["step"] is None and result["train_time_s"] is None
+    assert result["num_problems"] == 4 and result["unscorable"] == 0
+    assert 0 < result["tokens_generated"] <= 4 * 2 * 6
+    assert result["eval_seconds"] > 0
+
+    (texts,) = SEEN
+    assert len(texts) == 4 * 2
+    correct = [sum(len(t) % 2 == 0 for t in texts[i : i + 2]) for i in range(0, 8, 2)]
+    assert result["accuracy"] == sum(c / 2 for c in correct) / 4
+    assert 0.0 <= result["accuracy"] <= 1.0
+    assert result["pass@1"] == result["accuracy"]
+    assert result["pass@2"] == sum(c > 0 for c in correct) / 4
+
+    again = evaluate(tiny_args(tiny_model_path, tmp_path, reward=reward))
+    assert SEEN[1] == SEEN[0], "same seed, same completions"
+    drop = ("eval_seconds",)
+    assert [{k: v for k, v in r.items() if k not in drop} for r in again["results"]] == [
+        {k: v for k, v in result.items() if k not in drop}
+    ]
+
+
+def test_arithmetic_reward_and_greedy_decoding(tiny_model_path, tmp_path):
+    """The default correctness reward of the arithmetic task runs; greedy decoding (temperature 0) ignores the seed."""
+    reports = [
+        evaluate(tiny_args(tiny_model_path, tmp_path, temperature=0.0, num_samples=1, seed=seed)) for seed in (0, 1)
+    ]
+    results = [{k: v for k, v in r["results"][0].items() if k != "eval_seconds"} for r in reports]
+    assert results[0] == results[1]
+    assert set(results[0]) >= {"accuracy", "pass@1"} and "pass@2" not in results[0]
+
+
+def _fake_checkpoint(model: Path, folder: Path, step: int, log_history: list[dict]) -> None:
+    shutil.copytree(model, folder, dirs_exist_ok=True)
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": step, "log_history": log_history}))
+
+
+def test_run_dir_evaluates_checkpoints_by_step(tiny_model_path, tmp_path):
+    """Every checkpoint-<step> is evaluated in step order with its cumulative training time (step_time entries
+    weighted by the steps they average over, other log entries ignored); the final model that equals the last
+    checkpoint is not evaluated twice; the default JSON and PNG land in the run directory."""
+    run = tmp_path / "run"
+    log = [
+        {"step": 1, "step_time": 2.0, "loss": 0.1},
+        {"step": 1, "eval_loss": 0.5},
+        {"step": 3, "step_time": 4.0, "loss": 0.2},  # logging_steps=2: the mean of steps 2 and 3
+    ]
+    _fake_checkpoint(tiny_model_path, run / "checkpoint-3", 3, log)
+    _fake_checkpoint(tiny_model_path, run / "checkpoint-1", 1, log[:2])
+    _fake_checkpoint(tiny_model_path, run, 3, log)  # the final model, saved at the end of training
+    (run / "checkpoint-2-tmp").mkdir()  # not a checkpoint folder
+
+    args = EvalArguments(
+        run_dir=str(run), task="arithmetic", max_problems=2, num_samples=2, max_new_tokens=4, device="cpu"
+    )
+    report = evaluate(args)
+    assert [r["step"] for r in report["results"]] == [1, 3]
+    assert [r["train_time_s"] for r in report["results"]] == [2.0, 2.0 + 2 * 4.0]
+    assert [r["model"] for r in report["results"]] == [str(run / "checkpoint-1"), str(run / "checkpoint-3")]
+    assert json.loads((run / "eval_arithmetic.json").read_text()) == report
+    assert (run / "eval_arithmetic.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_gsm8k_local_file_through_the_cli(tiny_model_path, tmp_path, capsys):
+    """`main` parses the flags, loads a local GSM8K file, scores with math-verify's accuracy reward, writes the
+    requested JSON and plot, and prints the table."""
+    output, plot = tmp_path / "gsm8k.json", tmp_path / "gsm8k.png"
+    main(
+        [
+            "--model_name_or_path",
+            str(tiny_model_path),
+            "--task",
+            "gsm8k",
+            "--dataset_path",
+            str(DATA / "gsm8k_sample.jsonl"),
+            "--max_problems",
+            "2",
+            "--max_new_tokens",
+            "4",
+            "--device",
+            "cpu",
+            "--output",
+            str(output),
+            "--plot",
+            str(plot),
+        ]
+    )
+    (result,) = json.loads(output.read_text())["results"]
+    assert result["num_problems"] == 2 and result["num_samples"] == 1 and result["unscorable"] == 0
+    assert 0.0 <= result["accuracy"] <= 1.0
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+    assert "accuracy" in capsys.readouterr().out
+
+
+def test_bad_arguments_fail_early():
+    """Greedy decoding with several samples, and a missing or doubled model source, are clear errors."""
+    with pytest.raises(ValueError, match="greedy"):
+        EvalArguments(model_name_or_path="m", temperature=0.0, num_samples=4)
+    with pytest.raises(ValueError, match="exactly one"):
+        EvalArguments()
+    with pytest.raises(ValueError, match="exactly one"):
+        EvalArguments(model_name_or_path="m", run_dir="r")
