@@ -69,6 +69,8 @@ def main() -> None:
     parser.add_argument("out")
     parser.add_argument("--sampler", default="random")
     parser.add_argument("--generation", default="model", choices=["model", "deterministic", "vllm-server"])
+    parser.add_argument("--m-start", type=int, help="ramp the kept count from this value to 4 (linear schedule)")
+    parser.add_argument("--cross-group", action="store_true", help="D3S cross-group selection")
     args = parser.parse_args()
     torch.set_num_threads(1)
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -78,6 +80,10 @@ def main() -> None:
 
         patch_trl()
         extra = dict(use_vllm=True, vllm_mode="server", temperature=1.0)
+    if args.m_start:
+        extra.update(pods_m_start=args.m_start, pods_schedule="linear")
+    if args.cross_group:
+        extra.update(pods_cross_group=True, pods_advantage_scope="all")
     model, tokenizer = load(args.model)
     config = pods_config(
         args.out,

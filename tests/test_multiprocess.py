@@ -62,3 +62,15 @@ def test_vllm_server_mode_with_two_processes(tiny_model_path, tmp_path):
         ]
         assert ratios == pytest.approx([1.0, 1.0], abs=1e-3)
     assert ranks[0]["records"][0]["kept"] == ranks[1]["records"][0]["kept"]
+
+
+@pytest.mark.parametrize("option", [["--m-start", "2"], ["--cross-group"]], ids=["m-schedule", "cross-group"])
+def test_changing_or_cross_group_kept_counts_stay_equal_per_rank(tiny_model_path, tmp_path, option):
+    """When the schedule changes M (2 then 4) or cross-group selection moves rows between prompts, both ranks still
+    keep the same number of rows, and the same selection."""
+    ranks = run_worker(tiny_model_path, tmp_path, 2, "--generation", "deterministic", *option)
+    counts = [[len(r["kept_prompts"]) for r in rank["records"]] for rank in ranks]
+    assert counts[0] == counts[1]
+    assert counts[0] == ([2, 4] if option[0] == "--m-start" else [4, 4])
+    for r0, r1 in zip(ranks[0]["records"], ranks[1]["records"], strict=True):
+        assert r0["kept"] == r1["kept"]

@@ -1,4 +1,4 @@
-"""Advantages of kept rollouts with the baseline taken over every generated rollout of their prompt."""
+"""GRPO advantages with the baseline taken over every generated rollout of a prompt (torch only)."""
 
 from __future__ import annotations
 
@@ -17,23 +17,21 @@ def nanstd(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     return torch.where(count > 1, squares / (count - 1).clamp(min=1), torch.nan).sqrt()
 
 
-def full_group_advantages(rewards: torch.Tensor, kept: torch.Tensor, scale_rewards: str) -> torch.Tensor:
-    """GRPO advantages of the kept rollouts, normalised with statistics of all N rollouts of each group.
+def full_group_advantages(rewards: torch.Tensor, scale_rewards: str) -> torch.Tensor:
+    """GRPO advantages of every rollout, normalised with the statistics of all N rollouts of its group.
 
-    This is ``pods_advantage_scope="all"`` (D3S's choice): the kept rollouts are compared with everything the
-    policy produced for the prompt, not only with each other. ``scale_rewards`` keeps TRL's meaning: ``"group"``
-    divides by the group's std, ``"batch"`` by the std of every reward in the batch, ``"none"`` does not divide.
+    This is ``pods_advantage_scope="all"`` (D3S's choice): kept rollouts are compared with everything the policy
+    produced for the prompt, not only with each other. ``scale_rewards`` keeps TRL's meaning: ``"group"`` divides
+    by the group's std, ``"batch"`` by the std of every reward in the batch, ``"none"`` does not divide.
 
     Args:
         rewards: ``[G, N]`` rewards, NaN for an unscorable rollout.
-        kept: ``[G, M]`` indices of the kept rollouts.
         scale_rewards: ``"group"``, ``"batch"`` or ``"none"``.
 
     Returns:
-        ``[G, M]`` advantages; 0 for unscorable rollouts and wherever the std is undefined.
+        ``[G, N]`` advantages; 0 for unscorable rollouts and wherever the std is undefined.
     """
-    mean = torch.nanmean(rewards, dim=1, keepdim=True)  # [G, 1]
-    advantages = rewards.gather(1, kept) - mean  # [G, M]
+    advantages = rewards - torch.nanmean(rewards, dim=1, keepdim=True)  # [G, N]
     if scale_rewards == "group":
         advantages = advantages / (nanstd(rewards, dim=1) + 1e-4)
     elif scale_rewards == "batch":

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from .down_sampling import get_down_sampler
+from .schedules import SCHEDULES
 
 ADVANTAGE_SCOPES = ("kept", "all")
 
@@ -37,6 +38,28 @@ class PODSConfig(GRPOConfig):
         pods_advantage_scope (`str`, *optional*, defaults to `"kept"`):
             Rewards the advantage baseline is computed over: `"kept"` (mean and std of the M kept rewards, as in the
             paper) or `"all"` (of all N generated rewards, as in D3S).
+
+        > Parameters of D3S, dynamic schedules and memory-bounded generation
+
+        pods_cross_group (`bool`, *optional*, defaults to `False`):
+            D3S cross-group selection: each process keeps `pods_m` rollouts per prompt on average, chosen across
+            all its prompts to maximise the variance of full-group advantages (needs `pods_advantage_scope="all"`).
+        pods_drop_constant_groups (`bool`, *optional*, defaults to `False`):
+            Keep groups whose advantages are all zero (equal rewards) out of the loss and of its normaliser.
+        pods_schedule (`str`, *optional*, defaults to `"constant"`):
+            Shape of the ramps from `pods_m_start` to `pods_m` and from `pods_token_fraction_start` to
+            `pods_token_fraction` over training: `"constant"`, `"linear"` or `"cosine"`.
+        pods_m_start (`int`, *optional*):
+            Rollouts kept per prompt at the first step (aggressive; at most `pods_m`); M then follows
+            `pods_schedule` up to `pods_m`, rounded so that micro-batches stay even.
+        pods_token_fraction (`float`, *optional*, defaults to `1.0`):
+            D3S token-level selection: fraction of completion tokens kept in the policy-gradient loss, ranked by
+            |advantage| x entropy (1.0: all tokens). The loss normaliser counts the kept tokens.
+        pods_token_fraction_start (`float`, *optional*):
+            Token fraction at the first step; it follows `pods_schedule` up to `pods_token_fraction`.
+        pods_generation_chunk_size (`int`, *optional*):
+            Generate with HF `generate` in rounds of at most this many sequences, so that peak generation memory is
+            set by it rather than by the number of rollouts (Infinite Sampling's micro-groups).
         pods_selection_log (`bool`, *optional*, defaults to `True`):
             Append every generation's kept indices, with digests of its prompts and rewards, to
             `output_dir/pods_selections.jsonl` (main process), so selections can be audited and runs compared.
@@ -75,6 +98,49 @@ class PODSConfig(GRPOConfig):
         },
     )
 
+    pods_cross_group: bool = field(
+        default=False,
+        metadata={
+            "help": "D3S cross-group selection: each process keeps pods_m rollouts per prompt on average, chosen "
+            "across its prompts to maximise the variance of full-group advantages (needs pods_advantage_scope='all')."
+        },
+    )
+    pods_drop_constant_groups: bool = field(
+        default=False,
+        metadata={"help": "Keep groups whose advantages are all zero (equal rewards) out of the loss and normaliser."},
+    )
+    pods_schedule: str = field(
+        default="constant",
+        metadata={
+            "help": "Shape of the ramps pods_m_start -> pods_m and pods_token_fraction_start -> pods_token_fraction "
+            "over training.",
+            "choices": list(SCHEDULES),
+        },
+    )
+    pods_m_start: int | None = field(
+        default=None,
+        metadata={
+            "help": "Rollouts kept per prompt at the first step (<= pods_m); M follows pods_schedule to pods_m."
+        },
+    )
+    pods_token_fraction: float = field(
+        default=1.0,
+        metadata={
+            "help": "D3S token selection: fraction of completion tokens kept in the policy-gradient loss, ranked by "
+            "|advantage| x entropy (1.0 keeps all)."
+        },
+    )
+    pods_token_fraction_start: float | None = field(
+        default=None,
+        metadata={"help": "Token fraction at the first step; it follows pods_schedule to pods_token_fraction."},
+    )
+    pods_generation_chunk_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Generate (HF generate) in rounds of at most this many sequences: peak generation memory is set "
+            "by it, not by the number of rollouts."
+        },
+    )
     pods_selection_log: bool = field(
         default=True,
         metadata={
@@ -91,6 +157,7 @@ class PODSConfig(GRPOConfig):
         super().__post_init__()
         self._check_whole_groups_per_process(self.per_device_train_batch_size * self.steps_per_generation)
         get_down_sampler(self.pods_down_sampler)  # raises with the list of known names
+        self._check_d3s()
         if self.pods_advantage_scope not in ADVANTAGE_SCOPES:
             raise ValueError(
                 f"pods_advantage_scope must be one of {ADVANTAGE_SCOPES}; got {self.pods_advantage_scope!r}."
@@ -100,6 +167,46 @@ class PODSConfig(GRPOConfig):
                 "pods_advantage_scope='all' normalises the weighted reward sum over all pods_n rollouts, which needs "
                 "multi_objective_aggregation='sum_then_normalize'; set it, or use pods_advantage_scope='kept'."
             )
+
+    def _check_d3s(self) -> None:
+        if self.pods_cross_group and self.pods_advantage_scope != "all":
+            raise ValueError(
+                "pods_cross_group compares advantages across prompts, which needs full-group advantages: set "
+                "pods_advantage_scope='all'."
+            )
+        if self.pods_schedule not in SCHEDULES:
+            raise ValueError(f"pods_schedule must be one of {SCHEDULES}; got {self.pods_schedule!r}.")
+        has_start = self.pods_m_start is not None or self.pods_token_fraction_start is not None
+        if has_start == (self.pods_schedule == "constant"):
+            raise ValueError(
+                "A schedule needs a start value and a shape: set pods_m_start and/or pods_token_fraction_start with "
+                f"pods_schedule='linear' or 'cosine' (got pods_schedule={self.pods_schedule!r})."
+            )
+        if self.pods_m_start is not None and not 2 <= self.pods_m_start <= self.pods_m:
+            raise ValueError(f"pods_m_start must be between 2 and pods_m ({self.pods_m}); got {self.pods_m_start}.")
+        for name in ("pods_token_fraction", "pods_token_fraction_start"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 < value <= 1.0:
+                raise ValueError(f"{name} must be in (0, 1]; got {value}.")
+        token_selection = self.pods_token_fraction < 1.0 or self.pods_token_fraction_start is not None
+        if token_selection and self.top_entropy_quantile < 1.0:
+            raise ValueError(
+                "pods_token_fraction replaces TRL's top_entropy_quantile (its score, |advantage| x entropy, ranks "
+                "tokens by entropy within a sequence too): set top_entropy_quantile=1.0."
+            )
+        if token_selection and (self.entropy_coef != 0.0 or self.use_adaptive_entropy):
+            raise ValueError(
+                "pods_token_fraction weights the per-token loss, which would also weight TRL's entropy bonus: set "
+                "entropy_coef=0 and use_adaptive_entropy=False, or pods_token_fraction=1.0."
+            )
+        if self.pods_generation_chunk_size is not None:
+            if self.pods_generation_chunk_size < 1:
+                raise ValueError(f"pods_generation_chunk_size must be >= 1; got {self.pods_generation_chunk_size}.")
+            if self.use_vllm or self.use_transformers_continuous_batching:
+                raise ValueError(
+                    "pods_generation_chunk_size bounds HF generate; vLLM and continuous batching already schedule "
+                    "sequences within their memory budget (max_num_seqs, paged KV cache). Unset it."
+                )
 
     def _check_whole_groups_per_process(self, rows: int) -> None:
         if rows % self.pods_m != 0:

@@ -20,13 +20,16 @@ from typing import Protocol
 import torch
 
 from ._lookup import resolve
+from .advantages import full_group_advantages
 
 __all__ = [
     "DownSampler",
     "get_down_sampler",
     "list_down_samplers",
+    "max_advantage_variance",
     "max_reward",
     "max_variance",
+    "max_variance_across_groups",
     "random",
     "register_down_sampler",
 ]
@@ -173,3 +176,41 @@ def random(rewards: torch.Tensor, m: int, *, generator: torch.Generator | None =
     keys = torch.rand(rewards.shape, generator=generator, device=device).to(rewards.device)
     order = _scored_first_order(keys, rewards)
     return order[:, :m].sort(dim=1).values
+
+
+@register_down_sampler("max_advantage_variance")
+def max_advantage_variance(rewards: torch.Tensor, m: int, *, generator: torch.Generator | None = None) -> torch.Tensor:
+    """D3S's per-group rule: the ``m`` rollouts whose full-group advantages have the largest variance.
+
+    Advantages ``(r - mean_N) / (std_N + eps)`` are an increasing affine map of the rewards within a group, and
+    variance only scales under such a map, so the subset is exactly `max_variance`'s. The rule exists under its
+    D3S name for clarity (use it with ``pods_advantage_scope="all"``, as D3S does); where D3S differs from PODS is
+    across groups, see `max_variance_across_groups`.
+    """
+    _check(rewards, m)
+    advantages = full_group_advantages(rewards.double(), "group")
+    return max_variance(advantages.masked_fill(torch.isnan(rewards), torch.nan), m)
+
+
+def max_variance_across_groups(values: torch.Tensor, m: int, groups_per_budget: int) -> torch.Tensor:
+    """D3S cross-group selection: keep ``groups_per_budget * m`` rollouts from each block of ``groups_per_budget``
+    consecutive groups, choosing the subset of the block's values (full-group advantages) with the largest
+    variance. Theorem 1 holds for any multiset, so this is `max_variance` on the flattened blocks; a group may keep
+    more or fewer than ``m`` rollouts (possibly none).
+
+    Args:
+        values: ``[G, N]`` full-group advantages, NaN for unscorable rollouts.
+        m: kept rollouts per group on average.
+        groups_per_budget: groups sharing one budget (the trainer uses each process's groups, so every process
+            keeps the same number of rows).
+
+    Returns:
+        ``[G, N]`` bool mask with exactly ``groups_per_budget * m`` True per block.
+    """
+    g, n = values.shape
+    if groups_per_budget < 1 or g % groups_per_budget:
+        raise ValueError(f"{g} groups do not split into blocks of {groups_per_budget}.")
+    blocks = values.reshape(g // groups_per_budget, groups_per_budget * n)  # [blocks, G_b * N]
+    kept = max_variance(blocks, groups_per_budget * m)  # [blocks, G_b * m]
+    mask = torch.zeros_like(blocks, dtype=torch.bool).scatter_(1, kept, True)
+    return mask.reshape(g, n)

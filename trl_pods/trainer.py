@@ -29,10 +29,13 @@ from trl import GRPOTrainer
 
 from .advantages import full_group_advantages, nanstd
 from .config import PODSConfig
-from .down_sampling import get_down_sampler
+from .down_sampling import get_down_sampler, max_variance_across_groups
+from .schedules import kept_per_prompt, scheduled_value
+from .token_selection import TOKEN_LEVEL_LOSSES, normaliser_weights, token_scores, top_fraction_mask
 
 _UNSUPPORTED_ARGUMENTS = ("tools", "rollout_func", "environment_factory")
 SELECTION_LOG = "pods_selections.jsonl"
+SEQUENCE_AVERAGE_LOSSES = ("grpo", "sapo", "dr_grpo", "luspo")  # losses averaged over the micro-batch's sequences
 
 
 def weighted_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -72,6 +75,10 @@ class PODSGRPOTrainer(GRPOTrainer):
         self.pods_n, self.pods_m = args.pods_n, args.pods_m
         self.down_sampler = get_down_sampler(args.pods_down_sampler)
         self._pods_phase1: dict[str, Any] | None = None  # phase-1 results served to the parent in phase 2
+        self._loss_advantages: torch.Tensor | None = None  # the micro-batch's advantages, for token selection
+        self._token_selection = args.pods_token_fraction < 1.0 or args.pods_token_fraction_start is not None
+        if self._token_selection:
+            self.top_entropy_quantile = 0.0  # routes TRL's token-mask seam (get_high_entropy_mask) to D3S
 
     # ---------------------------------------------------------------- data layout: N rollouts per prompt
 
@@ -106,12 +113,16 @@ class PODSGRPOTrainer(GRPOTrainer):
             raise ValueError("PODSGRPOTrainer does not support image inputs; use trl.GRPOTrainer.")
         phase1 = self._generate_score_and_select(inputs)
         self._pods_phase1 = phase1
+        self.num_generations = phase1["m"]  # the group size TRL's advantage code reads
         try:
             output = super()._generate_and_score_completions(phase1["inputs"])
         finally:
             self._pods_phase1 = None
+            self.num_generations = self.pods_m
         if self.args.pods_advantage_scope == "all":
             self._use_full_group_advantages(output, phase1)
+        if self.args.pods_drop_constant_groups:
+            output["pods_dropped"] = phase1["dropped"].to(output["advantages"].device)
         return output
 
     def _generate(self, prompts: list):
@@ -135,24 +146,33 @@ class PODSGRPOTrainer(GRPOTrainer):
         rewards_per_func = self._calculate_rewards(inputs, prompts, completions, completion_ids)  # [P * B, F]
         rewards = weighted_rewards(rewards_per_func, self.reward_weights).view(-1, n)  # [G, N], all processes
 
+        m = self._kept_per_prompt(local_rows // n)
         start = time.perf_counter()
-        kept = self._select(rewards)  # [G, M]
+        kept = self._select(rewards.detach().cpu(), m, groups_per_process=local_rows // n)  # [G, N] bool
         selection_time = time.perf_counter() - start
 
-        kept_rows = (kept + torch.arange(kept.size(0), device=kept.device).unsqueeze(1) * n).flatten()  # [G * M]
+        kept_rows = kept.flatten().nonzero().squeeze(1)  # [kept rows], ordered by group, then rollout
         first_row = self.accelerator.process_index * local_rows
         local = [row - first_row for row in kept_rows.tolist() if first_row <= row < first_row + local_rows]
+        dropped = self._constant_groups(rewards.cpu(), kept).repeat_interleave(n)[kept_rows]  # [kept rows]
+        local_dropped = dropped[(kept_rows >= first_row) & (kept_rows < first_row + local_rows)]  # [len(local)]
         self._filter_pending_extra_logs(local, local_rows)
-        self._log_selection(rewards, kept, selection_time)
+        self._log_selection(rewards.cpu(), kept, m, selection_time, dropped)
         if self.args.pods_selection_log:
             self._record_selection(prompts[::n], rewards, kept)
         prompt_ids, completion_ids, tool_mask, completions, logps, extra_fields, images, tool_images = generation
+        kept_ids = _take(completion_ids, local)
+        if self.args.pods_drop_constant_groups:  # a zero loss mask keeps the rows out of the loss and its normaliser
+            drops = local_dropped.tolist()
+            tool_mask = [[0 if drop else 1] * len(ids) for ids, drop in zip(kept_ids, drops, strict=True)]
+        else:
+            tool_mask = _take(tool_mask, local)
         return {
             "inputs": [inputs[i] for i in local],
             "generation": (
                 _take(prompt_ids, local),
-                _take(completion_ids, local),
-                _take(tool_mask, local),
+                kept_ids,
+                tool_mask,
                 _take(completions, local),
                 _take(logps, local),
                 extra_fields,
@@ -162,27 +182,47 @@ class PODSGRPOTrainer(GRPOTrainer):
             "rewards_per_func": rewards_per_func[kept_rows.to(rewards_per_func.device)],
             "rewards": rewards,
             "kept": kept,
+            "m": m,
+            "dropped": local_dropped,
         }
 
-    def _select(self, rewards: torch.Tensor) -> torch.Tensor:
-        """Run the down-sampler on the gathered ``[G, N]`` rewards; validate what a user rule returns."""
-        if self.pods_n == self.pods_m:
-            return torch.arange(self.pods_m).expand(rewards.size(0), -1)
-        generator = torch.Generator().manual_seed(self._selection_seed())
-        kept = self.down_sampler(rewards.detach().cpu(), self.pods_m, generator=generator)
-        expected = (rewards.size(0), self.pods_m)
-        if (
-            not isinstance(kept, torch.Tensor)
-            or tuple(kept.shape) != expected
-            or kept.dtype != torch.long
-            or (kept.numel() and (kept.min() < 0 or kept.max() >= self.pods_n))
-            or (kept.sort(dim=1).values.diff(dim=1) == 0).any()
-        ):
-            raise ValueError(
-                f"The down-sampler {self.args.pods_down_sampler!r} must return a LongTensor of shape {expected} with "
-                f"distinct indices in [0, {self.pods_n}) per row."
-            )
-        return kept.sort(dim=1).values
+    def _kept_per_prompt(self, prompts_per_process: int) -> int:
+        """M for this step: `pods_m`, or the scheduled value (`pods_schedule`), rounded to keep batches even."""
+        if self.args.pods_m_start is None:
+            return self.pods_m
+        target = scheduled_value(self.args.pods_m_start, self.pods_m, self._progress(), self.args.pods_schedule)
+        return kept_per_prompt(target, self.pods_m, prompts_per_process, self.args.steps_per_generation)
+
+    def _progress(self) -> float:
+        return self.state.global_step / max(self.state.max_steps - 1, 1)
+
+    def _select(self, rewards: torch.Tensor, m: int, groups_per_process: int) -> torch.Tensor:
+        """``[G, N]`` bool mask of the kept rollouts, computed from the gathered rewards (the same on every rank).
+
+        Per-group rules keep exactly ``m`` per group; with `pods_cross_group` each process's groups share one budget
+        of ``groups_per_process * m`` rollouts, chosen on full-group advantages.
+        """
+        g, n = rewards.shape
+        if self.args.pods_cross_group:
+            advantages = full_group_advantages(rewards, self.scale_rewards).masked_fill(rewards.isnan(), torch.nan)
+            return max_variance_across_groups(advantages, m, groups_per_process)
+        if m == n:
+            kept = torch.arange(n).expand(g, -1)
+        else:
+            generator = torch.Generator().manual_seed(self._selection_seed())
+            kept = self.down_sampler(rewards, m, generator=generator)
+            if (
+                not isinstance(kept, torch.Tensor)
+                or tuple(kept.shape) != (g, m)
+                or kept.dtype != torch.long
+                or (kept.numel() and (kept.min() < 0 or kept.max() >= n))
+                or (kept.sort(dim=1).values.diff(dim=1) == 0).any()
+            ):
+                raise ValueError(
+                    f"The down-sampler {self.args.pods_down_sampler!r} must return a LongTensor of shape {(g, m)} "
+                    f"with distinct indices in [0, {n}) per row."
+                )
+        return torch.zeros(g, n, dtype=torch.bool).scatter_(1, kept, True)
 
     def _selection_seed(self) -> int:
         """Same on every rank; depends on the seed, the optimizer step and the micro-step within it."""
@@ -190,29 +230,47 @@ class PODSGRPOTrainer(GRPOTrainer):
         position = self.state.global_step * self.args.gradient_accumulation_steps + micro_step
         return (self.args.seed * 1_000_003 + position) % (2**63)
 
+    def _constant_groups(self, rewards: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
+        """``[G]`` bool: groups whose advantages are all zero, so they carry no signal (`pods_drop_constant_groups`).
+
+        With ``pods_advantage_scope="kept"`` those are groups whose kept rewards are all equal; with ``"all"``,
+        groups whose N rewards are all equal.
+        """
+        if not self.args.pods_drop_constant_groups:
+            return torch.zeros(rewards.size(0), dtype=torch.bool)
+        scope = rewards if self.args.pods_advantage_scope == "all" else rewards.masked_fill(~kept, torch.nan)
+        return _constant_rows(scope)
+
     def _filter_pending_extra_logs(self, local: list[int], local_rows: int) -> None:
         """Columns that reward functions logged for every generated row keep only the kept rows."""
         for column, values in self._pending_extra_logs.items():
             if len(values) == local_rows:
                 self._pending_extra_logs[column] = [values[i] for i in local]
 
-    def _log_selection(self, rewards: torch.Tensor, kept: torch.Tensor, selection_time: float) -> None:
-        kept_rewards = rewards.gather(1, kept.to(rewards.device))
+    def _log_selection(
+        self, rewards: torch.Tensor, kept: torch.Tensor, m: int, selection_time: float, dropped: torch.Tensor
+    ) -> None:
         metrics = self._metrics["train"]
+        kept_rewards = rewards.masked_fill(~kept, torch.nan)
         for scope, values in (("all", rewards), ("kept", kept_rewards)):
             metrics[f"pods/reward_mean_{scope}"].append(torch.nanmean(values).item())
             metrics[f"pods/reward_std_{scope}"].append(nanstd(values).nan_to_num(0.0).item())
-            metrics[f"pods/frac_zero_std_groups_{scope}"].append(_frac_constant_groups(values))
+            metrics[f"pods/frac_zero_std_groups_{scope}"].append(_constant_rows(values).float().mean().item())
         metrics["pods/selection_time"].append(selection_time)
         metrics["pods/rollouts_generated"].append(float(rewards.numel()))
-        metrics["pods/rollouts_trained"].append(float(kept.numel()))
+        metrics["pods/rollouts_trained"].append(float(kept.sum()))
+        metrics["pods/kept_per_prompt"].append(float(m))
+        if self.args.pods_drop_constant_groups:
+            metrics["pods/frac_rollouts_dropped"].append(dropped.float().mean().item() if dropped.numel() else 0.0)
+        if self.args.pods_token_fraction_start is not None or self.args.pods_token_fraction < 1.0:
+            metrics["pods/token_fraction"].append(self._token_fraction())
 
     def _record_selection(self, local_prompts: list, rewards: torch.Tensor, kept: torch.Tensor) -> None:
         """Append this generation's selection to ``output_dir/pods_selections.jsonl`` (main process).
 
         One line per generation: the optimizer step and the generation's index within it, a digest of each rank's
-        prompts, a digest of the gathered rewards and the kept indices, so that runs (e.g. resumed ones) can be
-        compared step by step.
+        prompts, a digest of the gathered rewards and the kept indices per group, so that runs (e.g. resumed ones)
+        can be compared step by step.
         """
         prompt_digests = gather_object([_digest(local_prompts)])
         if not self.accelerator.is_main_process:
@@ -222,7 +280,7 @@ class PODSGRPOTrainer(GRPOTrainer):
             "generation": self._step % self.args.gradient_accumulation_steps,
             "prompts": prompt_digests,
             "rewards": _digest(rewards.tolist()),
-            "kept": kept.tolist(),
+            "kept": [row.nonzero().squeeze(1).tolist() for row in kept],
         }
         os.makedirs(self.args.output_dir, exist_ok=True)
         with open(os.path.join(self.args.output_dir, SELECTION_LOG), "a") as f:
@@ -230,9 +288,8 @@ class PODSGRPOTrainer(GRPOTrainer):
 
     def _use_full_group_advantages(self, output: dict[str, Any], phase1: dict[str, Any]) -> None:
         """``pods_advantage_scope="all"``: replace TRL's kept-only advantages by full-group ones."""
-        advantages = full_group_advantages(
-            phase1["rewards"], phase1["kept"].to(phase1["rewards"].device), self.scale_rewards
-        ).flatten()  # [G * M]
+        rewards, kept = phase1["rewards"], phase1["kept"].to(phase1["rewards"].device)
+        advantages = full_group_advantages(rewards, self.scale_rewards)[kept]  # [kept rows], all processes
         local_rows = output["advantages"].size(0)
         start = self.accelerator.process_index * local_rows
         output["advantages"] = advantages[start : start + local_rows].to(output["advantages"].device)
@@ -241,12 +298,67 @@ class PODSGRPOTrainer(GRPOTrainer):
             logged.pop()
         logged.extend(advantages.tolist())
 
+    # ---------------------------------------------------------------- loss: dropped groups, D3S token selection
+
+    def _compute_loss(self, model, inputs):
+        self._loss_advantages = inputs["advantages"]  # read by get_high_entropy_mask (token selection)
+        try:
+            loss = super()._compute_loss(model, inputs)
+        finally:
+            self._loss_advantages = None
+        dropped = inputs.get("pods_dropped")
+        if dropped is not None and self.loss_type in SEQUENCE_AVERAGE_LOSSES:
+            # These losses average over the micro-batch's sequences; count only the ones not dropped.
+            loss = loss * dropped.numel() / max(int((~dropped).sum()), 1)
+        return loss
+
+    def _token_fraction(self) -> float:
+        start = self.args.pods_token_fraction_start
+        end = self.args.pods_token_fraction
+        return end if start is None else scheduled_value(start, end, self._progress(), self.args.pods_schedule)
+
+    def get_high_entropy_mask(self, entropies: torch.Tensor, mask: torch.Tensor, threshold: float) -> torch.Tensor:
+        """With D3S token selection, TRL's entropy-mask seam keeps the top `pods_token_fraction` of tokens by
+        |advantage| x entropy instead, as loss weights whose normaliser counts the kept tokens."""
+        if not self._token_selection:
+            return super().get_high_entropy_mask(entropies, mask, threshold)
+        scores = token_scores(self._loss_advantages, entropies.detach())  # [B, T]
+        fraction = self._token_fraction()
+        valid = mask.bool()
+        gathered = self.accelerator.gather(
+            self.accelerator.pad_across_processes(scores[valid].float(), pad_index=-1.0)
+        )
+        gathered = gathered[gathered >= 0]  # scores are non-negative; -1 marks padding
+        if gathered.numel() == 0 or fraction >= 1.0:
+            return mask.float()
+        keep = top_fraction_mask(scores, mask, torch.quantile(gathered, 1 - fraction).item())
+        if self.loss_type in TOKEN_LEVEL_LOSSES:  # normalised over all processes' tokens: count globally
+            counts = self.accelerator.reduce(torch.stack([keep.sum(), valid.sum()]).float(), reduction="sum")
+        else:
+            counts = torch.stack([keep.sum(), valid.sum()]).float()
+        return normaliser_weights(keep, mask, self.loss_type, counts[0].item(), counts[1].item())
+
+    # ---------------------------------------------------------------- generation in rounds (micro-groups)
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, **kwargs):
+        chunk = self.args.pods_generation_chunk_size
+        if chunk is None or len(prompt_ids) <= chunk:
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, **kwargs)
+        completion_ids = []
+        for first in range(0, len(prompt_ids), chunk):  # peak generation memory is set by `chunk`, not by N
+            ids, _ = super()._generate_single_turn(
+                prompt_ids[first : first + chunk], images, multimodal_fields, num_generations, **kwargs
+            )
+            completion_ids.extend(ids)
+        return completion_ids, None
+
 
 def _digest(value: Any) -> str:
     return hashlib.sha1(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _frac_constant_groups(rewards: torch.Tensor) -> float:
-    """Fraction of groups whose scored rewards are all equal (they give every rollout zero advantage)."""
-    spread = torch.nan_to_num(rewards, nan=-torch.inf).amax(1) - torch.nan_to_num(rewards, nan=torch.inf).amin(1)
-    return (spread.nan_to_num(0.0) <= 0).float().mean().item() if rewards.numel() else 0.0
+def _constant_rows(rewards: torch.Tensor) -> torch.Tensor:
+    """``[G]`` bool: rows whose non-NaN values are all equal (or that have none)."""
+    high = torch.nan_to_num(rewards, nan=-torch.inf).amax(1)
+    low = torch.nan_to_num(rewards, nan=torch.inf).amin(1)
+    return (high - low).nan_to_num(0.0) <= 0

@@ -1,0 +1,190 @@
+"""Beyond PODS: D3S sample- and token-level selection, dynamic schedules, dropping constant groups, and
+generation in memory-bounded rounds."""
+
+import itertools
+import math
+
+import pytest
+import torch
+from helpers import load, pods_config, prompts_dataset, token_sum_reward
+
+from trl_pods import PODSGRPOTrainer
+from trl_pods.advantages import full_group_advantages
+from trl_pods.down_sampling import max_advantage_variance, max_variance, max_variance_across_groups
+from trl_pods.schedules import kept_per_prompt, scheduled_value
+from trl_pods.token_selection import normaliser_weights, token_scores, top_fraction_mask
+
+
+def _variance(values):
+    values = torch.as_tensor(values, dtype=torch.float64)
+    return ((values - values.mean()) ** 2).mean().item()
+
+
+def test_advantage_variance_rule_is_optimal_and_equals_max_variance():
+    """D3S per-group rule: its subset maximises the variance of full-group advantages (brute force), and it is the
+    same optimum as PODS's max_variance (advantages are an increasing affine map of rewards within a group)."""
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(300):
+        n = int(torch.randint(3, 9, (1,), generator=gen))
+        m = int(torch.randint(2, n + 1, (1,), generator=gen))
+        rewards = torch.randint(0, 4, (3, n), generator=gen).float() / 3
+        advantages = full_group_advantages(rewards, "group")
+        kept = max_advantage_variance(rewards, m)
+        pods = max_variance(rewards, m)
+        for row, a, b in zip(rewards, kept, pods, strict=True):
+            assert _variance(row[a]) == pytest.approx(_variance(row[b]), abs=1e-12)
+        for row, idx in zip(advantages, kept, strict=True):
+            best = max(_variance(row[list(c)]) for c in itertools.combinations(range(n), m))
+            assert _variance(row[idx]) >= best - 1e-6  # float32 advantages: ties differ in the last bits
+
+
+def test_cross_group_selection_is_optimal_per_budget_block():
+    """Cross-group D3S: each block of groups keeps exactly blocks*m rollouts, with the largest variance of
+    advantages over all ways to pick that many from the block (brute force)."""
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(100):
+        advantages = torch.randn(4, 4, generator=gen)  # 2 blocks of 2 groups x 4 rollouts
+        mask = max_variance_across_groups(advantages, 2, groups_per_budget=2)
+        for block in range(2):
+            values = advantages[2 * block : 2 * block + 2].flatten()
+            chosen = mask[2 * block : 2 * block + 2].flatten()
+            assert int(chosen.sum()) == 4
+            best = max(_variance(values[list(c)]) for c in itertools.combinations(range(8), 4))
+            assert _variance(values[chosen]) >= best - 1e-9
+    with pytest.raises(ValueError, match="blocks of 3"):
+        max_variance_across_groups(advantages, 2, groups_per_budget=3)
+
+
+def test_token_mask_and_normaliser_weights_on_a_hand_computed_example():
+    """|A| x H scores, the top-fraction mask, and loss weights that make each normaliser count kept tokens."""
+    advantages = torch.tensor([2.0, -1.0])
+    entropies = torch.tensor([[0.5, 1.0, 0.1], [3.0, 0.2, 9.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])  # the last token of row 2 is padding
+    scores = token_scores(advantages, entropies)
+    assert torch.allclose(scores, torch.tensor([[1.0, 2.0, 0.2], [3.0, 0.2, 9.0]]))
+    keep = top_fraction_mask(scores, mask, threshold=1.0)  # keeps 1.0, 2.0, 3.0; never the padding (9.0)
+    assert keep.tolist() == [[True, True, False], [True, False, False]]
+    grpo = normaliser_weights(keep, mask, "grpo", kept_total=3, valid_total=5)
+    assert grpo.tolist() == [[1.5, 1.5, 0.0], [2.0, 0.0, 0.0]]  # row 1: 3 valid / 2 kept; row 2: 2 / 1
+    dapo = normaliser_weights(keep, mask, "dapo", kept_total=3, valid_total=5)
+    assert torch.allclose(dapo, keep.float() * 5 / 3)
+    assert torch.equal(normaliser_weights(keep, mask, "dr_grpo", 3, 5), keep.float())
+    # grpo's per-sequence mean with these weights is the mean over kept tokens only:
+    loss = torch.tensor([[1.0, 3.0, 5.0], [2.0, 4.0, 6.0]])
+    per_sequence = (loss * grpo * mask).sum(1) / mask.sum(1)
+    assert per_sequence.tolist() == [2.0, 2.0]
+
+
+@pytest.mark.parametrize("shape,values", [("constant", [8, 8, 8]), ("linear", [2, 5, 8]), ("cosine", [2, 5, 8])])
+def test_schedule_values_at_chosen_steps(shape, values):
+    """Ramps from start to end: constant is the end value; linear and cosine meet at the midpoint."""
+    assert [scheduled_value(2, 8, p, shape) for p in (0.0, 0.5, 1.0)] == pytest.approx(values)
+    assert scheduled_value(2, 8, 0.25, "cosine") == pytest.approx(2 + 6 * (1 - math.cos(math.pi / 4)) / 2)
+    assert scheduled_value(2, 8, 1.7, shape) == pytest.approx(values[-1]), "progress is clamped"
+
+
+def test_kept_per_prompt_keeps_micro_batches_even():
+    """M is rounded down so that prompts_per_process * M splits into steps_per_generation equal micro-batches."""
+    assert kept_per_prompt(5.7, 8, prompts_per_process=1, steps_per_generation=2) == 4
+    assert kept_per_prompt(5.7, 8, prompts_per_process=2, steps_per_generation=2) == 5
+    assert kept_per_prompt(1.0, 8, prompts_per_process=1, steps_per_generation=4) == 4, "smallest valid M"
+    assert kept_per_prompt(8.0, 8, prompts_per_process=1, steps_per_generation=1) == 8
+
+
+def _train(path, tmp_path, reward=token_sum_reward, **options):
+    model, tokenizer = load(path)
+    config = pods_config(tmp_path, **{"pods_n": 8, "pods_m": 4, "per_device_train_batch_size": 8, **options})
+    trainer = PODSGRPOTrainer(model, reward, config, train_dataset=prompts_dataset(), processing_class=tokenizer)
+    trainer.train()
+    return trainer
+
+
+def test_m_schedule_changes_the_kept_count_each_step(tiny_model_path, tmp_path):
+    """pods_m_start=2 -> pods_m=4, linear over 3 steps: 2, 3, 4 kept per prompt, logged every step."""
+    trainer = _train(tiny_model_path, tmp_path, max_steps=3, pods_m_start=2, pods_schedule="linear")
+    logs = [e for e in trainer.state.log_history if "pods/kept_per_prompt" in e]
+    assert [e["pods/kept_per_prompt"] for e in logs] == [2, 3, 4]
+    assert [e["pods/rollouts_trained"] for e in logs] == [4, 6, 8]
+
+
+def test_cross_group_selection_trains_with_full_group_advantages(tiny_model_path, tmp_path):
+    """Cross-group D3S keeps 2 prompts x 4 rows in total (any split between the prompts) and trains."""
+    trainer = _train(tiny_model_path, tmp_path, max_steps=2, pods_cross_group=True, pods_advantage_scope="all")
+    logs = [e for e in trainer.state.log_history if "pods/rollouts_trained" in e]
+    assert [e["pods/rollouts_trained"] for e in logs] == [8, 8]
+
+
+def test_token_selection_trains_and_logs_the_fraction(tiny_model_path, tmp_path):
+    """pods_token_fraction_start=0.25 -> 0.75 (linear) trains and logs the fraction used at each step."""
+    trainer = _train(
+        tiny_model_path,
+        tmp_path,
+        max_steps=3,
+        pods_token_fraction_start=0.25,
+        pods_token_fraction=0.75,
+        pods_schedule="linear",
+    )
+    logs = [e["pods/token_fraction"] for e in trainer.state.log_history if "pods/token_fraction" in e]
+    assert logs == pytest.approx([0.25, 0.5, 0.75])
+
+
+def test_token_selection_mask_inside_the_loss(tiny_model_path, tmp_path):
+    """The trainer's seam returns weights that keep the top half of tokens by |A| x H (across the micro-batch)."""
+    model, tokenizer = load(tiny_model_path)
+    config = pods_config(
+        tmp_path, pods_n=8, pods_m=4, per_device_train_batch_size=8, pods_token_fraction=0.5, loss_type="grpo"
+    )
+    trainer = PODSGRPOTrainer(
+        model, token_sum_reward, config, train_dataset=prompts_dataset(), processing_class=tokenizer
+    )
+    trainer._loss_advantages = torch.tensor([1.0, -2.0])
+    entropies = torch.tensor([[1.0, 2.0, 3.0, 4.0], [1.0, 1.0, 1.0, 1.0]])
+    weights = trainer.get_high_entropy_mask(entropies, torch.ones(2, 4), threshold=0.0)
+    # scores: [[1, 2, 3, 4], [2, 2, 2, 2]]; the median is 2 -> keep >= 2 (ties kept): row 1 keeps 3 of 4 tokens
+    assert (weights > 0).tolist() == [[False, True, True, True], [True, True, True, True]]
+    assert weights[0, 1:].tolist() == pytest.approx([4 / 3] * 3) and weights[1].tolist() == [1.0] * 4
+
+
+def _constant_for_first_prompt(prompts, completion_ids, **kwargs):
+    """Prompt 0's rollouts all score 1 (a zero-signal group); the others get the token hash."""
+    return [
+        1.0 if "What is 0 " in p[0]["content"] else float(sum(ids) % 7)
+        for p, ids in zip(prompts, completion_ids, strict=True)
+    ]
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
+def test_dropping_constant_groups_rescales_the_normaliser(tiny_model_path, tmp_path, loss_type):
+    """With one of two groups constant, dropping it halves the normaliser (sequences for grpo, tokens for dapo),
+    so the loss doubles; the constant group contributes nothing either way."""
+    options = dict(max_steps=1, shuffle_dataset=False, loss_type=loss_type)
+    kept = _train(tiny_model_path, tmp_path / "a", _constant_for_first_prompt, **options)
+    dropped = _train(
+        tiny_model_path, tmp_path / "b", _constant_for_first_prompt, pods_drop_constant_groups=True, **options
+    )
+    log = dropped.state.log_history[0]
+    assert log["pods/frac_rollouts_dropped"] == 0.5
+    assert log["loss"] == pytest.approx(2 * kept.state.log_history[0]["loss"], rel=1e-4, abs=1e-7)
+
+
+def test_generation_in_rounds_gives_the_same_rollouts(tiny_model_path, tmp_path):
+    """Chunked generation returns one rollout per row in order; greedy decoding makes them identical to unchunked
+    generation, and sampled rollouts keep the same count and token distribution."""
+    model, tokenizer = load(tiny_model_path)
+    prompts = [row["prompt"] for row in prompts_dataset(4) for _ in range(6)]  # 4 prompts x N=6
+    results = {}
+    for chunk in (None, 4):
+        config = pods_config(
+            tmp_path,
+            pods_n=6,
+            pods_m=2,
+            per_device_train_batch_size=4,
+            pods_generation_chunk_size=chunk,
+            generation_kwargs={"do_sample": False},
+        )
+        trainer = PODSGRPOTrainer(
+            model, token_sum_reward, config, train_dataset=prompts_dataset(), processing_class=tokenizer
+        )
+        trainer.model.train()
+        results[chunk] = trainer._generate(prompts)[1]
+    assert len(results[4]) == 24 and results[4] == results[None]
