@@ -1,0 +1,87 @@
+"""Shared pieces of the benchmark scripts: the machine and versions, and rewriting one section of the report.
+
+Each benchmark owns the part of ``docs/benchmarks.md`` between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->``
+and rewrites only that part, so the scripts can be re-run independently in any order.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import platform
+import re
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+DOCS = REPO / "docs"
+REPORT = DOCS / "benchmarks.md"
+
+INTRO = """# Benchmarks
+
+CPU measurements of `trl_pods`. Each section below is written by one script, which states the exact command that
+produced it, the versions and the machine; re-running a script rewrites only its own section and figure.
+"""
+
+if str(REPO) not in sys.path:  # `python benchmarks/<name>.py` puts benchmarks/, not the repository, on the path
+    sys.path.insert(0, str(REPO))
+
+
+def cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown CPU"
+
+
+def environment() -> str:
+    """Markdown lines with the versions and the machine."""
+    versions = []
+    for package in ("torch", "trl", "transformers"):
+        try:
+            versions.append(f"{package} {version(package)}")
+        except PackageNotFoundError:
+            versions.append(f"{package} (not installed)")
+    return (
+        f"- Versions: Python {platform.python_version()}, {', '.join(versions)}.\n"
+        f"- Machine: {cpu_model()} ({os.cpu_count()} logical cores visible, shared with other jobs while measured), "
+        f"{platform.system()} {platform.machine()}; no GPU, everything runs on the CPU."
+    )
+
+
+def write_section(name: str, body: str) -> None:
+    """Replace the ``name`` section of docs/benchmarks.md with ``body`` (appended if absent; file created if missing).
+
+    The file is locked while it is rewritten, so benchmarks run side by side do not lose each other's sections.
+    """
+    DOCS.mkdir(exist_ok=True)
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    block = f"{start}\n{body.strip()}\n{end}"
+    pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.DOTALL)
+    with open(REPORT, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        f.seek(0)
+        text = f.read() or INTRO
+        if pattern.search(text):
+            text = pattern.sub(lambda _: block, text)
+        else:
+            text = text.rstrip("\n") + "\n\n" + block + "\n"
+        f.seek(0)
+        f.truncate()
+        f.write(text)
+    print(f"wrote the {name!r} section of {REPORT.relative_to(REPO)}")
+
+
+def figure_path(name: str) -> Path:
+    """Where a benchmark's figure goes (docs/NAME), creating docs/ if needed."""
+    DOCS.mkdir(exist_ok=True)
+    return DOCS / name
+
+
+def fmt_time(seconds: float) -> str:
+    """A duration with a unit that keeps 3 significant digits readable: ns, µs, ms or s."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
