@@ -97,7 +97,9 @@ class EvalArguments:
     max_new_tokens: int = field(default=512, metadata={"help": "Most tokens generated per completion."})
     max_problems: int | None = field(
         default=None,
-        metadata={"help": "Evaluate only the first N problems (arithmetic: draw N problems; None: 100)."},
+        metadata={
+            "help": "Evaluate only the first N problems (arithmetic: draw N; None: 50, the held-out set of training)."
+        },
     )
     batch_size: int = field(
         default=64, metadata={"help": "Completions per generate call (prompts x num_samples; at least one prompt)."}
@@ -193,7 +195,7 @@ def _load_problems(args: EvalArguments) -> Dataset:
         from .arithmetic import train_test_arithmetic
 
         seed = args.seed if args.arithmetic_seed is None else args.arithmetic_seed
-        _, test = train_test_arithmetic(0, args.max_problems or 100, seed=seed, difficulty=args.arithmetic_difficulty)
+        _, test = train_test_arithmetic(0, args.max_problems or 50, seed=seed, difficulty=args.arithmetic_difficulty)
         return test
     from .tasks import load_task
 

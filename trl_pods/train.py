@@ -124,7 +124,9 @@ def _resume_checkpoint(training_args: PODSConfig) -> str | None:
     return checkpoint
 
 
-def train(script_args: ScriptArguments, training_args: PODSConfig, model_args: ModelConfig) -> PODSGRPOTrainer:
+def train(
+    script_args: ScriptArguments, training_args: PODSConfig, model_args: ModelConfig, callbacks: list | None = None
+) -> PODSGRPOTrainer:
     """Build the trainer, train (resuming if asked), save model, arguments and metrics; return the trainer."""
     if model_args.model_name_or_path is None:
         raise ValueError("Set --model_name_or_path (a Hub name or a local folder).")
@@ -143,6 +145,7 @@ def train(script_args: ScriptArguments, training_args: PODSConfig, model_args: M
         eval_dataset=eval_dataset,
         processing_class=tokenizer,
         peft_config=get_peft_config(model_args),
+        callbacks=callbacks,
     )
     result = trainer.train(resume_from_checkpoint=_resume_checkpoint(training_args))
     trainer.save_model(training_args.output_dir)
