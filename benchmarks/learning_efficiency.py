@@ -1,0 +1,143 @@
+"""Learning efficiency, the paper's headline in miniature: held-out accuracy against steps and training time.
+
+The demo's setting (`trl_pods.demo`: SmolLM2-135M-Instruct + LoRA on single-digit addition, one prompt per step,
+16-token completions, lr 2e-4), trained with four methods for the same number of optimizer steps, each with several
+seeds (the seed changes the prompts' order and the sampling; the held-out set stays the same 50 problems):
+
+* ``GRPO 4``          -- N = M = 4: plain GRPO with the update size of PODS.
+* ``PODS 8->4``       -- N = 8, M = 4, max-variance down-sampling.
+* ``PODS 8->4 random``-- N = 8, M = 4, a uniformly random subset (the paper's control).
+* ``GRPO-GA 8``       -- N = M = 8 with 2 gradient-accumulation steps: every rollout PODS generates is trained on.
+
+Held-out greedy accuracy is measured on the base model and at every checkpoint (`--eval_every` steps); training time
+is TRL's logged ``step_time`` (evaluation excluded). Runs go seed by seed with the methods interleaved, so a busy
+machine slows all methods alike. Reported: final accuracy (mean and min-max over seeds), steps and training minutes
+to the target accuracy (the first checkpoint at or above it), and the curves.
+
+    python benchmarks/learning_efficiency.py                     # 3 seeds x 30 steps (about 40 minutes on 2 cores)
+    python benchmarks/learning_efficiency.py --seeds 1 --steps 10 --eval_every 5    # smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+from pathlib import Path
+
+from _report import environment, figure_path, write_section
+
+from trl_pods.demo import demo_arguments, held_out
+from trl_pods.smollm2 import fetch_smollm2
+from trl_pods.train import train
+
+METHODS = {
+    "GRPO 4": dict(pods_n=4, pods_m=4),
+    "PODS 8->4": dict(pods_n=8, pods_m=4),
+    "PODS 8->4 random": dict(pods_n=8, pods_m=4, pods_down_sampler="random"),
+    "GRPO-GA 8": dict(pods_n=8, pods_m=8, gradient_accumulation_steps=2),
+}
+
+
+def run(model: Path, method: str, seed: int, steps: int, eval_every: int, base_accuracy: float) -> dict:
+    with tempfile.TemporaryDirectory() as out:
+        arguments = demo_arguments(model, Path(out), max_steps=steps, save_steps=eval_every, seed=seed,
+                                   **METHODS[method])  # fmt: skip
+        train(*arguments)
+        results = held_out(run_dir=out)["results"]
+    curve = [(0, 0.0, base_accuracy)] + [(r["step"], (r["train_time_s"] or 0.0) / 60, r["accuracy"]) for r in results]
+    print(f"{method:>18} seed {seed}: " + ", ".join(f"{s}: {a:.2f}" for s, _, a in curve), flush=True)
+    return {"method": method, "seed": seed, "curve": curve}
+
+
+def first_reaching(curve: list, target: float) -> tuple[float, float] | None:
+    """(step, training minutes) of the first checkpoint at or above ``target``, or None."""
+    return next(((step, minutes) for step, minutes, accuracy in curve if accuracy >= target), None)
+
+
+def summarise(runs: list[dict], target: float) -> str:
+    rows = []
+    for method in METHODS:
+        curves = [r["curve"] for r in runs if r["method"] == method]
+        finals = [c[-1][2] for c in curves]
+        reached = [first_reaching(c, target) for c in curves]
+        hit = [x for x in reached if x is not None]
+        steps = f"{statistics.mean(s for s, _ in hit):.1f}" if hit else "–"
+        minutes = f"{statistics.mean(m for _, m in hit):.2f}" if hit else "–"
+        per_step = statistics.mean(c[-1][1] / c[-1][0] * 60 for c in curves)
+        rows.append(
+            f"| {method} | {statistics.mean(finals):.2f} ({min(finals):.2f}–{max(finals):.2f}) | "
+            f"{len(hit)}/{len(curves)} | {steps} | {minutes} | {per_step:.1f} |"
+        )
+    return "\n".join(rows)
+
+
+def plot(runs: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for i, method in enumerate(METHODS):
+        curves = [r["curve"] for r in runs if r["method"] == method]
+        steps = [s for s, _, _ in curves[0]]
+        mean_accuracy = [statistics.mean(c[k][2] for c in curves) for k in range(len(steps))]
+        mean_minutes = [statistics.mean(c[k][1] for c in curves) for k in range(len(steps))]
+        for axis, xs in ((axes[0], steps), (axes[1], mean_minutes)):
+            axis.plot(xs, mean_accuracy, marker="o", color=f"C{i}", label=method)
+            for c in curves:
+                axis.plot([p[0] if axis is axes[0] else p[1] for p in c], [p[2] for p in c], color=f"C{i}", alpha=0.2)
+    axes[0].set(xlabel="optimizer step", ylabel="held-out accuracy (greedy)", ylim=(0, 1))
+    axes[1].set(xlabel="training minutes (CPU)", ylim=(0, 1))
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--eval_every", type=int, default=5)
+    parser.add_argument("--target", type=float, default=0.8)
+    args = parser.parse_args()
+    model = fetch_smollm2()
+    base = held_out(model_name_or_path=str(model), output=tempfile.mktemp(suffix=".json"))["results"][0]["accuracy"]
+    runs = [
+        run(model, method, seed, args.steps, args.eval_every, base) for seed in range(args.seeds) for method in METHODS
+    ]
+    raw = figure_path("learning_efficiency.json")
+    raw.write_text(json.dumps({"args": vars(args), "base_accuracy": base, "runs": runs}, indent=1) + "\n")
+    plot(runs, figure_path("learning_efficiency.png"))
+    command = "python benchmarks/learning_efficiency.py" + (
+        "" if (args.seeds, args.steps, args.eval_every) == (3, 30, 5)
+        else f" --seeds {args.seeds} --steps {args.steps} --eval_every {args.eval_every}"
+    )  # fmt: skip
+    write_section(
+        "learning_efficiency",
+        f"""## Learning efficiency: accuracy against steps and training time
+
+The demo's setting (SmolLM2-135M-Instruct + LoRA, single-digit addition, 1 prompt per step, 16-token completions,
+lr 2e-4, temperature 0.7), {args.steps} optimizer steps per run, {args.seeds} seeds per method; held-out greedy
+accuracy on 50 unseen problems every {args.eval_every} steps (base model: {base:.2f}). Target: {args.target}.
+Training minutes are TRL's logged step times (evaluation excluded) on a shared 2-core CPU.
+
+| method | final accuracy, mean (min–max) | runs reaching {args.target} | steps to {args.target} \
+(mean of those) | minutes to {args.target} | s / step |
+|---|---|---|---|---|---|
+{summarise(runs, args.target)}
+
+![learning efficiency](learning_efficiency.png)
+
+Raw curves: [learning_efficiency.json](learning_efficiency.json).
+
+- Command: `{command}`
+{environment()}
+""",
+    )
+
+
+if __name__ == "__main__":
+    main()
