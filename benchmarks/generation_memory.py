@@ -36,20 +36,15 @@ def _rss_bytes() -> int:
 
 def measure(n: int, chunk: int | None, tokens: int) -> dict:
     """Run in a child process: generate N rollouts; return the memory added by generation and the time taken."""
-    import torch
-    from tiny_model import build_tokenizer
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from tiny_model import build_tokenizer, tiny_qwen2
 
     from trl_pods import PODSConfig, PODSGRPOTrainer
 
-    torch.manual_seed(0)
     tokenizer = build_tokenizer()
-    config = Qwen2Config(
-        vocab_size=len(tokenizer), hidden_size=256, intermediate_size=512, num_hidden_layers=4,
-        num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=2048,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    model = tiny_qwen2(
+        tokenizer, hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=8,
+        num_key_value_heads=8, max_position_embeddings=2048,
     )  # fmt: skip
-    model = Qwen2ForCausalLM(config)
     prompt = [{"role": "user", "content": "What is 12 plus 7?"}]
     with tempfile.TemporaryDirectory() as out:
         args = PODSConfig(

@@ -59,8 +59,8 @@ sys.path.insert(0, str(_report.REPO / "tests"))  # the tests' tokenizer, prompts
 import matplotlib  # noqa: E402
 import torch  # noqa: E402
 from helpers import prompts_dataset, token_sum_reward  # noqa: E402
-from tiny_model import build_tokenizer  # noqa: E402
-from transformers import PrinterCallback, Qwen2Config, Qwen2ForCausalLM, TrainerCallback  # noqa: E402
+from tiny_model import build_tiny_model, build_tokenizer  # noqa: E402
+from transformers import PrinterCallback, TrainerCallback  # noqa: E402
 
 from trl_pods import PODSConfig, PODSGRPOTrainer  # noqa: E402
 
@@ -85,27 +85,10 @@ PODS, GRPO_M, GRPO_N = VARIANTS
 
 def build_model(path: Path) -> Path:
     """A random-weight Qwen2 causal LM (~4M parameters) and the tests' BPE tokenizer, saved to ``path``."""
-    tokenizer = build_tokenizer()
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=256,
-        intermediate_size=1024,
-        num_hidden_layers=4,
-        num_attention_heads=8,
+    return build_tiny_model(
+        path, hidden_size=256, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=8,
         num_key_value_heads=2,
-        max_position_embeddings=512,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=None,
-        tie_word_embeddings=True,
-    )
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    )  # fmt: skip
 
 
 class PhaseTimedTrainer(PODSGRPOTrainer):

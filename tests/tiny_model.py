@@ -35,29 +35,37 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     return tokenizer
 
 
-def build_tiny_model(path: str | Path, seed: int = 0) -> Path:
-    """Save a ~100k-parameter Qwen2 model and its tokenizer to ``path``; return the path."""
+def tiny_qwen2(tokenizer: PreTrainedTokenizerFast, seed: int = 0, **overrides) -> Qwen2ForCausalLM:
+    """A random-weight Qwen2 causal LM for ``tokenizer`` (~100k parameters unless ``overrides`` change the sizes)."""
     import torch
 
-    path = Path(path)
-    tokenizer = build_tokenizer()
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
+    sizes = dict(
         hidden_size=32,
         intermediate_size=64,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=512,
+    )
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=None,
         tie_word_embeddings=True,
+        **{**sizes, **overrides},
     )
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.save_pretrained(path)
+    return model
+
+
+def build_tiny_model(path: str | Path, seed: int = 0, **overrides) -> Path:
+    """Save `tiny_qwen2` and its tokenizer to ``path``; return the path."""
+    path = Path(path)
+    tokenizer = build_tokenizer()
+    tiny_qwen2(tokenizer, seed, **overrides).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
