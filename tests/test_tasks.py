@@ -77,8 +77,10 @@ def test_load_task_dispatches_and_validates():
 
 def test_bad_files_are_reported(tmp_path):
     """An unsupported extension or a file without the task's columns fails with a clear message."""
+    csv = tmp_path / "gsm8k.csv"
+    csv.write_text("question,answer\n")
     with pytest.raises(ValueError, match="Unsupported data file"):
-        load_gsm8k(path=tmp_path / "gsm8k.csv")
+        load_gsm8k(path=csv)
     with pytest.raises(ValueError, match="question"):
         load_gsm8k(path=MATH)
 
@@ -88,3 +90,20 @@ def test_prompts_describe_the_scored_formats():
     for tag in ("<think>", "</think>", "<answer>", "</answer>"):
         assert tag in SYSTEM_PROMPT_THINK
     assert "\\boxed{}" in SYSTEM_PROMPT_PLAIN
+
+
+def test_a_path_that_is_not_a_file_names_a_hub_dataset(monkeypatch):
+    """--dataset_path also takes a Hub dataset in the task's schema; its split is passed through (no download here)."""
+    from datasets import Dataset
+
+    import trl_pods.tasks as tasks
+
+    calls = []
+
+    def fake_load_dataset(name, *args, split=None, **kwargs):
+        calls.append((name, split))
+        return Dataset.from_dict({"question": ["What is 1 + 1?"], "answer": ["#### 2"]})
+
+    monkeypatch.setattr(tasks, "load_dataset", fake_load_dataset)
+    rows = load_gsm8k("test", path="someone/gsm8k-like")
+    assert calls == [("someone/gsm8k-like", "test")] and rows[0]["answer"] == "#### 2"

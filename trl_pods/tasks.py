@@ -54,11 +54,14 @@ MATH_SUBJECTS = (
 _FILE_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 
 
-def _load_file(path: str | Path) -> Dataset:
+def _load_file(path: str | Path, split: str) -> Dataset:
+    """A local ``.jsonl``/``.json``/``.parquet`` file, or else the ``split`` of the Hub dataset named ``path``."""
     builder = _FILE_FORMATS.get(Path(path).suffix.lower())
-    if builder is None:
+    if builder is not None:
+        return load_dataset(builder, data_files=str(path), split="train")
+    if Path(path).exists():
         raise ValueError(f"Unsupported data file {str(path)!r}: use one of {', '.join(_FILE_FORMATS)}.")
-    return load_dataset(builder, data_files=str(path), split="train")
+    return load_dataset(str(path), split=split)
 
 
 def _to_prompts(dataset: Dataset, question: str, keep: tuple[str, ...], system_prompt: str | None) -> Dataset:
@@ -81,13 +84,14 @@ def load_gsm8k(
     Args:
         split: ``"train"`` (7,473 problems) or ``"test"`` (1,319) of ``openai/gsm8k`` (config ``"main"``); ignored
             with ``path``.
-        path: Local ``.jsonl``/``.json``/``.parquet`` file with GSM8K's ``question`` and ``answer`` columns.
+        path: Local ``.jsonl``/``.json``/``.parquet`` file, or another Hub dataset name, with GSM8K's
+            ``question`` and ``answer`` columns.
         system_prompt: System message of every prompt; None for none.
 
     Returns:
         Rows ``{"prompt": [system, user question], "answer": "<reasoning> #### <number>"}``.
     """
-    dataset = _load_file(path) if path is not None else load_dataset("openai/gsm8k", "main", split=split)
+    dataset = _load_file(path, split) if path is not None else load_dataset("openai/gsm8k", "main", split=split)
     return _to_prompts(dataset, "question", ("answer",), system_prompt)
 
 
@@ -101,8 +105,8 @@ def load_math(
             `MATH_SUBJECTS`, concatenated; no ``answer`` column, the gold is the solution's ``\boxed{}``).
             ``"test"``: ``HuggingFaceH4/MATH-500``, the 500-problem test subset the paper evaluates on (with an
             ``answer`` column). Ignored with ``path``.
-        path: Local ``.jsonl``/``.json``/``.parquet`` file with MATH's ``problem`` and ``solution`` columns, and
-            optionally ``answer``.
+        path: Local ``.jsonl``/``.json``/``.parquet`` file, or another Hub dataset name, with MATH's ``problem``
+            and ``solution`` columns, and optionally ``answer``.
         system_prompt: System message of every prompt; None for none.
 
     Returns:
@@ -113,7 +117,7 @@ def load_math(
         ValueError: ``split`` is neither ``"train"`` nor ``"test"`` (hub only).
     """
     if path is not None:
-        dataset = _load_file(path)
+        dataset = _load_file(path, split)
     elif split == "train":
         dataset = concatenate_datasets(
             [load_dataset("EleutherAI/hendrycks_math", subject, split="train") for subject in MATH_SUBJECTS]

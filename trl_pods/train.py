@@ -42,7 +42,10 @@ class ScriptArguments:
     )
     dataset_path: str | None = field(
         default=None,
-        metadata={"help": "Local .jsonl/.json/.parquet training file in the task's schema instead of the Hub."},
+        metadata={
+            "help": "Training data in the task's schema: a local .jsonl/.json/.parquet file or a Hub dataset name "
+            "(default: the task's own Hub dataset)."
+        },
     )
     eval_dataset_path: str | None = field(
         default=None, metadata={"help": "Local evaluation file in the task's schema (used with eval_strategy)."}

@@ -12,6 +12,10 @@ A training batch goes through two phases, both built from `GRPOTrainer`'s own me
 
 The data loader is sized for the generated rows: each prompt is repeated N times, and each process receives whole
 prompt groups (`PODSConfig` checks the layout).
+
+Beyond PODS, the same two phases carry D3S: cross-group selection and a scheduled M in phase 1, a zero loss mask
+for dropped constant groups (TRL's per-token loss mask, so its normalisers skip them), and token-level selection
+through TRL's token-mask seam `get_high_entropy_mask`, called from the training forward with its entropies.
 """
 
 from __future__ import annotations
