@@ -91,3 +91,37 @@ def test_rejects_full_scope_with_normalize_then_sum():
     """'all'-scope advantages normalise the weighted sum, which TRL's normalize_then_sum does not compute."""
     with pytest.raises(ValueError, match="sum_then_normalize"):
         make(pods_advantage_scope="all", multi_objective_aggregation="normalize_then_sum")
+
+
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        (dict(pods_cross_group=True), "pods_cross_group compares advantages across prompts"),
+        (dict(pods_m_start=2), "A schedule needs a start value and a shape"),
+        (dict(pods_schedule="linear"), "A schedule needs a start value and a shape"),
+        (dict(pods_schedule="exponential", pods_m_start=2), "pods_schedule must be one of"),
+        (dict(pods_schedule="linear", pods_m_start=1), "pods_m_start must be between 2 and pods_m"),
+        (dict(pods_schedule="linear", pods_m_start=16), "pods_m_start must be between 2 and pods_m"),
+        (dict(pods_token_fraction=0.0), r"pods_token_fraction must be in \(0, 1\]"),
+        (dict(pods_schedule="cosine", pods_token_fraction_start=1.5), "pods_token_fraction_start must be in"),
+        (dict(pods_token_fraction=0.5, top_entropy_quantile=0.2), "set top_entropy_quantile=1.0"),
+        (dict(pods_token_fraction=0.5, entropy_coef=0.01), "set entropy_coef=0"),
+        (dict(pods_generation_chunk_size=0), "pods_generation_chunk_size must be >= 1"),
+        (dict(pods_generation_chunk_size=8, use_vllm=True), "vLLM and continuous batching already schedule"),
+    ],
+    ids=lambda value: value if isinstance(value, str) else "-".join(value),
+)
+def test_rejects_inconsistent_d3s_and_generation_options(options, message):
+    """Each unsupported or inconsistent D3S / schedule / chunking setting fails with a message naming the fix."""
+    with pytest.raises(ValueError, match=message):
+        make(pods_m=8, pods_n=16, **options)
+
+
+def test_accepts_a_full_d3s_configuration():
+    """Scope 'all' + cross-group + cosine schedules of M and token fraction + dropping + chunking is valid."""
+    config = make(
+        pods_m=8, pods_n=32, pods_advantage_scope="all", pods_cross_group=True, pods_schedule="cosine",
+        pods_m_start=4, pods_token_fraction_start=0.2, pods_token_fraction=0.6, pods_drop_constant_groups=True,
+        pods_generation_chunk_size=16,
+    )  # fmt: skip
+    assert config.pods_m_start == 4 and config.pods_token_fraction == 0.6
