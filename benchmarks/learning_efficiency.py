@@ -14,7 +14,7 @@ is TRL's logged ``step_time`` (evaluation excluded). Runs go seed by seed with t
 machine slows all methods alike. Reported: final accuracy (mean and min-max over seeds), steps and training minutes
 to the target accuracy (the first checkpoint at or above it), and the curves.
 
-    python benchmarks/learning_efficiency.py                     # 3 seeds x 30 steps (about 40 minutes on 2 cores)
+    python benchmarks/learning_efficiency.py                     # 3 seeds x 24 steps (about 30 minutes on 2 cores)
     python benchmarks/learning_efficiency.py --seeds 1 --steps 10 --eval_every 5    # smoke run
 """
 
@@ -99,9 +99,9 @@ def plot(runs: list[dict], path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--eval_every", type=int, default=5)
-    parser.add_argument("--target", type=float, default=0.8)
+    parser.add_argument("--steps", type=int, default=24)
+    parser.add_argument("--eval_every", type=int, default=6)
+    parser.add_argument("--target", type=float, default=0.75)
     args = parser.parse_args()
     model = fetch_smollm2()
     base = held_out(model_name_or_path=str(model), output=tempfile.mktemp(suffix=".json"))["results"][0]["accuracy"]
@@ -112,7 +112,7 @@ def main() -> None:
     raw.write_text(json.dumps({"args": vars(args), "base_accuracy": base, "runs": runs}, indent=1) + "\n")
     plot(runs, figure_path("learning_efficiency.png"))
     command = "python benchmarks/learning_efficiency.py" + (
-        "" if (args.seeds, args.steps, args.eval_every) == (3, 30, 5)
+        "" if (args.seeds, args.steps, args.eval_every) == (3, 24, 6)
         else f" --seeds {args.seeds} --steps {args.steps} --eval_every {args.eval_every}"
     )  # fmt: skip
     write_section(
