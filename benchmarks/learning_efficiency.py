@@ -40,12 +40,12 @@ METHODS = {
 }
 
 
-def run(model: Path, method: str, seed: int, steps: int, eval_every: int, base_accuracy: float) -> dict:
+def run(model: Path, method: str, seed: int, args: argparse.Namespace, base_accuracy: float) -> dict:
     with tempfile.TemporaryDirectory() as out:
-        arguments = demo_arguments(model, Path(out), max_steps=steps, save_steps=eval_every, seed=seed,
-                                   **METHODS[method])  # fmt: skip
+        arguments = demo_arguments(model, Path(out), max_steps=args.steps, save_steps=args.eval_every, seed=seed,
+                                   difficulty=args.difficulty, **METHODS[method])  # fmt: skip
         train(*arguments)
-        results = held_out(run_dir=out)["results"]
+        results = held_out(args.difficulty, run_dir=out)["results"]
     curve = [(0, 0.0, base_accuracy)] + [(r["step"], (r["train_time_s"] or 0.0) / 60, r["accuracy"]) for r in results]
     print(f"{method:>18} seed {seed}: " + ", ".join(f"{s}: {a:.2f}" for s, _, a in curve), flush=True)
     return {"method": method, "seed": seed, "curve": curve}
@@ -58,7 +58,7 @@ def first_reaching(curve: list, target: float) -> tuple[float, float] | None:
 
 def summarise(runs: list[dict], target: float) -> str:
     rows = []
-    for method in METHODS:
+    for method in dict.fromkeys(r["method"] for r in runs):
         curves = [r["curve"] for r in runs if r["method"] == method]
         finals = [c[-1][2] for c in curves]
         reached = [first_reaching(c, target) for c in curves]
@@ -80,7 +80,7 @@ def plot(runs: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    for i, method in enumerate(METHODS):
+    for i, method in enumerate(dict.fromkeys(r["method"] for r in runs)):
         curves = [r["curve"] for r in runs if r["method"] == method]
         steps = [s for s, _, _ in curves[0]]
         mean_accuracy = [statistics.mean(c[k][2] for c in curves) for k in range(len(steps))]
@@ -102,26 +102,31 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=24)
     parser.add_argument("--eval_every", type=int, default=6)
     parser.add_argument("--target", type=float, default=0.75)
+    parser.add_argument("--difficulty", default="add1", help="arithmetic difficulty (trl_pods.arithmetic)")
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     args = parser.parse_args()
     model = fetch_smollm2()
-    base = held_out(model_name_or_path=str(model), output=tempfile.mktemp(suffix=".json"))["results"][0]["accuracy"]
-    runs = [
-        run(model, method, seed, args.steps, args.eval_every, base) for seed in range(args.seeds) for method in METHODS
-    ]
-    raw = figure_path("learning_efficiency.json")
+    base_report = held_out(args.difficulty, model_name_or_path=str(model), output=tempfile.mktemp(suffix=".json"))
+    base = base_report["results"][0]["accuracy"]
+    runs = [run(model, method, seed, args, base) for seed in range(args.seeds) for method in args.methods]
+    name = "learning_efficiency" + ("" if args.difficulty == "add1" else f"_{args.difficulty}")
+    raw = figure_path(f"{name}.json")
     raw.write_text(json.dumps({"args": vars(args), "base_accuracy": base, "runs": runs}, indent=1) + "\n")
-    plot(runs, figure_path("learning_efficiency.png"))
-    command = "python benchmarks/learning_efficiency.py" + (
-        "" if (args.seeds, args.steps, args.eval_every) == (3, 24, 6)
-        else f" --seeds {args.seeds} --steps {args.steps} --eval_every {args.eval_every}"
-    )  # fmt: skip
+    plot(runs, figure_path(f"{name}.png"))
+    defaults = vars(parser.parse_args([]))
+    flags = [
+        f"--{key} {' '.join(value) if isinstance(value, list) else value}"
+        for key, value in vars(args).items()
+        if value != defaults[key]
+    ]
+    command = " ".join(["python benchmarks/learning_efficiency.py", *flags])
     write_section(
-        "learning_efficiency",
-        f"""## Learning efficiency: accuracy against steps and training time
+        name,
+        f"""## Learning efficiency ({args.difficulty}): accuracy against steps and training time
 
-The demo's setting (SmolLM2-135M-Instruct + LoRA, single-digit addition, 1 prompt per step, 16-token completions,
-lr 2e-4, temperature 0.7), {args.steps} optimizer steps per run, {args.seeds} seeds per method; held-out greedy
-accuracy on 50 unseen problems every {args.eval_every} steps (base model: {base:.2f}). Target: {args.target}.
+The demo's setting (SmolLM2-135M-Instruct + LoRA, arithmetic `{args.difficulty}`, 1 prompt per step, 16-token
+completions, lr 2e-4, temperature 0.7), {args.steps} optimizer steps per run, {args.seeds} seeds per method; greedy
+held-out accuracy on 50 unseen problems every {args.eval_every} steps (base model: {base:.2f}). Target: {args.target}.
 Training minutes are TRL's logged step times (evaluation excluded) on a shared 2-core CPU.
 
 | method | final accuracy, mean (min–max) | runs reaching {args.target} | steps to {args.target} \
@@ -129,9 +134,9 @@ Training minutes are TRL's logged step times (evaluation excluded) on a shared 2
 |---|---|---|---|---|---|
 {summarise(runs, args.target)}
 
-![learning efficiency](learning_efficiency.png)
+![learning efficiency]({name}.png)
 
-Raw curves: [learning_efficiency.json](learning_efficiency.json).
+Raw curves: [{name}.json]({name}.json).
 
 - Command: `{command}`
 {environment()}

@@ -46,20 +46,20 @@ class TimeLimit(TrainerCallback):
             control.should_save = True
 
 
-def held_out(**kwargs) -> dict:
-    """Greedy accuracy on the demo's 50 held-out addition problems (`trl_pods.evaluate.evaluate`'s report)."""
+def held_out(difficulty: str = "add1", **kwargs) -> dict:
+    """Greedy accuracy on the demo's 50 held-out problems (`trl_pods.evaluate.evaluate`'s report)."""
     args = EvalArguments(
-        task="arithmetic", arithmetic_difficulty="add1", arithmetic_seed=SEED, max_problems=HELD_OUT,
+        task="arithmetic", arithmetic_difficulty=difficulty, arithmetic_seed=SEED, max_problems=HELD_OUT,
         temperature=0.0, max_new_tokens=16, device="cpu", **kwargs,
     )  # fmt: skip
     return evaluate(args)
 
 
 def demo_arguments(
-    model: Path, output_dir: Path, max_steps: int = 40, save_steps: int = 10, **pods
+    model: Path, output_dir: Path, max_steps: int = 40, save_steps: int = 10, difficulty: str = "add1", **pods
 ) -> tuple[ScriptArguments, PODSConfig, ModelConfig]:
     """The demo's arguments: SmolLM2 + LoRA, addition, PODS 8 -> 4 (override with ``pods``, e.g. ``pods_n=4``)."""
-    script_args = ScriptArguments(task="arithmetic", reward_funcs=["arithmetic"], arithmetic_difficulty="add1")
+    script_args = ScriptArguments(task="arithmetic", reward_funcs=["arithmetic"], arithmetic_difficulty=difficulty)
     training = dict(
         pods_n=8, pods_m=4, per_device_train_batch_size=4, learning_rate=2e-4, lr_scheduler_type="constant",
         temperature=0.7, max_completion_length=16, beta=0.0, seed=SEED, use_cpu=True, bf16=False,
