@@ -8,9 +8,12 @@ seeds (the seed changes the prompts' order and the sampling; the held-out set st
 * ``PODS 8->4``       -- N = 8, M = 4, max-variance down-sampling.
 * ``PODS 8->4 random``-- N = 8, M = 4, a uniformly random subset (the paper's control).
 * ``GRPO-GA 8``       -- N = M = 8 with 2 gradient-accumulation steps: every rollout PODS generates is trained on.
+* ``PODS 16->4``, ``PODS 16->4 random``, ``GRPO-GA 16`` -- the same at N = 16 (``--methods`` picks a subset).
 
 Held-out greedy accuracy is measured on the base model and at every checkpoint (`--eval_every` steps); training time
-is TRL's logged ``step_time`` (evaluation excluded). Runs go seed by seed with the methods interleaved, so a busy
+is TRL's logged ``step_time`` (evaluation excluded). "Steps with signal" is the fraction of steps whose trained rollouts
+did not all earn the same reward (from the trainer's ``pods/frac_zero_std_groups_kept``): a step without signal has
+zero advantages and does not move the policy. Runs go seed by seed with the methods interleaved, so a busy
 machine slows all methods alike. Reported: final accuracy (mean and min-max over seeds), steps and training minutes
 to the target accuracy (the first checkpoint at or above it), and the curves.
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import statistics
 import tempfile
 from pathlib import Path
@@ -37,6 +41,9 @@ METHODS = {
     "PODS 8->4": dict(pods_n=8, pods_m=4),
     "PODS 8->4 random": dict(pods_n=8, pods_m=4, pods_down_sampler="random"),
     "GRPO-GA 8": dict(pods_n=8, pods_m=8, gradient_accumulation_steps=2),
+    "PODS 16->4": dict(pods_n=16, pods_m=4),
+    "PODS 16->4 random": dict(pods_n=16, pods_m=4, pods_down_sampler="random"),
+    "GRPO-GA 16": dict(pods_n=16, pods_m=16, gradient_accumulation_steps=4),
 }
 
 
@@ -44,11 +51,14 @@ def run(model: Path, method: str, seed: int, args: argparse.Namespace, base_accu
     with tempfile.TemporaryDirectory() as out:
         arguments = demo_arguments(model, Path(out), max_steps=args.steps, save_steps=args.eval_every, seed=seed,
                                    difficulty=args.difficulty, **METHODS[method])  # fmt: skip
-        train(*arguments)
+        history = train(*arguments).state.log_history
         results = held_out(args.difficulty, run_dir=out)["results"]
     curve = [(0, 0.0, base_accuracy)] + [(r["step"], (r["train_time_s"] or 0.0) / 60, r["accuracy"]) for r in results]
-    print(f"{method:>18} seed {seed}: " + ", ".join(f"{s}: {a:.2f}" for s, _, a in curve), flush=True)
-    return {"method": method, "seed": seed, "curve": curve}
+    constant = [e["pods/frac_zero_std_groups_kept"] for e in history if "pods/frac_zero_std_groups_kept" in e]
+    signal = 1 - statistics.mean(constant)
+    print(f"{method:>18} seed {seed}: " + ", ".join(f"{s}: {a:.2f}" for s, _, a in curve) + f"; signal {signal:.2f}",
+          flush=True)  # fmt: skip
+    return {"method": method, "seed": seed, "curve": curve, "signal": signal}
 
 
 def first_reaching(curve: list, target: float) -> tuple[float, float] | None:
@@ -66,9 +76,10 @@ def summarise(runs: list[dict], target: float) -> str:
         steps = f"{statistics.mean(s for s, _ in hit):.1f}" if hit else "–"
         minutes = f"{statistics.mean(m for _, m in hit):.2f}" if hit else "–"
         per_step = statistics.mean(c[-1][1] / c[-1][0] * 60 for c in curves)
+        signal = statistics.mean(r["signal"] for r in runs if r["method"] == method)
         rows.append(
             f"| {method} | {statistics.mean(finals):.2f} ({min(finals):.2f}–{max(finals):.2f}) | "
-            f"{len(hit)}/{len(curves)} | {steps} | {minutes} | {per_step:.1f} |"
+            f"{len(hit)}/{len(curves)} | {steps} | {minutes} | {per_step:.1f} | {signal:.2f} |"
         )
     return "\n".join(rows)
 
@@ -115,23 +126,25 @@ def main() -> None:
     plot(runs, figure_path(f"{name}.png"))
     defaults = vars(parser.parse_args([]))
     flags = [
-        f"--{key} {' '.join(value) if isinstance(value, list) else value}"
+        part
         for key, value in vars(args).items()
         if value != defaults[key]
+        for part in (f"--{key}", *(value if isinstance(value, list) else [value]))
     ]
-    command = " ".join(["python benchmarks/learning_efficiency.py", *flags])
+    command = shlex.join(["python", "benchmarks/learning_efficiency.py", *map(str, flags)])
     write_section(
         name,
         f"""## Learning efficiency ({args.difficulty}): accuracy against steps and training time
 
 The demo's setting (SmolLM2-135M-Instruct + LoRA, arithmetic `{args.difficulty}`, 1 prompt per step, 16-token
 completions, lr 2e-4, temperature 0.7), {args.steps} optimizer steps per run, {args.seeds} seeds per method; greedy
-held-out accuracy on 50 unseen problems every {args.eval_every} steps (base model: {base:.2f}). Target: {args.target}.
-Training minutes are TRL's logged step times (evaluation excluded) on a shared 2-core CPU.
+held-out accuracy on 50 unseen problems every {args.eval_every} step(s) (base model: {base:.2f}). Target: {args.target}.
+Training minutes are TRL's logged step times (evaluation excluded) on a shared 2-core CPU. Steps with signal: the
+fraction of steps whose trained rollouts did not all earn the same reward (the others have zero advantage).
 
 | method | final accuracy, mean (min–max) | runs reaching {args.target} | steps to {args.target} \
-(mean of those) | minutes to {args.target} | s / step |
-|---|---|---|---|---|---|
+(mean of those) | minutes to {args.target} | s / step | steps with signal |
+|---|---|---|---|---|---|---|
 {summarise(runs, args.target)}
 
 ![learning efficiency]({name}.png)
