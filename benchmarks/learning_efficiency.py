@@ -11,9 +11,9 @@ seeds (the seed changes the prompts' order and the sampling; the held-out set st
 * ``PODS 16->4``, ``PODS 16->4 random``, ``GRPO-GA 16`` -- the same at N = 16 (``--methods`` picks a subset).
 
 Held-out greedy accuracy is measured on the base model and at every checkpoint (`--eval_every` steps); training time
-is TRL's logged ``step_time`` (evaluation excluded). "Steps with signal" is the fraction of steps whose trained rollouts
-did not all earn the same reward (from the trainer's ``pods/frac_zero_std_groups_kept``): a step without signal has
-zero advantages and does not move the policy. Runs go seed by seed with the methods interleaved, so a busy
+is TRL's logged ``step_time`` (evaluation excluded). "Steps with signal" is the fraction of steps whose trained
+rollouts did not all earn the same reward (from the trainer's ``pods/frac_zero_std_groups_kept``): a step without
+signal has zero advantages and does not move the policy. Runs go seed by seed with the methods interleaved, so a busy
 machine slows all methods alike. Reported: final accuracy (mean and min-max over seeds), steps and training minutes
 to the target accuracy (the first checkpoint at or above it), and the curves.
 
@@ -138,9 +138,10 @@ def main() -> None:
 
 The demo's setting (SmolLM2-135M-Instruct + LoRA, arithmetic `{args.difficulty}`, 1 prompt per step, 16-token
 completions, lr 2e-4, temperature 0.7), {args.steps} optimizer steps per run, {args.seeds} seeds per method; greedy
-held-out accuracy on 50 unseen problems every {args.eval_every} step(s) (base model: {base:.2f}). Target: {args.target}.
-Training minutes are TRL's logged step times (evaluation excluded) on a shared 2-core CPU. Steps with signal: the
-fraction of steps whose trained rollouts did not all earn the same reward (the others have zero advantage).
+held-out accuracy on 50 unseen problems every {args.eval_every} step(s) (base model: {base:.2f}).
+Target: {args.target}. Training minutes are TRL's logged step times (evaluation excluded) on a shared 2-core CPU.
+Steps with signal: the fraction of steps whose trained rollouts did not all earn the same reward (the others have
+zero advantage).
 
 | method | final accuracy, mean (min–max) | runs reaching {args.target} | steps to {args.target} \
 (mean of those) | minutes to {args.target} | s / step | steps with signal |
