@@ -6,7 +6,9 @@ count, so the test can compare ranks with each other and with a 1-process run.
 
 `--generation deterministic` replaces only the sampling step by a deterministic function of (prompt, index in the
 group), so a 1-process and a K-process run see identical rollouts; `--generation vllm-server` generates through the
-vLLM stand-in in server mode (rank 0 calls the engine; TRL's real code gathers, deduplicates and scatters).
+vLLM stand-in in server mode (rank 0 calls the engine; TRL's real code gathers, deduplicates and scatters);
+`--generation vllm-colocate-tp2` through colocated stand-in engines with tensor parallel size 2 (TRL's real code
+all-gathers the prompts of the TP group into each engine and slices each rank's share back).
 """
 
 import argparse
@@ -68,7 +70,9 @@ def main() -> None:
     parser.add_argument("model")
     parser.add_argument("out")
     parser.add_argument("--sampler", default="random")
-    parser.add_argument("--generation", default="model", choices=["model", "deterministic", "vllm-server"])
+    parser.add_argument(
+        "--generation", default="model", choices=["model", "deterministic", "vllm-server", "vllm-colocate-tp2"]
+    )
     parser.add_argument("--m-start", type=int, help="ramp the kept count from this value to 4 (linear schedule)")
     parser.add_argument("--cross-group", action="store_true", help="D3S cross-group selection")
     args = parser.parse_args()
@@ -80,6 +84,11 @@ def main() -> None:
 
         patch_trl()
         extra = dict(use_vllm=True, vllm_mode="server", temperature=1.0)
+    if args.generation == "vllm-colocate-tp2":
+        from vllm_standin import patch_trl
+
+        patch_trl()
+        extra = dict(use_vllm=True, vllm_mode="colocate", vllm_tensor_parallel_size=2, temperature=1.0)
     if args.m_start:
         extra.update(pods_m_start=args.m_start, pods_schedule="linear")
     if args.cross_group:
@@ -115,6 +124,11 @@ def main() -> None:
 
         client = FakeVLLMGeneration.instances[-1].vllm_client
         result["server_calls"] = [(len(prompts), n) for prompts, n in client.calls]
+    if args.generation == "vllm-colocate-tp2":
+        from vllm_standin import FakeVLLMGeneration
+
+        llm = FakeVLLMGeneration.instances[-1].llm
+        result["engine"] = dict(max_num_seqs=llm.max_num_seqs, calls=llm.calls)
     with open(os.path.join(args.out, f"rank{rank}.json"), "w") as f:
         json.dump(result, f)
 

@@ -64,6 +64,24 @@ def test_vllm_server_mode_with_two_processes(tiny_model_path, tmp_path):
     assert ranks[0]["records"][0]["kept"] == ranks[1]["records"][0]["kept"]
 
 
+def test_vllm_colocate_tensor_parallel_engine_is_sized_for_the_tp_group(tiny_model_path, tmp_path):
+    """Colocate mode with vllm_tensor_parallel_size=2 on 2 ranks (stand-in engines, TRL's real TP subgroups,
+    all-gather and slicing): each engine decodes both ranks' N-layout rows in one wave (max_num_seqs = 2 x 8 rows),
+    and each rank trains on its own prompts' completions (prompt ids match, IS ratio 1)."""
+    ranks = run_worker(tiny_model_path, tmp_path, 2, "--generation", "vllm-colocate-tp2")
+    for rank in ranks:
+        rows = 8  # per rank: 4 kept rows = 1 prompt x M=4, generated as 1 prompt x N=8
+        assert rank["engine"]["max_num_seqs"] == 2 * rows
+        assert [(c["sequences"], c["waves"]) for c in rank["engine"]["calls"]] == [(2 * rows, 1)] * 2
+        assert all(record["prompt_ids_match"] for record in rank["records"])
+        ratios = [
+            e["sampling/importance_sampling_ratio/mean"]
+            for e in rank["logs"]
+            if "sampling/importance_sampling_ratio/mean" in e
+        ]
+        assert ratios == pytest.approx([1.0, 1.0], abs=1e-3)
+
+
 @pytest.mark.parametrize("option", [["--m-start", "2"], ["--cross-group"]], ids=["m-schedule", "cross-group"])
 def test_changing_or_cross_group_kept_counts_stay_equal_per_rank(tiny_model_path, tmp_path, option):
     """When the schedule changes M (2 then 4) or cross-group selection moves rows between prompts, both ranks still

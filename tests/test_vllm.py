@@ -1,15 +1,29 @@
-"""The vLLM paths (colocate and server) through a stand-in engine that runs TRL's real VLLMGeneration code."""
+"""Generation engines: vLLM (colocate and server) through a stand-in engine that runs TRL's real VLLMGeneration
+code, and transformers continuous batching."""
+
+import copy
 
 import pytest
+import torch
 from helpers import load, pods_config, prompts_dataset, token_sum_reward
+from peft import LoraConfig
 from test_trainer import SpyTrainer
 from vllm_standin import FakeVLLMGeneration, install
+
+from trl_pods import PODSGRPOTrainer
+from trl_pods.vllm_sizing import TRL_COLOCATE_MAX_NUM_BATCHED_TOKENS, colocate_rows_per_engine
+
+
+def _ratios(trainer) -> list[float]:
+    key = "sampling/importance_sampling_ratio/mean"
+    return [e[key] for e in trainer.state.log_history if key in e]
 
 
 @pytest.mark.parametrize("mode", ["colocate", "server"])
 def test_vllm_generates_n_per_prompt_and_trains_on_m(tiny_model_path, tmp_path, monkeypatch, mode):
-    """N completions per prompt reach vLLM (server: once per unique prompt with n=N), the IS correction stays
-    aligned with the kept rows, and the old-log-prob pass sees only kept rows."""
+    """N completions per prompt reach vLLM (server: once per unique prompt with n=N), weights reach the engine once
+    per optimizer step through TRL's sync, the IS correction stays aligned with the kept rows, and the
+    old-log-prob pass sees only kept rows."""
     install(monkeypatch)
     n, m = 8, 4
     model, tokenizer = load(tiny_model_path)
@@ -26,21 +40,137 @@ def test_vllm_generates_n_per_prompt_and_trains_on_m(tiny_model_path, tmp_path, 
     trainer = SpyTrainer(model, token_sum_reward, config, train_dataset=prompts_dataset(), processing_class=tokenizer)
     trainer.train()
 
-    engine = FakeVLLMGeneration.instances[-1]
+    generation = FakeVLLMGeneration.instances[-1]
     if mode == "server":
-        calls = engine.vllm_client.calls
+        engine = generation.vllm_client
+        calls = engine.calls
         assert [len(prompts) for prompts, _ in calls] == [2, 2], "one request per unique prompt"
         assert all(count == n for _, count in calls), "n = pods_n completions per prompt"
         assert all(prompts[0] != prompts[1] for prompts, _ in calls), "deduplicated with stride N"
     else:
-        assert engine.llm.calls == [(2 * n, 1), (2 * n, 1)], "colocate: one n=1 request per generated row"
-    assert len(engine.synced_at) == 2, "weights synced once per optimizer step"
+        engine = generation.llm
+        assert [(c["requests"], c["n"]) for c in engine.calls] == [(2 * n, 1)] * 2, "one n=1 request per row"
+    assert engine.prefix_cache_resets == 2, "weights synced once per optimizer step"
     old = [rows for kind, rows in trainer.logp_passes if kind == "old"]
     assert sum(old) == 2 * 2 * m, "the IS correction's old-log-prob pass runs on kept rows only"
-    ratios = [
-        e["sampling/importance_sampling_ratio/mean"]
-        for e in trainer.state.log_history
-        if "sampling/importance_sampling_ratio/mean" in e
-    ]
-    assert len(ratios) == 2
-    assert ratios == pytest.approx([1.0, 1.0], abs=1e-3), "vLLM log-probs must stay aligned with their kept rows"
+    assert _ratios(trainer) == pytest.approx([1.0, 1.0], abs=1e-3), "vLLM log-probs must stay aligned with rows"
+
+
+@pytest.mark.parametrize(
+    ("batch", "steps_per_generation", "n", "m"), [(8, 1, 16, 4), (4, 2, 16, 4), (4, 1, 6, 2)], ids=str
+)
+def test_colocate_engine_is_sized_for_generated_rows(
+    tiny_model_path, tmp_path, monkeypatch, batch, steps_per_generation, n, m
+):
+    """TRL sizes the colocate engine for the kept rows (max_num_seqs = per_device_train_batch_size x TP x
+    steps_per_generation: 8 at N=16, M=4, batch 8, so 32 rollouts took 4 waves). PODS's engine gets room for every
+    rollout of a generation batch, and one llm.generate call carries all of them in one wave."""
+    install(monkeypatch)
+    model, tokenizer = load(tiny_model_path)
+    config = pods_config(
+        tmp_path,
+        pods_n=n,
+        pods_m=m,
+        per_device_train_batch_size=batch,
+        steps_per_generation=steps_per_generation,
+        max_steps=steps_per_generation,
+        use_vllm=True,
+        vllm_mode="colocate",
+    )
+    trainer = PODSGRPOTrainer(
+        model, token_sum_reward, config, train_dataset=prompts_dataset(), processing_class=tokenizer
+    )
+    trainer.train()
+
+    rows = batch * steps_per_generation // m * n  # whole groups of this process, N rollouts each
+    llm = FakeVLLMGeneration.instances[-1].llm
+    assert llm.max_num_seqs == rows > batch * steps_per_generation
+    assert [c["sequences"] for c in llm.calls] == [rows], "one generate call per generation batch, with every rollout"
+    assert [c["waves"] for c in llm.calls] == [1]
+
+
+def test_colocate_sizing_arithmetic_with_tensor_parallelism():
+    """With vllm_tensor_parallel_size = t, TRL all-gathers the prompts of t ranks into one engine, so the engine
+    decodes t times one process's rollouts; PODSConfig's layout (whole groups per process) keeps it exact."""
+    assert colocate_rows_per_engine(8, 1, 1, 4, 16) == 32
+    assert colocate_rows_per_engine(8, 1, 2, 4, 16) == 64
+    assert colocate_rows_per_engine(16, 4, 4, 32, 128) == 4 * 2 * 128  # 8-GPU recipe with TP 4: 2 prompts per rank
+    assert colocate_rows_per_engine(4, 4, 2, 16, 64) == 2 * 64
+
+
+def test_colocate_sizing_is_capped_by_trl_batched_tokens(tiny_model_path, tmp_path, monkeypatch, caplog):
+    """vLLM refuses max_num_seqs above max_num_batched_tokens (4096 in TRL's colocate engine): beyond it the engine
+    is built at the cap (the stand-in enforces vLLM's check), and the user is told it will decode in waves."""
+    install(monkeypatch)
+    model, tokenizer = load(tiny_model_path)
+    config = pods_config(
+        tmp_path, pods_n=4200, pods_m=2, per_device_train_batch_size=2, use_vllm=True, vllm_mode="colocate"
+    )
+    with caplog.at_level("WARNING"):
+        PODSGRPOTrainer(model, token_sum_reward, config, train_dataset=prompts_dataset(), processing_class=tokenizer)
+    assert FakeVLLMGeneration.instances[-1].llm.max_num_seqs == TRL_COLOCATE_MAX_NUM_BATCHED_TOKENS
+    assert "several waves" in caplog.text and "4200" in caplog.text
+
+
+@pytest.mark.parametrize("sleep", [False, True], ids=["awake", "sleep-mode"])
+def test_lora_adapters_are_merged_into_the_engine(tiny_model_path, tmp_path, monkeypatch, sleep):
+    """LoRA + colocate vLLM (the single-GPU recipes): TRL's weight sync merges the adapters and pushes base-named
+    weights (the engine rejects LoRA names), so the engine samples from the trained policy: IS ratio 1 at every step
+    and, after a final sync, engine weights equal the merged model's. With sleep mode, the engine's weights, dropped
+    at level 2, are pushed again before each generation."""
+    install(monkeypatch)
+    model, tokenizer = load(tiny_model_path)
+    config = pods_config(
+        tmp_path,
+        pods_n=8,
+        pods_m=4,
+        per_device_train_batch_size=4,
+        max_steps=3,
+        learning_rate=0.05,
+        use_vllm=True,
+        vllm_mode="colocate",
+        vllm_enable_sleep_mode=sleep,
+        temperature=1.0,
+    )
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM")
+    trainer = PODSGRPOTrainer(
+        model,
+        token_sum_reward,
+        config,
+        train_dataset=prompts_dataset(),
+        processing_class=tokenizer,
+        peft_config=lora,
+    )
+    initial = {k: v.clone() for k, v in FakeVLLMGeneration.instances[-1].llm.engine.params.items()}
+    trainer.train()
+    assert _ratios(trainer) == pytest.approx([1.0] * 3, abs=1e-3)
+
+    generation = FakeVLLMGeneration.instances[-1]
+    generation.sync_weights()  # TRL's sync, after the last optimizer step
+    merged = dict(copy.deepcopy(trainer.model).merge_and_unload().named_parameters())
+    engine = generation.llm.engine.params
+    assert set(engine) == set(merged)
+    for name, value in engine.items():
+        torch.testing.assert_close(value, merged[name], msg=name)
+    assert any(not torch.equal(initial[k], v) for k, v in engine.items()), "the merged adapters changed the engine"
+    if sleep:
+        assert generation.llm.events[0] == "sleep2" and "wake_up:weights" in generation.llm.events
+
+
+def test_transformers_continuous_batching_generates_n_per_prompt(tiny_model_path, tmp_path):
+    """TRL's continuous-batching generation (the engine for a GPU without vLLM) runs under PODS unchanged: N rollouts
+    per prompt generated and scored, M per prompt trained."""
+    model, tokenizer = load(tiny_model_path)
+    config = pods_config(
+        tmp_path,
+        pods_n=8,
+        pods_m=4,
+        per_device_train_batch_size=4,
+        max_steps=1,
+        use_transformers_continuous_batching=True,
+    )
+    trainer = SpyTrainer(model, token_sum_reward, config, train_dataset=prompts_dataset(), processing_class=tokenizer)
+    trainer.train()
+    (phase1,) = trainer.selections
+    assert phase1["rewards"].shape == (1, 8) and not phase1["rewards"].isnan().any()
+    assert len(phase1["inputs"]) == 4 and all(len(ids) > 0 for ids in phase1["generation"][1])

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import time
 from contextlib import contextmanager
 from typing import Any
 
 import torch
+import trl.trainer.grpo_trainer as grpo_trainer_module
 from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
@@ -36,6 +38,9 @@ from .config import PODSConfig
 from .down_sampling import get_down_sampler, max_variance_across_groups
 from .schedules import kept_per_prompt, scheduled_value
 from .token_selection import TOKEN_LEVEL_LOSSES, normaliser_weights, token_scores, top_fraction_mask
+from .vllm_sizing import TRL_COLOCATE_MAX_NUM_BATCHED_TOKENS, colocate_rows_per_engine
+
+logger = logging.getLogger(__name__)
 
 _UNSUPPORTED_ARGUMENTS = ("tools", "rollout_func", "environment_factory")
 SELECTION_LOG = "pods_selections.jsonl"
@@ -73,7 +78,8 @@ class PODSGRPOTrainer(GRPOTrainer):
                 f"PODSGRPOTrainer does not support {', '.join(unsupported)}: multi-turn rollouts change the rows "
                 "between generation and scoring. Use trl.GRPOTrainer for tool or environment training."
             )
-        super().__init__(model, reward_funcs, args, *trainer_args, **trainer_kwargs)
+        with _colocate_engine_sized_for_generation(args):
+            super().__init__(model, reward_funcs, args, *trainer_args, **trainer_kwargs)
         if self._is_vlm:
             raise ValueError("PODSGRPOTrainer does not support vision-language models; use trl.GRPOTrainer.")
         self.pods_n, self.pods_m = args.pods_n, args.pods_m
@@ -355,6 +361,47 @@ class PODSGRPOTrainer(GRPOTrainer):
             )
             completion_ids.extend(ids)
         return completion_ids, None
+
+
+@contextmanager
+def _colocate_engine_sized_for_generation(args: PODSConfig):
+    """Within the block, TRL builds its colocate vLLM engine with room for every rollout of a generation batch.
+
+    TRL passes ``max_num_seqs = per_device_train_batch_size x tensor_parallel x steps_per_generation`` (the kept
+    rows); PODS sends ``pods_n / pods_m`` times more sequences per ``llm.generate`` call, which such an engine would
+    decode in as many sequential waves. Only the ``max_num_seqs`` keyword of TRL's ``VLLMGeneration(...)`` call
+    changes; everything else is TRL's.
+    """
+    if not (args.use_vllm and args.vllm_mode == "colocate"):
+        yield
+        return
+    rows = colocate_rows_per_engine(
+        args.per_device_train_batch_size,
+        args.steps_per_generation,
+        args.vllm_tensor_parallel_size,
+        args.pods_m,
+        args.pods_n,
+    )
+    # vLLM refuses max_num_seqs above max_num_batched_tokens, which TRL fixes for the colocate engine.
+    max_num_seqs = min(rows, TRL_COLOCATE_MAX_NUM_BATCHED_TOKENS)
+    if rows > max_num_seqs:
+        logger.warning(
+            "Each colocate vLLM engine generates %d rollouts per generation batch, more than TRL's "
+            "max_num_batched_tokens (%d) lets it decode at once, so it decodes them in several waves. Lower pods_n "
+            "or the rows per process (per_device_train_batch_size x steps_per_generation), or use vllm_mode='server'.",
+            rows,
+            max_num_seqs,
+        )
+    build = grpo_trainer_module.VLLMGeneration
+
+    def sized(*build_args, **build_kwargs):
+        return build(*build_args, **{**build_kwargs, "max_num_seqs": max_num_seqs})
+
+    grpo_trainer_module.VLLMGeneration = sized
+    try:
+        yield
+    finally:
+        grpo_trainer_module.VLLMGeneration = build
 
 
 def _digest(value: Any) -> str:
