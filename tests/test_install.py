@@ -1,0 +1,60 @@
+"""The installed package's metadata: the `vllm` extra can only resolve to a vLLM that the pinned TRL supports."""
+
+import importlib
+import warnings
+from importlib.metadata import requires, version
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+TRL_IMPORT_UTILS = importlib.import_module("trl.import_utils")  # where TRL checks the vLLM version
+CANDIDATES = [f"0.{minor}.{patch}" for minor in range(18, 40) for patch in (0, 1, 2)] + ["1.0.0"]
+
+
+def _extra(package: str, extra: str) -> list[Requirement]:
+    reqs = [Requirement(r) for r in requires(package) or []]
+    return [r for r in reqs if r.marker is not None and r.marker.evaluate({"extra": extra})]
+
+
+def _vllm_specifier() -> SpecifierSet:
+    """Every constraint on vllm that `pip install "trl-pods[vllm]"` applies, directly or through trl[vllm]."""
+    specifier = SpecifierSet()
+    for req in _extra("trl-pods", "vllm"):
+        if req.name == "vllm":
+            specifier &= req.specifier
+        elif req.name == "trl" and "vllm" in req.extras:
+            assert Version(version("trl")) in req.specifier, "the extra must pull the TRL that is installed"
+            specifier &= next(r.specifier for r in _extra("trl", "vllm") if r.name == "vllm")
+    return specifier
+
+
+def _trl_accepts(vllm_version: str, monkeypatch) -> bool:
+    installed = lambda name, return_version=False: (True, vllm_version)  # noqa: E731
+    monkeypatch.setattr(TRL_IMPORT_UTILS, "_is_package_available", installed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        try:
+            TRL_IMPORT_UTILS.is_vllm_available()
+        except UserWarning:
+            return False
+    return True
+
+
+def test_vllm_extra_admits_only_versions_trl_supports(monkeypatch):
+    """`pip install ".[vllm]"` once installed the newest vLLM (0.33), which TRL 1.16 warns about and breaks on.
+    Every vLLM version the extra admits must pass TRL's own version check, and some version must be admitted."""
+    specifier = _vllm_specifier()
+    admitted = [v for v in CANDIDATES if v in specifier]
+    assert admitted, f"the vllm extra admits no vLLM version: {specifier}"
+    rejected_by_trl = [v for v in admitted if not _trl_accepts(v, monkeypatch)]
+    assert not rejected_by_trl, f"the vllm extra admits vLLM versions TRL rejects: {rejected_by_trl}"
+    assert "0.33.0" not in specifier
+
+
+@pytest.mark.parametrize("bad", ["0.21.0", "0.32.0"])
+def test_trl_version_check_is_what_the_test_reads(monkeypatch, bad):
+    """Guard on the guard: TRL's check really rejects versions outside its range, so the test above can fail."""
+    assert not _trl_accepts(bad, monkeypatch)
+    assert _trl_accepts("0.25.0", monkeypatch)
