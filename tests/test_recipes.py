@@ -1,48 +1,176 @@
-"""Every file under recipes/ loads and validates, so no recipe rots when the code or TRL changes."""
+"""Every recipe, and every launch command written in a recipe or in the README, parses and is consistent: the layout
+passes PODSConfig for the command's process count, GPUs and tensor-parallel sizes add up, and every GPU recipe
+generates with vLLM, sized for its N."""
 
+import re
+import shlex
 from pathlib import Path
 
 import pytest
 import yaml
 from trl import ModelConfig, TrlParser
+from trl.scripts.vllm_serve import ScriptArguments as ServeArguments
+from trl.scripts.vllm_serve import build_command
 
 from trl_pods import PODSConfig
 from trl_pods.train import ScriptArguments
 
-RECIPES = Path(__file__).parent.parent / "recipes"
+ROOT = Path(__file__).parent.parent
+RECIPES = ROOT / "recipes"
 TRAINING = sorted(RECIPES.glob("*.yaml"))
 ACCELERATE = sorted((RECIPES / "accelerate").glob("*.yaml"))
+PROMPT_BUDGET = 512  # tokens a vLLM context must leave for the prompt beyond max_completion_length
+
+
+def launch_commands(text: str) -> list[list[str]]:
+    """`accelerate launch` and `trl vllm-serve` commands in a README or a recipe header (`#   ` comment lines), with
+    backslash continuations joined, as argument lists (leading `VAR=value` assignments kept)."""
+    lines = [re.sub(r"^#\s?", "", line).strip() for line in text.splitlines()]
+    joined, current = [], ""
+    for line in lines:
+        current += " " + line.removesuffix("\\").strip()
+        if not line.endswith("\\"):
+            joined.append(current.strip())
+            current = ""
+    commands = []
+    for line in joined:
+        if not re.match(r"^([A-Z_]+=\S*\s+)*(accelerate launch|trl vllm-serve)\s", line):
+            continue
+        words = shlex.split(line, comments=True)
+        if _body(words)[:2] in (["accelerate", "launch"], ["trl", "vllm-serve"]):
+            commands.append(words)
+    return commands
+
+
+def _body(words: list[str]) -> list[str]:
+    """The command without its leading `VAR=value` assignments."""
+    first = next(i for i, w in enumerate(words) if not re.fullmatch(r"[A-Z_]+=\S*", w))
+    return words[first:]
+
+
+def _flag(words: list[str], name: str) -> str | None:
+    return words[words.index(name) + 1] if name in words else None
+
+
+def _devices(words: list[str]) -> list[int] | None:
+    env = dict(w.split("=", 1) for w in words[: len(words) - len(_body(words))])
+    return [int(d) for d in env["CUDA_VISIBLE_DEVICES"].split(",")] if "CUDA_VISIBLE_DEVICES" in env else None
+
+
+def _parse_recipe(words: list[str], tmp_path, monkeypatch, processes: int):
+    """The (script, PODS, model) arguments the training command would build on `processes` processes."""
+    args = words[words.index("scripts/train_pods.py") + 1 :]
+    args[args.index("--config") + 1] = str(ROOT / _flag(args, "--config"))  # relative to the repository root
+    monkeypatch.setattr(PODSConfig, "world_size", property(lambda self: processes))
+    parser = TrlParser((ScriptArguments, PODSConfig, ModelConfig))
+    overrides = ["--use_cpu", "true", "--bf16", "false", "--output_dir", str(tmp_path)]
+    return parser.parse_args_and_config(args=[*args, *overrides])
+
+
+def _processes(words: list[str]) -> tuple[int, int, int]:
+    """(processes, machines, machine rank) of an `accelerate launch` command."""
+    accelerate = yaml.safe_load((ROOT / _flag(words, "--config_file")).read_text())
+    processes = int(_flag(words, "--num_processes") or accelerate["num_processes"])
+    machines = int(_flag(words, "--num_machines") or accelerate["num_machines"])
+    return processes, machines, int(_flag(words, "--machine_rank") or 0)
+
+
+def check_launch(training: list[str], serve: list[str] | None, tmp_path, monkeypatch) -> PODSConfig:
+    """Validate one training command (and the vLLM server command launched beside it, if any)."""
+    processes, machines, rank = _processes(training)
+    assert processes % machines == 0, "accelerate starts the same number of processes on every node"
+    devices = _devices(training)
+    if devices is not None:
+        assert len(devices) == processes // machines, "one visible GPU per training process on each node"
+    _, config, model_args = _parse_recipe(training, tmp_path, monkeypatch, processes)  # PODSConfig's layout checks
+    assert config.use_vllm, "GPU recipes generate with vLLM"
+    kept = config.per_device_train_batch_size * config.steps_per_generation
+    assert kept % config.pods_m == 0 and config.generation_batch_size == kept * processes
+    if config.vllm_mode == "colocate":
+        assert serve is None
+        assert processes % config.vllm_tensor_parallel_size == 0, "TRL: tensor-parallel groups must tile the ranks"
+        assert 0 < config.vllm_gpu_memory_utilization < 1
+        assert config.vllm_max_model_length >= config.max_completion_length + PROMPT_BUDGET
+        return config
+    assert config.vllm_mode == "server" and serve is not None, "a server-mode recipe says how to start the server"
+    script_args, extra = TrlParser(ServeArguments).parse_args_and_config(
+        args=_body(serve)[2:], return_remaining_strings=True
+    )
+    command = build_command(script_args, extra)  # what `trl vllm-serve` runs: vLLM's own server
+    assert script_args.model == model_args.model_name_or_path
+    assert script_args.max_model_len >= config.max_completion_length + PROMPT_BUDGET
+    assert int(_flag(command, "--port")) == config.vllm_server_port
+    server_devices = _devices(serve)
+    assert len(server_devices) == script_args.tensor_parallel_size * script_args.data_parallel_size
+    if rank == 0 and devices is not None:
+        assert not set(server_devices) & set(devices), "the server has GPUs of its own"
+    rollouts = config.generation_batch_size // config.pods_m * config.pods_n  # one request: every prompt, n = N
+    assert int(_flag(command, "--max-num-seqs")) >= rollouts, "the server decodes a whole request in one wave"
+    assert int(_flag(command, "--max-num-batched-tokens")) >= int(_flag(command, "--max-num-seqs")), "vLLM's check"
+    return config
+
+
+def _header(recipe: Path) -> str:
+    return recipe.read_text().split("\n\n", 1)[0]
+
+
+def _launches(text: str) -> list[tuple[list[str], list[str] | None]]:
+    """Training commands, each with the server command written before it (on the same node), if any."""
+    pairs, serve = [], None
+    for words in launch_commands(text):
+        if "vllm-serve" in words:
+            serve = words
+        else:
+            pairs.append((words, serve))
+    return pairs
 
 
 def test_the_recipe_set_is_complete():
-    """The paper's settings each have a PODS recipe and its baseline, and the four accelerate configs exist."""
+    """The paper's settings each have a PODS recipe and its baseline; a server-mode and a 2-node recipe exist; the
+    accelerate configs exist."""
     names = {p.stem for p in TRAINING}
     for setting in ("gsm8k_qwen2.5-3b_lora", "math_qwen2.5-3b_lora", "gsm8k_qwen2.5-3b_full", "gsm8k_qwen2.5-7b_full"):
         assert any(n.startswith(setting) and n.endswith("pods") for n in names), setting
         assert any(n.startswith(setting) and "grpo" in n for n in names), setting
-    assert {p.stem for p in ACCELERATE} == {"single_gpu", "multi_gpu", "zero2", "zero3"}
+    assert {"gsm8k_qwen2.5-3b_full_pods_server", "gsm8k_qwen2.5-7b_full_pods_2node"} <= names
+    assert {p.stem for p in ACCELERATE} == {"single_gpu", "multi_gpu", "zero2", "zero3", "zero3_2node"}
 
 
 @pytest.mark.parametrize("recipe", TRAINING, ids=lambda p: p.stem)
-def test_training_recipe_parses_and_validates(recipe, tmp_path):
-    """The recipe parses into (ScriptArguments, PODSConfig, ModelConfig) and passes PODSConfig's validation
-    (CPU overrides only: no bf16, no GPU)."""
-    parser = TrlParser((ScriptArguments, PODSConfig, ModelConfig))
-    script_args, config, model_args = parser.parse_args_and_config(
-        args=["--config", str(recipe), "--use_cpu", "true", "--bf16", "false", "--output_dir", str(tmp_path)]
-    )
+def test_recipe_launch_commands_are_consistent(recipe, tmp_path, monkeypatch):
+    """The recipe's header states how to launch it; each command names this recipe and passes `check_launch`."""
+    launches = _launches(_header(recipe))
+    assert launches, "the header must state the launch command"
     raw = yaml.safe_load(recipe.read_text())
-    assert config.pods_n == raw["pods_n"] and config.pods_m == raw["pods_m"]
-    assert model_args.model_name_or_path == raw["model_name_or_path"]
-    assert script_args.task in ("gsm8k", "math")
-    kind = "pods" if recipe.stem.endswith("pods") else "grpo"
-    assert (config.pods_n > config.pods_m) == (kind == "pods")
+    for training, serve in launches:
+        assert _flag(training, "--config") == f"recipes/{recipe.name}"
+        config = check_launch(training, serve, tmp_path, monkeypatch)
+        assert (config.pods_n, config.pods_m) == (raw["pods_n"], raw["pods_m"])
+        kind = "pods" if "pods" in recipe.stem else "grpo"
+        assert (config.pods_n > config.pods_m) == (kind == "pods")
+
+
+def test_readme_commands_are_valid_launches(tmp_path, monkeypatch):
+    """Every `accelerate launch` in the README passes `check_launch` (with its own overrides), and every
+    `trl vllm-serve` in it is one written in a recipe header."""
+    readme = (ROOT / "README.md").read_text()
+    launches = _launches(readme)
+    assert len(launches) >= 6
+    headers = [launch_commands(_header(recipe)) for recipe in TRAINING]
+    for training, serve in launches:
+        check_launch(training, serve, tmp_path / str(len(training)), monkeypatch)
+        if serve is not None:
+            assert any(serve in commands for commands in headers), shlex.join(serve)
 
 
 @pytest.mark.parametrize("recipe", ACCELERATE, ids=lambda p: p.stem)
 def test_accelerate_config_is_complete(recipe):
-    """Accelerate configs name a distributed type, a process count and bf16; DeepSpeed ones a ZeRO stage."""
+    """Accelerate configs name a distributed type, a process count and bf16; DeepSpeed ones a ZeRO stage; multi-node
+    ones a port and the same number of processes on every machine."""
     config = yaml.safe_load(recipe.read_text())
     assert config["mixed_precision"] == "bf16" and config["num_processes"] >= 1
     if config["distributed_type"] == "DEEPSPEED":
-        assert config["deepspeed_config"]["zero_stage"] == int(recipe.stem[-1])
+        assert config["deepspeed_config"]["zero_stage"] == int(recipe.stem[len("zero")])
+    if config["num_machines"] > 1:
+        assert config["num_processes"] % config["num_machines"] == 0
+        assert config["main_process_port"] and config["deepspeed_config"]["deepspeed_multinode_launcher"] == "standard"
