@@ -131,6 +131,11 @@ class FakeVLLMGeneration(VLLMGeneration):
         if self.mode == "server":
             self.vllm_client = FakeVLLMClient(self.model, self.temperature)
         else:
+            if self.tensor_parallel_size > 1:  # TRL's own TP groups, so its all-gather and slicing run for real
+                processes, size = self.accelerator.num_processes, self.tensor_parallel_size
+                self.tp_group, _ = torch.distributed.new_subgroups_by_enumeration(
+                    [list(range(i * size, (i + 1) * size)) for i in range(processes // size)]
+                )
             self.llm = FakeLLM(self.model, self.temperature, self.max_completion_length)
         self.synced_at: list[int] = []
         FakeVLLMGeneration.instances.append(self)
