@@ -49,3 +49,11 @@ def slow_token_sum_reward(completion_ids, **kwargs) -> list[float]:
 
     time.sleep(0.5)
     return token_sum_reward(completion_ids)
+
+
+def slow_rare_reward(completion_ids, **kwargs) -> list[float]:
+    """1 when the token ids sum to a multiple of 10, else 0 (groups are often constant), after half a second."""
+    import time
+
+    time.sleep(0.5)
+    return [float(sum(ids) % 10 == 0) for ids in completion_ids]
