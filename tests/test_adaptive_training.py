@@ -101,14 +101,25 @@ def _check_waves(trainer: SpyTrainer, reward: RoleReward) -> None:
     assert all(e["pods/frac_groups_topped_up"] == 0.75 for e in history), "late, zero, none: 3 of 4 groups"
     assert all(e["pods/frac_topped_up_with_contrast"] == pytest.approx(1 / 3) for e in history), "late only"
     assert all(e["pods/rollouts_padding"] == 0.0 for e in history), "one process never pads"
+    for entry, phase1 in zip(history, trainer.selections, strict=True):  # one entry per generation, not per wave
+        lengths = torch.tensor([len(ids) for ids in phase1["generated_ids"]], dtype=torch.float)
+        assert len(lengths) == sum(phase1["counts"].tolist())
+        assert entry["completions/mean_length"] == pytest.approx(lengths.mean().item())
+        assert (entry["completions/min_length"], entry["completions/max_length"]) == (lengths.min(), lengths.max())
 
 
 class WaveSpy(SpyTrainer):
-    """SpyTrainer that also keeps one input row per group of each generation."""
+    """SpyTrainer that also keeps one input row per group and every generated completion of each generation."""
+
+    def _generate_and_score(self, inputs):
+        generation, rewards_per_func, counts = super()._generate_and_score(inputs)
+        self.generated_ids = [ids for ids in generation[1] if ids is not None]
+        return generation, rewards_per_func, counts
 
     def _generate_score_and_select(self, inputs):
         phase1 = super()._generate_score_and_select(inputs)
         phase1["group_inputs"] = inputs[:: self.pods_n]
+        phase1["generated_ids"] = self.generated_ids
         return phase1
 
 

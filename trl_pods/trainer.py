@@ -47,6 +47,11 @@ from .token_selection import TOKEN_LEVEL_LOSSES, normaliser_weights, token_score
 _UNSUPPORTED_ARGUMENTS = ("tools", "rollout_func", "environment_factory")
 SELECTION_LOG = "pods_selections.jsonl"
 SEQUENCE_AVERAGE_LOSSES = ("grpo", "sapo", "dr_grpo", "luspo")  # losses averaged over the micro-batch's sequences
+LENGTH_METRICS = tuple(  # what TRL's `_generate` logs about the completions of each call
+    f"completions/{name}"
+    for name in ("mean_length", "min_length", "max_length", "clipped_ratio")
+    + ("mean_terminated_length", "min_terminated_length", "max_terminated_length")
+)
 
 
 def weighted_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -285,7 +290,24 @@ class PODSGRPOTrainer(GRPOTrainer):
 
         waves = top_up_waves(groups_per_process * processes, self.args.pods_n_initial, n, wave)
         layout.reorder(self._pending_extra_logs)
+        self._log_lengths_once(waves.waves, layout.items[1])
         return tuple(layout.items), rewards_per_func, waves.counts
+
+    def _log_lengths_once(self, calls: int, completion_ids: list) -> None:
+        """TRL's `_generate` logged the completion-length metrics once per wave; averaged, they would weigh a small
+        wave like a large one. Replace them by one entry over every rollout generated (padding excluded)."""
+        metrics = self._metrics["train"]
+        for key in LENGTH_METRICS:
+            del metrics[key][-calls:]
+        ends = [*self.eos_token_ids, self._tokenizer.pad_token_id]
+        rows = gather_object([(len(ids), not ids or ids[-1] not in ends) for ids in completion_ids if ids is not None])
+        lengths = torch.tensor([length for length, _ in rows], dtype=torch.float)  # [R]
+        clipped = torch.tensor([clip for _, clip in rows])  # [R]
+        terminated = lengths[~clipped] if (~clipped).any() else torch.zeros(1)  # TRL's convention when none ended
+        for stat in ("mean", "min", "max"):
+            metrics[f"completions/{stat}_length"].append(getattr(lengths, stat)().item())
+            metrics[f"completions/{stat}_terminated_length"].append(getattr(terminated, stat)().item())
+        metrics["completions/clipped_ratio"].append(clipped.float().mean().item())
 
     @contextmanager
     def _group_size(self, size: int):
@@ -456,7 +478,8 @@ class PODSGRPOTrainer(GRPOTrainer):
         def column(values) -> deque:
             return deque(values, maxlen=size)
 
-        kept_advantages = iter(list(self._logs["advantages"])[-sum(kept) :])  # TRL's, in kept-row order
+        logged = list(self._logs["advantages"])
+        kept_advantages = iter(logged[len(logged) - sum(kept) :])  # TRL's, for the kept rows in their order
         self._logs["prompt"] = column(rows["prompt"])
         self._logs["completion"] = column(rows["completion"])
         self._logs["advantages"] = column(next(kept_advantages) if keep else float("nan") for keep in kept)
