@@ -9,16 +9,19 @@ seeds (the seed changes the prompts' order and the sampling; the held-out set st
 * ``PODS 8->4 random``-- N = 8, M = 4, a uniformly random subset (the paper's control).
 * ``GRPO-GA 8``       -- N = M = 8 with 2 gradient-accumulation steps: every rollout PODS generates is trained on.
 * ``PODS 16->4``, ``PODS 16->4 random``, ``GRPO-GA 16`` -- the same at N = 16 (``--methods`` picks a subset).
+* ``PODS adaptive 4->16->4`` -- adaptive over-generation: 4 rollouts per prompt, then waves of 4 and 8 more only for
+  the prompts whose rollouts all earned the same reward (at most 16), max-variance down-sampling to 4.
 
 Held-out greedy accuracy is measured on the base model and at every checkpoint (`--eval_every` steps); training time
 is TRL's logged ``step_time`` (evaluation excluded). "Steps with signal" is the fraction of steps whose trained
 rollouts did not all earn the same reward (from the trainer's ``pods/frac_zero_std_groups_kept``): a step without
-signal has zero advantages and does not move the policy. Runs go seed by seed with the methods interleaved, so a busy
-machine slows all methods alike. Reported: final accuracy (mean and min-max over seeds), steps and training minutes
-to the target accuracy (the first checkpoint at or above it), and the curves.
+signal has zero advantages and does not move the policy. "Rollouts / step" is the trainer's
+``pods/rollouts_generated``, the rollouts actually generated per optimizer step. Runs go seed by seed with the methods
+interleaved, so a busy machine slows all methods alike. Reported: final accuracy (mean and min-max over seeds), steps
+and training minutes to the target accuracy (the first checkpoint at or above it), and the curves.
 
     python benchmarks/learning_efficiency.py                     # 3 seeds x 24 steps (about 30 minutes on 2 cores)
-    python benchmarks/learning_efficiency.py --seeds 1 --steps 10 --eval_every 5    # smoke run
+    python benchmarks/learning_efficiency.py --seeds 1 --steps 2 --eval_every 1 --smoke   # every method, no files
 """
 
 from __future__ import annotations
@@ -44,21 +47,25 @@ METHODS = {
     "PODS 16->4": dict(pods_n=16, pods_m=4),
     "PODS 16->4 random": dict(pods_n=16, pods_m=4, pods_down_sampler="random"),
     "GRPO-GA 16": dict(pods_n=16, pods_m=16, gradient_accumulation_steps=4),
+    "PODS adaptive 4->16->4": dict(pods_n=16, pods_m=4, pods_generation="adaptive", pods_n_initial=4),
 }
 
 
 def run(model: Path, method: str, seed: int, args: argparse.Namespace, base_accuracy: float) -> dict:
     with tempfile.TemporaryDirectory() as out:
         arguments = demo_arguments(model, Path(out), max_steps=args.steps, save_steps=args.eval_every, seed=seed,
-                                   difficulty=args.difficulty, **METHODS[method])  # fmt: skip
+                                   difficulty=args.difficulty, per_device_train_batch_size=4 * args.prompts_per_step,
+                                   **METHODS[method])  # fmt: skip
         history = train(*arguments).state.log_history
         results = held_out(args.difficulty, run_dir=out)["results"]
     curve = [(0, 0.0, base_accuracy)] + [(r["step"], (r["train_time_s"] or 0.0) / 60, r["accuracy"]) for r in results]
     constant = [e["pods/frac_zero_std_groups_kept"] for e in history if "pods/frac_zero_std_groups_kept" in e]
     signal = 1 - statistics.mean(constant)
-    print(f"{method:>18} seed {seed}: " + ", ".join(f"{s}: {a:.2f}" for s, _, a in curve) + f"; signal {signal:.2f}",
-          flush=True)  # fmt: skip
-    return {"method": method, "seed": seed, "curve": curve, "signal": signal}
+    # one generation per optimizer step in every method here, logged every step
+    rollouts = statistics.mean(e["pods/rollouts_generated"] for e in history if "pods/rollouts_generated" in e)
+    print(f"{method:>22} seed {seed}: " + ", ".join(f"{s}: {a:.2f}" for s, _, a in curve)
+          + f"; signal {signal:.2f}; rollouts/step {rollouts:.1f}", flush=True)  # fmt: skip
+    return {"method": method, "seed": seed, "curve": curve, "signal": signal, "rollouts": rollouts}
 
 
 def first_reaching(curve: list, target: float) -> tuple[float, float] | None:
@@ -77,9 +84,10 @@ def summarise(runs: list[dict], target: float) -> str:
         minutes = f"{statistics.mean(m for _, m in hit):.2f}" if hit else "–"
         per_step = statistics.mean(c[-1][1] / c[-1][0] * 60 for c in curves)
         signal = statistics.mean(r["signal"] for r in runs if r["method"] == method)
+        rollouts = statistics.mean(r["rollouts"] for r in runs if r["method"] == method)
         rows.append(
             f"| {method} | {statistics.mean(finals):.2f} ({min(finals):.2f}–{max(finals):.2f}) | "
-            f"{len(hit)}/{len(curves)} | {steps} | {minutes} | {per_step:.1f} | {signal:.2f} |"
+            f"{len(hit)}/{len(curves)} | {steps} | {minutes} | {per_step:.1f} | {rollouts:.1f} | {signal:.2f} |"
         )
     return "\n".join(rows)
 
@@ -115,12 +123,20 @@ def main() -> None:
     parser.add_argument("--target", type=float, default=0.75)
     parser.add_argument("--difficulty", default="add1", help="arithmetic difficulty (trl_pods.arithmetic)")
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    parser.add_argument("--prompts_per_step", type=int, default=1, help="prompts per optimizer step (4 kept each)")
+    parser.add_argument("--tag", default="", help="suffix of the report section and files, to keep earlier results")
+    parser.add_argument("--smoke", action="store_true", help="print the table; write nothing to docs/")
     args = parser.parse_args()
     model = fetch_smollm2()
     base_report = held_out(args.difficulty, model_name_or_path=str(model), output=tempfile.mktemp(suffix=".json"))
     base = base_report["results"][0]["accuracy"]
     runs = [run(model, method, seed, args, base) for seed in range(args.seeds) for method in args.methods]
+    if args.smoke:
+        print(summarise(runs, args.target))
+        print("smoke run: nothing written")
+        return
     name = "learning_efficiency" + ("" if args.difficulty == "add1" else f"_{args.difficulty}")
+    name += f"_{args.tag}" if args.tag else ""
     raw = figure_path(f"{name}.json")
     raw.write_text(json.dumps({"args": vars(args), "base_accuracy": base, "runs": runs}, indent=1) + "\n")
     plot(runs, figure_path(f"{name}.png"))
@@ -136,16 +152,16 @@ def main() -> None:
         name,
         f"""## Learning efficiency ({args.difficulty}): accuracy against steps and training time
 
-The demo's setting (SmolLM2-135M-Instruct + LoRA, arithmetic `{args.difficulty}`, 1 prompt per step, 16-token
-completions, lr 2e-4, temperature 0.7), {args.steps} optimizer steps per run, {args.seeds} seeds per method; greedy
-held-out accuracy on 50 unseen problems every {args.eval_every} step(s) (base model: {base:.2f}).
+The demo's setting (SmolLM2-135M-Instruct + LoRA, arithmetic `{args.difficulty}`, {args.prompts_per_step} prompt(s)
+per step, 16-token completions, lr 2e-4, temperature 0.7), {args.steps} optimizer steps per run, {args.seeds} seeds per
+method; greedy held-out accuracy on 50 unseen problems every {args.eval_every} step(s) (base model: {base:.2f}).
 Target: {args.target}. Training minutes are TRL's logged step times (evaluation excluded) on a shared 2-core CPU.
-Steps with signal: the fraction of steps whose trained rollouts did not all earn the same reward (the others have
-zero advantage).
+Rollouts / step: rollouts generated per optimizer step. Steps with signal: the fraction of steps whose trained
+rollouts did not all earn the same reward (the others have zero advantage).
 
 | method | final accuracy, mean (min–max) | runs reaching {args.target} | steps to {args.target} \
-(mean of those) | minutes to {args.target} | s / step | steps with signal |
-|---|---|---|---|---|---|---|
+(mean of those) | minutes to {args.target} | s / step | rollouts / step | steps with signal |
+|---|---|---|---|---|---|---|---|
 {summarise(runs, args.target)}
 
 ![learning efficiency]({name}.png)

@@ -49,3 +49,16 @@ def slow_token_sum_reward(completion_ids, **kwargs) -> list[float]:
 
     time.sleep(0.5)
     return token_sum_reward(completion_ids)
+
+
+def rare_reward(completion_ids, **kwargs) -> list[float]:
+    """1 when the token ids sum to a multiple of 10, else 0: groups are often constant (adaptive generation)."""
+    return [float(sum(ids) % 10 == 0) for ids in completion_ids]
+
+
+def slow_rare_reward(completion_ids, **kwargs) -> list[float]:
+    """`rare_reward` that takes half a second, so a test can kill a run between two steps."""
+    import time
+
+    time.sleep(0.5)
+    return rare_reward(completion_ids)

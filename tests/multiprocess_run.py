@@ -4,11 +4,16 @@ Trains PODS for two optimizer steps on a global batch of 2 prompts x 4 kept rows
 rank, what that rank saw: its prompts, the gathered rewards, the selection, its advantages and the global token
 count, so the test can compare ranks with each other and with a 1-process run.
 
-`--generation deterministic` replaces only the sampling step by a deterministic function of (prompt, index in the
-group), so a 1-process and a K-process run see identical rollouts; `--generation vllm-server` generates through the
-vLLM stand-in in server mode (rank 0 calls the engine; TRL's real code gathers, deduplicates and scatters);
-`--generation vllm-colocate-tp2` through colocated stand-in engines with tensor parallel size 2 (TRL's real code
-all-gathers the prompts of the TP group into each engine and slices each rank's share back).
+`--generation deterministic` replaces only the sampling step by a deterministic function of (prompt, generation
+call within the phase, index among the call's copies of the prompt), so a 1-process and a K-process run see identical
+rollouts; `--generation vllm-server` generates through the vLLM stand-in in server mode (rank 0 calls the engine;
+TRL's real code gathers, deduplicates and scatters), `--generation vllm-colocate-tp2` in colocate mode with tensor
+parallel size 2 (TRL's real all-gather and slicing within the TP group).
+
+`--adaptive` generates in waves (pods_n_initial 4, pods_n 8); `--reward sevens-constant` gives the prompts numbered 0
+and 7 a constant reward, so their groups are topped up to 8 while the others stop after the first wave. With seed 0
+the two steps draw prompts (4, 0) and (7, 3), one per rank: rank 1 alone tops up in the first step, rank 0 in the
+second.
 """
 
 import argparse
@@ -35,13 +40,16 @@ class RecordingTrainer(PODSGRPOTrainer):
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, **kwargs):
         if not self.deterministic:
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, **kwargs)
-        completions = []
-        for row, ids in enumerate(prompt_ids):
-            seed = zlib.crc32(json.dumps([ids, row % num_generations]).encode())
+        completions, copies = [], {}
+        for ids in prompt_ids:
+            copy = copies[tuple(ids)] = copies.get(tuple(ids), -1) + 1
+            seed = zlib.crc32(json.dumps([ids, self.calls, copy]).encode())
             completions.append(torch.randint(10, 200, (6,), generator=torch.Generator().manual_seed(seed)).tolist())
+        self.calls += 1
         return completions, None
 
     def _generate_score_and_select(self, inputs):
+        self.calls = 0  # generation calls (waves) within this phase 1
         phase1 = super()._generate_score_and_select(inputs)
         prompt_ids = self._tokenize_prompts([row["prompt"] for row in inputs])[0]
         self.records.append(
@@ -49,6 +57,7 @@ class RecordingTrainer(PODSGRPOTrainer):
                 prompts=[row["prompt"][0]["content"] for row in inputs],
                 kept_prompts=[row["prompt"][0]["content"] for row in phase1["inputs"]],
                 kept=phase1["kept"].tolist(),
+                counts=phase1["counts"].tolist(),
                 rewards=phase1["rewards"].tolist(),
                 prompt_ids_match=[list(p) for p in phase1["generation"][0]]
                 == [prompt_ids[inputs.index(row)] for row in phase1["inputs"]],
@@ -65,6 +74,12 @@ class RecordingTrainer(PODSGRPOTrainer):
         return output
 
 
+def sevens_constant_reward(prompts, completion_ids, **kwargs) -> list[float]:
+    """0 for the prompts "What is i plus ..." with i = 0 or 7 (groups without contrast), else `token_sum_reward`."""
+    sums = token_sum_reward(completion_ids)
+    return [0.0 if int(p[0]["content"].split()[2]) % 7 == 0 else r for p, r in zip(prompts, sums, strict=True)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("model")
@@ -75,24 +90,25 @@ def main() -> None:
     )
     parser.add_argument("--m-start", type=int, help="ramp the kept count from this value to 4 (linear schedule)")
     parser.add_argument("--cross-group", action="store_true", help="D3S cross-group selection")
+    parser.add_argument("--adaptive", action="store_true", help="adaptive over-generation: 4 first, up to 8")
+    parser.add_argument("--reward", default="token-sum", choices=["token-sum", "sevens-constant"])
     args = parser.parse_args()
     torch.set_num_threads(1)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     extra = {}
-    if args.generation == "vllm-server":
+    if args.generation.startswith("vllm"):
         from vllm_standin import patch_trl
 
         patch_trl()
-        extra = dict(use_vllm=True, vllm_mode="server", temperature=1.0)
-    if args.generation == "vllm-colocate-tp2":
-        from vllm_standin import patch_trl
-
-        patch_trl()
-        extra = dict(use_vllm=True, vllm_mode="colocate", vllm_tensor_parallel_size=2, temperature=1.0)
+        extra = dict(use_vllm=True, vllm_mode=args.generation.split("-")[1], temperature=1.0)
+        if args.generation == "vllm-colocate-tp2":
+            extra.update(vllm_tensor_parallel_size=2)
     if args.m_start:
         extra.update(pods_m_start=args.m_start, pods_schedule="linear")
     if args.cross_group:
         extra.update(pods_cross_group=True, pods_advantage_scope="all")
+    if args.adaptive:
+        extra.update(pods_generation="adaptive", pods_n_initial=4)
     model, tokenizer = load(args.model)
     config = pods_config(
         args.out,
@@ -106,7 +122,7 @@ def main() -> None:
     )
     trainer = RecordingTrainer(
         model,
-        token_sum_reward,
+        sevens_constant_reward if args.reward == "sevens-constant" else token_sum_reward,
         config,
         train_dataset=prompts_dataset(),
         processing_class=tokenizer,
@@ -119,16 +135,14 @@ def main() -> None:
         for e in trainer.state.log_history
     ]
     result = {"records": trainer.records, "logs": logs, "world": world}
-    if args.generation == "vllm-server" and rank == 0:
+    if args.generation.startswith("vllm"):
         from vllm_standin import FakeVLLMGeneration
 
-        client = FakeVLLMGeneration.instances[-1].vllm_client
-        result["server_calls"] = [(len(prompts), n) for prompts, n in client.calls]
-    if args.generation == "vllm-colocate-tp2":
-        from vllm_standin import FakeVLLMGeneration
-
-        llm = FakeVLLMGeneration.instances[-1].llm
-        result["engine"] = dict(max_num_seqs=llm.max_num_seqs, calls=llm.calls)
+        engine = FakeVLLMGeneration.instances[-1]
+        if args.generation == "vllm-server" and rank == 0:
+            result["server_calls"] = [(len(prompts), n) for prompts, n in engine.vllm_client.calls]
+        if args.generation == "vllm-colocate-tp2":
+            result["engine"] = dict(max_num_seqs=engine.llm.max_num_seqs, calls=engine.llm.calls)
     with open(os.path.join(args.out, f"rank{rank}.json"), "w") as f:
         json.dump(result, f)
 

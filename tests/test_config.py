@@ -125,3 +125,27 @@ def test_accepts_a_full_d3s_configuration():
         pods_generation_chunk_size=16,
     )  # fmt: skip
     assert config.pods_m_start == 4 and config.pods_token_fraction == 0.6
+
+
+def test_adaptive_generation_defaults():
+    """Generation is fixed by default (pods_n_initial unset); adaptive starts with pods_m rollouts per prompt."""
+    assert make().pods_generation == "fixed" and make().pods_n_initial is None
+    assert make(pods_m=4, pods_n=16, pods_generation="adaptive").pods_n_initial == 4
+    assert make(pods_m=4, pods_n=16, pods_generation="adaptive", pods_n_initial=8).pods_n_initial == 8
+
+
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        (dict(pods_generation="dynamic"), "pods_generation must be one of"),
+        (dict(pods_n_initial=8), "pods_n_initial only applies to pods_generation='adaptive'"),
+        (dict(pods_generation="adaptive", pods_n_initial=2), r"pods_n_initial \(2\) must be between pods_m \(4\)"),
+        (dict(pods_generation="adaptive", pods_n_initial=32), r"and pods_n \(16\)"),
+        (dict(pods_log_all_rollouts=True), "pods_log_all_rollouts adds rows to the completions table"),
+    ],
+    ids=["unknown-mode", "initial-with-fixed", "initial-below-m", "initial-above-n", "all-rollouts-without-log"],
+)
+def test_rejects_inconsistent_adaptive_generation_options(options, message):
+    """Each inconsistent adaptive-generation / observability setting fails with a message naming the fix."""
+    with pytest.raises(ValueError, match=message):
+        make(pods_m=4, pods_n=16, **options)

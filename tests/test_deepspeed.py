@@ -17,26 +17,31 @@ SCRIPT = Path(__file__).parent.parent / "scripts" / "train_pods.py"
 pytestmark = pytest.mark.slow
 
 
+def _launch(model, out: Path, stage: int, processes: int, *options: str) -> None:
+    """`accelerate launch` the training script with a ZeRO recipe on CPU: PODS 8 -> 4, 4 kept rows per process."""
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(RECIPES / f"zero{stage}.yaml"),
+        "--num_processes", str(processes), "--mixed_precision", "no", "--main_process_port",
+        str(29600 + os.getpid() % 300 + 10 * stage + processes), str(SCRIPT),
+        "--model_name_or_path", str(model), "--task", "arithmetic", "--output_dir", str(out), "--pods_n", "8",
+        "--pods_m", "4", "--per_device_train_batch_size", "4", "--max_completion_length", "6",
+        "--learning_rate", "0.01", "--bf16", "false", "--gradient_checkpointing", "false", "--report_to", "none",
+        "--save_strategy", "no", "--disable_tqdm", "true", "--ddp_backend", "gloo", *options,
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+
+
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
 @pytest.mark.parametrize("processes", [1, 2])
 @pytest.mark.parametrize("stage", [2, 3])
 def test_zero_training_saves_a_model_that_reloads_and_generates(tiny_model_path, tmp_path, stage, processes, lora):
     """accelerate launch --config_file recipes/accelerate/zero{2,3}.yaml trains PODS; weights change; reload works."""
     out = tmp_path / "run"
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(RECIPES / f"zero{stage}.yaml"),
-        "--num_processes", str(processes), "--mixed_precision", "no", "--main_process_port",
-        str(29600 + os.getpid() % 300 + 10 * stage + processes), str(SCRIPT),
-        "--model_name_or_path", str(tiny_model_path), "--task", "arithmetic", "--reward_funcs",
-        "helpers.token_sum_reward", "--output_dir", str(out), "--pods_n", "8", "--pods_m", "4",
-        "--per_device_train_batch_size", "4", "--max_steps", "2", "--max_completion_length", "6",
-        "--learning_rate", "0.01", "--bf16", "false", "--gradient_checkpointing", "false", "--report_to", "none",
-        "--save_strategy", "no", "--disable_tqdm", "true", "--ddp_backend", "gloo",
-        *(["--use_peft", "--lora_r", "4", "--lora_target_modules", "q_proj", "v_proj"] if lora else []),
-    ]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-4000:]
+    lora_options = ["--use_peft", "--lora_r", "4", "--lora_target_modules", "q_proj", "v_proj"] if lora else []
+    _launch(tiny_model_path, out, stage, processes, "--reward_funcs", "helpers.token_sum_reward", "--max_steps", "2",
+            *lora_options)  # fmt: skip
     launch = json.loads((out / "run_args.json").read_text())["launch"]
     assert launch == {"distributed_type": "DEEPSPEED", "num_processes": processes}
     selections = [json.loads(line) for line in (out / "pods_selections.jsonl").read_text().splitlines()]
@@ -59,3 +64,15 @@ def test_zero_training_saves_a_model_that_reloads_and_generates(tiny_model_path,
     inputs = tokenizer("What is 1 plus 2?", return_tensors="pt")
     generated = model.generate(**inputs, max_new_tokens=4, do_sample=False)
     assert generated.shape[1] > inputs["input_ids"].shape[1]
+
+
+def test_zero3_adaptive_generation_with_one_rank_topping_up(tiny_model_path, tmp_path):
+    """ZeRO-3 shards the weights, so HF generate is a collective on every rank; with adaptive generation a rank that
+    has nothing to top up still generates (padding) in every wave. The run finishes, the ranks keep whole groups,
+    and some generation topped up one rank's group only."""
+    out = tmp_path / "run"
+    adaptive = ["--pods_generation", "adaptive", "--pods_n_initial", "4", "--reward_funcs", "helpers.rare_reward"]
+    _launch(tiny_model_path, out, 3, 2, "--max_steps", "4", *adaptive)
+    selections = [json.loads(line) for line in (out / "pods_selections.jsonl").read_text().splitlines()]
+    assert len(selections) == 4
+    assert any(sorted(s["generated"]) == [4, 8] for s in selections), [s["generated"] for s in selections]

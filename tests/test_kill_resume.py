@@ -1,5 +1,6 @@
 """Kill a training process for real (SIGKILL) after a checkpoint, resume it, and compare with an uninterrupted run:
-it continues at the right step with the same RNG, prompts and kept indices, and no step is lost or repeated."""
+it continues at the right step with the same RNG, prompts, rollouts per prompt (adaptive waves) and kept indices, and
+no step is lost or repeated."""
 
 import json
 import os
@@ -14,10 +15,18 @@ import pytest
 pytestmark = pytest.mark.slow
 
 
+ADAPTIVE = ["--pods_generation", "adaptive", "--pods_n_initial", "4"]
+GENERATION = {
+    "fixed": ["--reward_funcs", "helpers.slow_token_sum_reward"],
+    # 1 for a token sum divisible by 10: most groups of 4 are all 0 and get a second wave
+    "adaptive": ["--reward_funcs", "helpers.slow_rare_reward", *ADAPTIVE],
+}
+
+
 def _command(model, out, *extra):
     return [
         sys.executable, "-m", "trl_pods.cli", "train", "--model_name_or_path", str(model), "--output_dir", str(out),
-        "--task", "arithmetic", "--reward_funcs", "helpers.slow_token_sum_reward", "--pods_n", "8", "--pods_m", "4",
+        "--task", "arithmetic", "--pods_n", "8", "--pods_m", "4",
         "--per_device_train_batch_size", "4", "--max_steps", "4", "--save_steps", "2", "--logging_steps", "1",
         "--learning_rate", "0.01", "--max_completion_length", "6", "--use_cpu", "true", "--bf16", "false",
         "--gradient_checkpointing", "false", "--report_to", "none", "--disable_tqdm", "true",
@@ -49,12 +58,18 @@ def _losses(out: Path) -> dict[int, float]:
     return {e["step"]: e["loss"] for e in history if "loss" in e}
 
 
-def test_killed_run_resumes_exactly(tiny_model_path, tmp_path):
+@pytest.mark.parametrize("generation", ["fixed", "adaptive"])
+def test_killed_run_resumes_exactly(tiny_model_path, tmp_path, generation):
+    """SIGKILL after checkpoint-2 and resume: the same selections (with adaptive generation, the same waves) and
+    losses as the uninterrupted run."""
     reference, killed = tmp_path / "reference", tmp_path / "killed"
-    subprocess.run(_command(tiny_model_path, reference), env=_env(), check=True, capture_output=True, timeout=600)
+    options = GENERATION[generation]
+    subprocess.run(
+        _command(tiny_model_path, reference, *options), env=_env(), check=True, capture_output=True, timeout=600
+    )
 
     process = subprocess.Popen(
-        _command(tiny_model_path, killed), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        _command(tiny_model_path, killed, *options), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     deadline = time.monotonic() + 300
     while not _checkpoint_complete(killed / "checkpoint-2"):
@@ -64,12 +79,15 @@ def test_killed_run_resumes_exactly(tiny_model_path, tmp_path):
     process.wait()
     assert not (killed / "checkpoint-4").exists(), "the run finished before it was killed"
 
-    resume = _command(tiny_model_path, killed, "--resume_from_checkpoint", "last")
+    resume = _command(tiny_model_path, killed, *options, "--resume_from_checkpoint", "last")
     subprocess.run(resume, env=_env(), check=True, capture_output=True, timeout=600)
 
     expected, resumed = _selections(reference), _selections(killed)
     assert sorted(expected) == sorted(resumed) == [(step, 0) for step in range(4)]
     for key in expected:
-        for field in ("prompts", "rewards", "kept"):
+        for field in ("prompts", "rewards", "generated", "kept"):
             assert resumed[key][field] == expected[key][field], (key, field)
+    if generation == "adaptive":
+        counts = [count for record in expected.values() for count in record["generated"]]
+        assert 8 in counts and 4 in counts, f"both one-wave and topped-up groups must occur: {counts}"
     assert _losses(killed) == _losses(reference), "the resumed run diverged from the uninterrupted one"

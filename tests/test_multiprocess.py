@@ -6,22 +6,32 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 WORKER = Path(__file__).with_name("multiprocess_run.py")
 pytestmark = pytest.mark.slow
 
 
-def run_worker(model_path, out: Path, processes: int, *options: str) -> list[dict]:
-    """Run tests/multiprocess_run.py under torchrun and return each rank's record."""
+def run_worker(model_path, out: Path, processes: int, *options: str, timeout: float = 600) -> list[dict]:
+    """Run tests/multiprocess_run.py under torchrun and return each rank's record. A run that outlives `timeout`
+    (e.g. ranks waiting on each other's collectives) fails the test, and all its processes are killed."""
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
     command = [
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
         "--master_port", str(29500 + os.getpid() % 1000), str(WORKER), str(model_path), str(out), *options,
     ]  # fmt: skip
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-4000:]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        workers = psutil.Process(process.pid).children(recursive=True)  # torchrun gives each its own session
+        for child in [process, *workers]:
+            child.kill()
+        process.communicate()
+        pytest.fail(f"the {processes}-process run did not finish within {timeout} s (ranks out of step?)")
+    assert process.returncode == 0, stderr[-4000:]
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(processes)]
 
 
@@ -92,3 +102,47 @@ def test_changing_or_cross_group_kept_counts_stay_equal_per_rank(tiny_model_path
     assert counts[0] == ([2, 4] if option[0] == "--m-start" else [4, 4])
     for r0, r1 in zip(ranks[0]["records"], ranks[1]["records"], strict=True):
         assert r0["kept"] == r1["kept"]
+
+
+def test_adaptive_two_processes_match_one_process(tiny_model_path, tmp_path):
+    """Adaptive generation with identical rollouts on 1 and 2 processes: the same waves (rollouts per group),
+    rewards, selections, advantages and global token count, also in a generation where only one rank's group has
+    no contrast (the other rank pads the wave and nothing hangs); logged metrics agree across ranks."""
+    options = ("--generation", "deterministic", "--adaptive", "--reward", "sevens-constant")
+    ranks = run_worker(tiny_model_path, tmp_path / "two", 2, *options, timeout=300)
+    (single,) = run_worker(tiny_model_path, tmp_path / "one", 1, *options, timeout=300)
+    counts = [record["counts"] for record in single["records"]]
+    assert counts == [[4, 8], [8, 4]], "each rank alone tops up once (prompts 0 and 7 land on ranks 1, then 0)"
+    for one, r0, r1 in zip(single["records"], ranks[0]["records"], ranks[1]["records"], strict=True):
+        assert r0["counts"] == r1["counts"] == one["counts"]
+        assert json.dumps(r0["rewards"]) == json.dumps(r1["rewards"]) == json.dumps(one["rewards"])  # NaN-padded
+        assert r0["kept"] == r1["kept"] == one["kept"]
+        assert len(r0["kept_prompts"]) == len(r1["kept_prompts"]) == 4
+        assert r0["advantages"] + r1["advantages"] == pytest.approx(one["advantages"], abs=1e-6)
+        assert r0["num_items_in_batch"] == r1["num_items_in_batch"] == one["num_items_in_batch"]
+    logs = [[{k: v for k, v in e.items() if k != "pods/selection_time"} for e in rank["logs"]] for rank in ranks]
+    assert logs[0] == logs[1], "logged metrics differ across ranks"
+    padding = [e["pods/rollouts_padding"] for e in logs[0] if "pods/rollouts_padding" in e]
+    assert padding == [4.0, 4.0], "the idle rank pads the second wave with 4 rollouts"
+    assert [e["pods/rollouts_padding"] for e in single["logs"] if "pods/rollouts_padding" in e] == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("generation", ["vllm-server", "vllm-colocate-tp2"])
+def test_adaptive_vllm_with_two_processes(tiny_model_path, tmp_path, generation):
+    """vLLM stand-in (TRL's real gather/dedup/broadcast for the server, all-gather/slice within a tensor-parallel
+    group for colocate) with adaptive waves over 2 ranks, including a wave only one rank needs: every wave sends
+    equal rows from each rank, completions come back to the right rows (prompt ids match, importance-sampling
+    ratio 1), and ranks agree on the selection."""
+    options = ("--generation", generation, "--adaptive", "--reward", "sevens-constant")
+    ranks = run_worker(tiny_model_path, tmp_path, 2, *options, timeout=300)
+    assert [record["counts"] for record in ranks[0]["records"]] == [[4, 8], [8, 4]], "each rank alone tops up once"
+    if generation == "vllm-server":  # both ranks' rows, deduplicated: 2 prompts per wave, n = 4 each
+        assert ranks[0]["server_calls"] == [[2, 4]] * 4
+    else:  # each TP rank's engine sees both ranks' 4 rows per wave
+        assert all([(c["requests"], c["n"]) for c in rank["engine"]["calls"]] == [(8, 1)] * 4 for rank in ranks)
+    for rank in ranks:
+        assert all(record["prompt_ids_match"] for record in rank["records"])
+        key = "sampling/importance_sampling_ratio/mean"
+        assert [e[key] for e in rank["logs"] if key in e] == pytest.approx([1.0, 1.0], abs=1e-3)
+    for r0, r1 in zip(ranks[0]["records"], ranks[1]["records"], strict=True):
+        assert r0["kept"] == r1["kept"] and r0["counts"] == r1["counts"]

@@ -10,6 +10,7 @@ from .down_sampling import get_down_sampler
 from .schedules import SCHEDULES
 
 ADVANTAGE_SCOPES = ("kept", "all")
+GENERATION_MODES = ("fixed", "adaptive")
 
 
 @dataclass
@@ -18,7 +19,8 @@ class PODSConfig(GRPOConfig):
     Configuration for [`PODSGRPOTrainer`]: every [`trl.GRPOConfig`] parameter, with its TRL meaning, plus the
     parameters below.
 
-    Each prompt gets `pods_n` rollouts; all are scored; only `pods_m` of them per prompt enter the policy update.
+    Each prompt gets `pods_n` rollouts (at most `pods_n` with `pods_generation="adaptive"`); all are scored; only
+    `pods_m` of them per prompt enter the policy update.
     The update is laid out exactly as `GRPOTrainer`'s with `num_generations = pods_m`: `per_device_train_batch_size`
     counts kept completions per backward micro-batch, and an optimizer step consumes the same number of prompts. So
     `pods_n > pods_m` only generates more, and `pods_n == pods_m` is plain GRPO.
@@ -60,9 +62,23 @@ class PODSConfig(GRPOConfig):
         pods_generation_chunk_size (`int`, *optional*):
             Generate with HF `generate` in rounds of at most this many sequences, so that peak generation memory is
             set by it rather than by the number of rollouts (Infinite Sampling's micro-groups).
+
+        > Parameters of adaptive over-generation and observability
+
+        pods_generation (`str`, *optional*, defaults to `"fixed"`):
+            `"fixed"`: every prompt gets `pods_n` rollouts. `"adaptive"`: every prompt gets `pods_n_initial`, and a
+            prompt whose scored rewards are all equal gets more in further waves, its count doubling each wave,
+            until its rewards differ or it holds `pods_n` (then the maximum); the down-sampler picks `pods_m` from
+            what each prompt got (`trl_pods.adaptive`).
+        pods_n_initial (`int`, *optional*):
+            Rollouts per prompt in the first wave of adaptive generation (between `pods_m` and `pods_n`). Defaults
+            to `pods_m`.
+        pods_log_all_rollouts (`bool`, *optional*, defaults to `False`):
+            With `log_completions`, the completions table shows every generated rollout of the logged prompts, with
+            a `kept` column (discarded rows have no advantage), instead of the kept rows only.
         pods_selection_log (`bool`, *optional*, defaults to `True`):
-            Append every generation's kept indices, with digests of its prompts and rewards, to
-            `output_dir/pods_selections.jsonl` (main process), so selections can be audited and runs compared.
+            Append every generation's kept indices and rollouts per prompt, with digests of its prompts and rewards,
+            to `output_dir/pods_selections.jsonl` (main process), so selections can be audited and runs compared.
     """
 
     num_generations: int | None = field(
@@ -141,11 +157,33 @@ class PODSConfig(GRPOConfig):
             "by it, not by the number of rollouts."
         },
     )
+    pods_generation: str = field(
+        default="fixed",
+        metadata={
+            "help": "'fixed': pods_n rollouts per prompt. 'adaptive': pods_n_initial per prompt, then prompts whose "
+            "rewards are all equal get more in waves (doubling, at most pods_n) until their rewards differ.",
+            "choices": list(GENERATION_MODES),
+        },
+    )
+    pods_n_initial: int | None = field(
+        default=None,
+        metadata={
+            "help": "Adaptive generation: rollouts per prompt in the first wave (pods_m <= pods_n_initial <= pods_n). "
+            "Defaults to pods_m."
+        },
+    )
+    pods_log_all_rollouts: bool = field(
+        default=False,
+        metadata={
+            "help": "With log_completions: the completions table shows every generated rollout of the logged "
+            "prompts with a 'kept' column, not only the kept rows."
+        },
+    )
     pods_selection_log: bool = field(
         default=True,
         metadata={
-            "help": "Append every generation's kept indices (with digests of its prompts and rewards) to "
-            "output_dir/pods_selections.jsonl, to audit selections and compare runs step by step."
+            "help": "Append every generation's kept indices and rollouts per prompt (with digests of its prompts and "
+            "rewards) to output_dir/pods_selections.jsonl, to audit selections and compare runs step by step."
         },
     )
 
@@ -158,6 +196,7 @@ class PODSConfig(GRPOConfig):
         self._check_whole_groups_per_process(self.per_device_train_batch_size * self.steps_per_generation)
         get_down_sampler(self.pods_down_sampler)  # raises with the list of known names
         self._check_d3s()
+        self._check_adaptive_generation()
         if self.pods_advantage_scope not in ADVANTAGE_SCOPES:
             raise ValueError(
                 f"pods_advantage_scope must be one of {ADVANTAGE_SCOPES}; got {self.pods_advantage_scope!r}."
@@ -207,6 +246,29 @@ class PODSConfig(GRPOConfig):
                     "pods_generation_chunk_size bounds HF generate; vLLM and continuous batching already schedule "
                     "sequences within their memory budget (max_num_seqs, paged KV cache). Unset it."
                 )
+
+    def _check_adaptive_generation(self) -> None:
+        if self.pods_generation not in GENERATION_MODES:
+            raise ValueError(f"pods_generation must be one of {GENERATION_MODES}; got {self.pods_generation!r}.")
+        if self.pods_generation == "fixed" and self.pods_n_initial is not None:
+            raise ValueError(
+                "pods_n_initial only applies to pods_generation='adaptive' (fixed generation always makes pods_n "
+                "rollouts per prompt): set pods_generation='adaptive' or unset pods_n_initial."
+            )
+        if self.pods_generation == "adaptive":
+            if self.pods_n_initial is None:
+                self.pods_n_initial = self.pods_m
+            if not self.pods_m <= self.pods_n_initial <= self.pods_n:
+                raise ValueError(
+                    f"pods_n_initial ({self.pods_n_initial}) must be between pods_m ({self.pods_m}) and pods_n "
+                    f"({self.pods_n}): the first wave must give every prompt at least the pods_m rollouts it keeps, "
+                    "and pods_n is the most a prompt may get."
+                )
+        if self.pods_log_all_rollouts and not self.log_completions:
+            raise ValueError(
+                "pods_log_all_rollouts adds rows to the completions table, which is only kept with "
+                "log_completions=True: set it, or unset pods_log_all_rollouts."
+            )
 
     def _check_whole_groups_per_process(self, rows: int) -> None:
         if rows % self.pods_m != 0:

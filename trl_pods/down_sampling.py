@@ -192,7 +192,9 @@ def max_advantage_variance(rewards: torch.Tensor, m: int, *, generator: torch.Ge
     return max_variance(advantages.masked_fill(torch.isnan(rewards), torch.nan), m)
 
 
-def max_variance_across_groups(values: torch.Tensor, m: int, groups_per_budget: int) -> torch.Tensor:
+def max_variance_across_groups(
+    values: torch.Tensor, m: int, groups_per_budget: int, generated: torch.Tensor | None = None
+) -> torch.Tensor:
     """D3S cross-group selection: keep ``groups_per_budget * m`` rollouts from each block of ``groups_per_budget``
     consecutive groups, choosing the subset of the block's values (full-group advantages) with the largest
     variance. Theorem 1 holds for any multiset, so this is `max_variance` on the flattened blocks; a group may keep
@@ -203,6 +205,9 @@ def max_variance_across_groups(values: torch.Tensor, m: int, groups_per_budget: 
         m: kept rollouts per group on average.
         groups_per_budget: groups sharing one budget (the trainer uses each process's groups, so every process
             keeps the same number of rows).
+        generated: ``[G, N]`` bool, the slots that hold a rollout (adaptive generation; all when None). When a
+            block has fewer scored rollouts than its budget, the rest are unscorable generated ones, never empty
+            slots (each group must hold at least ``m`` generated slots).
 
     Returns:
         ``[G, N]`` bool mask with exactly ``groups_per_budget * m`` True per block.
@@ -211,6 +216,9 @@ def max_variance_across_groups(values: torch.Tensor, m: int, groups_per_budget: 
     if groups_per_budget < 1 or g % groups_per_budget:
         raise ValueError(f"{g} groups do not split into blocks of {groups_per_budget}.")
     blocks = values.reshape(g // groups_per_budget, groups_per_budget * n)  # [blocks, G_b * N]
-    kept = max_variance(blocks, groups_per_budget * m)  # [blocks, G_b * m]
+    order = torch.arange(blocks.size(1), device=values.device).expand_as(blocks)  # [blocks, G_b * N]
+    if generated is not None:  # generated slots first: max_variance fills a short budget with the lowest positions
+        order = torch.sort((~generated).reshape_as(blocks).to(torch.uint8), dim=1, stable=True).indices
+    kept = order.gather(1, max_variance(blocks.gather(1, order), groups_per_budget * m))  # [blocks, G_b * m]
     mask = torch.zeros_like(blocks, dtype=torch.bool).scatter_(1, kept, True)
     return mask.reshape(g, n)

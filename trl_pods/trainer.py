@@ -13,6 +13,11 @@ A training batch goes through two phases, both built from `GRPOTrainer`'s own me
 The data loader is sized for the generated rows: each prompt is repeated N times, and each process receives whole
 prompt groups (`PODSConfig` checks the layout).
 
+With ``pods_generation="adaptive"``, phase 1 generates in waves (`trl_pods.adaptive`): ``pods_n_initial`` rollouts per
+prompt, then more only for the prompts whose rewards are all equal, up to N. The rollouts are laid out in slots (row
+``g * N + s`` is the ``s``-th rollout of group ``g``; NaN rewards where nothing was generated), so selection and
+phase 2 are unchanged.
+
 Beyond PODS, the same two phases carry D3S: cross-group selection and a scheduled M in phase 1, a zero loss mask
 for dropped constant groups (TRL's per-token loss mask, so its normalisers skip them), and token-level selection
 through TRL's token-mask seam `get_high_entropy_mask`, called from the training forward with its entropies.
@@ -25,6 +30,7 @@ import json
 import logging
 import os
 import time
+from collections import defaultdict, deque
 from contextlib import contextmanager
 from typing import Any
 
@@ -33,6 +39,7 @@ import trl.trainer.grpo_trainer as grpo_trainer_module
 from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
+from .adaptive import gathered_rows, generated_slots, lockstep_groups, top_up_waves, wave_metrics
 from .advantages import full_group_advantages, nanstd
 from .config import PODSConfig
 from .down_sampling import get_down_sampler, max_variance_across_groups
@@ -45,6 +52,11 @@ logger = logging.getLogger(__name__)
 _UNSUPPORTED_ARGUMENTS = ("tools", "rollout_func", "environment_factory")
 SELECTION_LOG = "pods_selections.jsonl"
 SEQUENCE_AVERAGE_LOSSES = ("grpo", "sapo", "dr_grpo", "luspo")  # losses averaged over the micro-batch's sequences
+LENGTH_METRICS = tuple(  # what TRL's `_generate` logs about the completions of each call
+    f"completions/{name}"
+    for name in ("mean_length", "min_length", "max_length", "clipped_ratio")
+    + ("mean_terminated_length", "min_terminated_length", "max_terminated_length")
+)
 
 
 def weighted_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -55,6 +67,40 @@ def weighted_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> t
 
 def _take(values: list | None, rows: list[int]) -> list | None:
     return None if values is None else [values[i] for i in rows]
+
+
+class _SlotLayout:
+    """Collects the rows of several `_generate` calls (waves) into slot layout: local row ``g * N + s`` holds the
+    ``s``-th rollout of the process's group ``g``, None where nothing was generated. Rows generated only to keep the
+    processes in step (target None) are dropped."""
+
+    PER_ROW = (0, 1, 2, 3, 4, 6)  # prompt_ids, completion_ids, tool_mask, completions, logprobs, images
+
+    def __init__(self, rows: int):
+        self.rows = rows
+        self.items: list = [None] * 8  # the 8-tuple of `_generate`
+        self.targets: list[int | None] = []  # the slot of every generated row, in call order
+
+    def add(self, generation: tuple, targets: list[int | None]) -> None:
+        for i, values in enumerate(generation):
+            if i not in self.PER_ROW:
+                self.items[i] = values if self.items[i] is None else self.items[i]  # per call: extra_fields, ...
+            elif values is not None:
+                self.items[i] = self.items[i] or [None] * self.rows
+                for value, target in zip(values, targets, strict=True):
+                    if target is not None:
+                        self.items[i][target] = value
+        self.targets.extend(targets)
+
+    def reorder(self, columns: dict[str, list]) -> None:
+        """Reward functions' `log_extra` columns, one value per generated row in call order, into slot layout."""
+        for column, values in columns.items():
+            if len(values) == len(self.targets):
+                ordered = [None] * self.rows
+                for value, target in zip(values, self.targets, strict=True):
+                    if target is not None:
+                        ordered[target] = value
+                columns[column] = ordered
 
 
 class PODSGRPOTrainer(GRPOTrainer):
@@ -133,6 +179,8 @@ class PODSGRPOTrainer(GRPOTrainer):
             self._use_full_group_advantages(output, phase1)
         if self.args.pods_drop_constant_groups:
             output["pods_dropped"] = phase1["dropped"].to(output["advantages"].device)
+        if self.args.pods_log_all_rollouts:
+            self._log_all_rollouts(phase1["all_rollouts"])
         return output
 
     def _generate(self, prompts: list):
@@ -146,19 +194,17 @@ class PODSGRPOTrainer(GRPOTrainer):
         return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
 
     def _generate_score_and_select(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        """Phase 1: generate N per prompt, score every rollout once, keep M per prompt (same on every rank)."""
+        """Phase 1: generate N per prompt (at most N when adaptive), score every rollout once, keep M per prompt
+        (same on every rank)."""
         n = self.pods_n
         local_rows = len(inputs)
         prompts = [row["prompt"] for row in inputs]
-        with self._generation_layout():
-            generation = self._generate(prompts)
-        completions, completion_ids = generation[3], generation[1]
-        rewards_per_func = self._calculate_rewards(inputs, prompts, completions, completion_ids)  # [P * B, F]
+        generation, rewards_per_func, counts = self._generate_and_score(inputs)  # slot layout; [P * B, F]; [G]
         rewards = weighted_rewards(rewards_per_func, self.reward_weights).view(-1, n)  # [G, N], all processes
 
         m = self._kept_per_prompt(local_rows // n)
         start = time.perf_counter()
-        kept = self._select(rewards.detach().cpu(), m, groups_per_process=local_rows // n)  # [G, N] bool
+        kept = self._select(rewards.detach().cpu(), m, groups_per_process=local_rows // n, counts=counts)  # [G, N]
         selection_time = time.perf_counter() - start
 
         kept_rows = kept.flatten().nonzero().squeeze(1)  # [kept rows], ordered by group, then rollout
@@ -166,10 +212,12 @@ class PODSGRPOTrainer(GRPOTrainer):
         local = [row - first_row for row in kept_rows.tolist() if first_row <= row < first_row + local_rows]
         dropped = self._constant_groups(rewards.cpu(), kept).repeat_interleave(n)[kept_rows]  # [kept rows]
         local_dropped = dropped[(kept_rows >= first_row) & (kept_rows < first_row + local_rows)]  # [len(local)]
+        if self.args.pods_log_all_rollouts:
+            all_rollouts = self._gather_all_rollouts(inputs, generation[3], rewards_per_func, counts, kept)
         self._filter_pending_extra_logs(local, local_rows)
-        self._log_selection(rewards.cpu(), kept, m, selection_time, dropped)
+        self._log_selection(rewards.cpu(), kept, m, selection_time, dropped, counts)
         if self.args.pods_selection_log:
-            self._record_selection(prompts[::n], rewards, kept)
+            self._record_selection(prompts[::n], rewards, kept, counts)
         prompt_ids, completion_ids, tool_mask, completions, logps, extra_fields, images, tool_images = generation
         kept_ids = _take(completion_ids, local)
         if self.args.pods_drop_constant_groups:  # a zero loss mask keeps the rows out of the loss and its normaliser
@@ -192,9 +240,89 @@ class PODSGRPOTrainer(GRPOTrainer):
             "rewards_per_func": rewards_per_func[kept_rows.to(rewards_per_func.device)],
             "rewards": rewards,
             "kept": kept,
+            "counts": counts,
             "m": m,
             "dropped": local_dropped,
+            **({"all_rollouts": all_rollouts} if self.args.pods_log_all_rollouts else {}),
         }
+
+    def _generate_and_score(self, inputs: list[dict[str, Any]]) -> tuple[tuple, torch.Tensor, torch.Tensor]:
+        """Phase 1's rollouts in slot layout: local row ``g * N + s`` is the ``s``-th rollout of local group ``g``.
+
+        Returns:
+            The 8-tuple of `_generate` (per-row entries None where nothing was generated), the rewards per function
+            gathered over processes ``[G * N, F]`` (NaN rows where nothing was generated) and the rollouts generated
+            per group ``[G]`` (CPU), G counting the groups of all processes.
+        """
+        if self.args.pods_generation == "adaptive":
+            return self._generate_in_waves(inputs)
+        prompts = [row["prompt"] for row in inputs]
+        with self._generation_layout():
+            generation = self._generate(prompts)
+        rewards_per_func = self._calculate_rewards(inputs, prompts, generation[3], generation[1])  # [G * N, F]
+        return generation, rewards_per_func, torch.full((rewards_per_func.size(0) // self.pods_n,), self.pods_n)
+
+    def _generate_in_waves(self, inputs: list[dict[str, Any]]) -> tuple[tuple, torch.Tensor, torch.Tensor]:
+        """`_generate_and_score` for ``pods_generation="adaptive"``: waves decided by `top_up_waves` from the gathered
+        rewards, so identical on every rank. In each wave every process generates and scores the same number of
+        rows (its own waiting groups, then copies of one of its prompts as padding), since TRL's generation and
+        reward gathers, vLLM server mode and tensor-parallel vLLM need equal rows on all processes."""
+        n, local_rows = self.pods_n, len(inputs)
+        groups_per_process = local_rows // n
+        processes = self.accelerator.num_processes
+        first_group = self.accelerator.process_index * groups_per_process
+        layout = _SlotLayout(local_rows)
+        rewards_per_func: torch.Tensor | None = None  # [G * N, F]
+
+        def wave(groups: torch.Tensor, first_slot: int, size: int) -> torch.Tensor:
+            nonlocal rewards_per_func
+            lockstep = lockstep_groups(groups, groups_per_process, processes)
+            own = groups[(groups >= first_group) & (groups < first_group + groups_per_process)] - first_group
+            own = own.tolist()
+            padded = own + [own[0] if own else 0] * (lockstep - len(own))
+            rows = [inputs[group * n] for group in padded for _ in range(size)]
+            prompts = [row["prompt"] for row in rows]
+            with self._group_size(size):  # server mode: one request per prompt with n = size
+                generation = self._generate(prompts)
+            wave_rewards = self._calculate_rewards(rows, prompts, generation[3], generation[1])  # [P * rows, F]
+            targets = [group * n + first_slot + j for group in own for j in range(size)]
+            layout.add(generation, targets + [None] * (len(rows) - len(targets)))
+            ours = wave_rewards[gathered_rows(groups, groups_per_process, lockstep, size).to(wave_rewards.device)]
+            if rewards_per_func is None:
+                rewards_per_func = wave_rewards.new_full((groups_per_process * processes * n, ours.size(1)), torch.nan)
+            slots = (groups.unsqueeze(1) * n + first_slot + torch.arange(size)).flatten()  # [A * size]
+            rewards_per_func[slots.to(rewards_per_func.device)] = ours
+            return weighted_rewards(ours, self.reward_weights).view(-1, size)  # [A, size]
+
+        waves = top_up_waves(groups_per_process * processes, self.args.pods_n_initial, n, wave)
+        layout.reorder(self._pending_extra_logs)
+        self._log_lengths_once(waves.waves, layout.items[1])
+        return tuple(layout.items), rewards_per_func, waves.counts
+
+    def _log_lengths_once(self, calls: int, completion_ids: list) -> None:
+        """TRL's `_generate` logged the completion-length metrics once per wave; averaged, they would weigh a small
+        wave like a large one. Replace them by one entry over every rollout generated (padding excluded)."""
+        metrics = self._metrics["train"]
+        for key in LENGTH_METRICS:
+            del metrics[key][-calls:]
+        ends = [*self.eos_token_ids, self._tokenizer.pad_token_id]
+        rows = gather_object([(len(ids), not ids or ids[-1] not in ends) for ids in completion_ids if ids is not None])
+        lengths = torch.tensor([length for length, _ in rows], dtype=torch.float)  # [R]
+        clipped = torch.tensor([clip for _, clip in rows])  # [R]
+        terminated = lengths[~clipped] if (~clipped).any() else torch.zeros(1)  # TRL's convention when none ended
+        for stat in ("mean", "min", "max"):
+            metrics[f"completions/{stat}_length"].append(getattr(lengths, stat)().item())
+            metrics[f"completions/{stat}_terminated_length"].append(getattr(terminated, stat)().item())
+        metrics["completions/clipped_ratio"].append(clipped.float().mean().item())
+
+    @contextmanager
+    def _group_size(self, size: int):
+        """Within the block, TRL generates groups of ``size`` rows (what vLLM server mode requests per prompt)."""
+        self.num_generations = size
+        try:
+            yield
+        finally:
+            self.num_generations = self.pods_m
 
     def _kept_per_prompt(self, prompts_per_process: int) -> int:
         """M for this step: `pods_m`, or the scheduled value (`pods_schedule`), rounded to keep batches even."""
@@ -206,16 +334,18 @@ class PODSGRPOTrainer(GRPOTrainer):
     def _progress(self) -> float:
         return self.state.global_step / max(self.state.max_steps - 1, 1)
 
-    def _select(self, rewards: torch.Tensor, m: int, groups_per_process: int) -> torch.Tensor:
+    def _select(self, rewards: torch.Tensor, m: int, groups_per_process: int, counts: torch.Tensor) -> torch.Tensor:
         """``[G, N]`` bool mask of the kept rollouts, computed from the gathered rewards (the same on every rank).
 
         Per-group rules keep exactly ``m`` per group; with `pods_cross_group` each process's groups share one budget
-        of ``groups_per_process * m`` rollouts, chosen on full-group advantages.
+        of ``groups_per_process * m`` rollouts, chosen on full-group advantages. Only generated slots (the first
+        ``counts[g]`` of group ``g``) may be kept.
         """
         g, n = rewards.shape
+        generated = generated_slots(counts, n)  # [G, N]
         if self.args.pods_cross_group:
             advantages = full_group_advantages(rewards, self.scale_rewards).masked_fill(rewards.isnan(), torch.nan)
-            return max_variance_across_groups(advantages, m, groups_per_process)
+            return max_variance_across_groups(advantages, m, groups_per_process, generated=generated)
         if m == n:
             kept = torch.arange(n).expand(g, -1)
         else:
@@ -232,7 +362,14 @@ class PODSGRPOTrainer(GRPOTrainer):
                     f"The down-sampler {self.args.pods_down_sampler!r} must return a LongTensor of shape {(g, m)} "
                     f"with distinct indices in [0, {n}) per row."
                 )
-        return torch.zeros(g, n, dtype=torch.bool).scatter_(1, kept, True)
+        mask = torch.zeros(g, n, dtype=torch.bool).scatter_(1, kept, True)
+        if (mask & ~generated).any():
+            raise ValueError(
+                f"The down-sampler {self.args.pods_down_sampler!r} kept a slot that was never generated: with "
+                "pods_generation='adaptive' group g holds only its first counts[g] slots (the rest are NaN). Keep "
+                "scored rollouts first, then unscorable (NaN) ones by lowest index, as the built-in rules do."
+            )
+        return mask
 
     def _selection_seed(self) -> int:
         """Same on every rank; depends on the seed, the optimizer step and the micro-step within it."""
@@ -258,7 +395,13 @@ class PODSGRPOTrainer(GRPOTrainer):
                 self._pending_extra_logs[column] = [values[i] for i in local]
 
     def _log_selection(
-        self, rewards: torch.Tensor, kept: torch.Tensor, m: int, selection_time: float, dropped: torch.Tensor
+        self,
+        rewards: torch.Tensor,
+        kept: torch.Tensor,
+        m: int,
+        selection_time: float,
+        dropped: torch.Tensor,
+        counts: torch.Tensor,
     ) -> None:
         metrics = self._metrics["train"]
         kept_rewards = rewards.masked_fill(~kept, torch.nan)
@@ -267,7 +410,13 @@ class PODSGRPOTrainer(GRPOTrainer):
             metrics[f"pods/reward_std_{scope}"].append(nanstd(values).nan_to_num(0.0).item())
             metrics[f"pods/frac_zero_std_groups_{scope}"].append(_constant_rows(values).float().mean().item())
         metrics["pods/selection_time"].append(selection_time)
-        metrics["pods/rollouts_generated"].append(float(rewards.numel()))
+        if self.args.pods_generation == "adaptive":
+            groups_per_process = rewards.size(0) // self.accelerator.num_processes
+            waves = wave_metrics(rewards, counts, self.args.pods_n_initial, self.pods_n, groups_per_process)
+            for name, value in waves.items():  # rollouts_generated, waves, padding, fractions topped up / contrast
+                metrics[f"pods/{name}"].append(value)
+        else:
+            metrics["pods/rollouts_generated"].append(float(rewards.numel()))
         metrics["pods/rollouts_trained"].append(float(kept.sum()))
         metrics["pods/kept_per_prompt"].append(float(m))
         if self.args.pods_drop_constant_groups:
@@ -275,12 +424,14 @@ class PODSGRPOTrainer(GRPOTrainer):
         if self.args.pods_token_fraction_start is not None or self.args.pods_token_fraction < 1.0:
             metrics["pods/token_fraction"].append(self._token_fraction())
 
-    def _record_selection(self, local_prompts: list, rewards: torch.Tensor, kept: torch.Tensor) -> None:
+    def _record_selection(
+        self, local_prompts: list, rewards: torch.Tensor, kept: torch.Tensor, counts: torch.Tensor
+    ) -> None:
         """Append this generation's selection to ``output_dir/pods_selections.jsonl`` (main process).
 
         One line per generation: the optimizer step and the generation's index within it, a digest of each rank's
-        prompts, a digest of the gathered rewards and the kept indices per group, so that runs (e.g. resumed ones)
-        can be compared step by step.
+        prompts, a digest of the gathered rewards, the rollouts generated per group and the kept indices per group,
+        so that runs (e.g. resumed ones) can be compared step by step.
         """
         prompt_digests = gather_object([_digest(local_prompts)])
         if not self.accelerator.is_main_process:
@@ -290,11 +441,59 @@ class PODSGRPOTrainer(GRPOTrainer):
             "generation": self._step % self.args.gradient_accumulation_steps,
             "prompts": prompt_digests,
             "rewards": _digest(rewards.tolist()),
+            "generated": counts.tolist(),
             "kept": [row.nonzero().squeeze(1).tolist() for row in kept],
         }
         os.makedirs(self.args.output_dir, exist_ok=True)
         with open(os.path.join(self.args.output_dir, SELECTION_LOG), "a") as f:
             f.write(json.dumps(record) + "\n")
+
+    def _gather_all_rollouts(
+        self,
+        inputs: list[dict[str, Any]],
+        completions: list,
+        rewards_per_func: torch.Tensor,
+        counts: torch.Tensor,
+        kept: torch.Tensor,
+    ) -> dict[str, Any]:
+        """``pods_log_all_rollouts``: completions-table columns of every generated rollout, all processes, in slot
+        order (advantages are added after phase 2). Reads the reward functions' `log_extra` columns before they are
+        cut to the kept rows."""
+        n, local_rows = self.pods_n, len(inputs)
+        generated = generated_slots(counts, n).flatten()  # [G * N]
+        first_row = self.accelerator.process_index * local_rows
+        local = generated[first_row : first_row + local_rows].nonzero().squeeze(1).tolist()
+        extra = {}
+        for column in sorted(set(gather_object(list(self._pending_extra_logs)))):  # same order on every rank
+            values = self._pending_extra_logs.get(column, [])
+            extra[column] = gather_object([values[i] if len(values) == local_rows else None for i in local])
+        return {
+            "prompt": gather_object([inputs[i]["prompt"] for i in local]),
+            "completion": gather_object([completions[i] for i in local]),
+            "rewards": rewards_per_func[generated.to(rewards_per_func.device)].cpu(),  # [R, F]
+            "kept": kept.flatten()[generated].tolist(),
+            "extra": extra,
+        }
+
+    def _log_all_rollouts(self, rows: dict[str, Any]) -> None:
+        """Swap the completions-table rows TRL logged for this generation's kept rollouts for every generated one,
+        with a `kept` column; discarded rows have no advantage (NaN)."""
+        kept = rows["kept"]
+        size = len(kept)
+
+        def column(values) -> deque:
+            return deque(values, maxlen=size)
+
+        logged = list(self._logs["advantages"])
+        kept_advantages = iter(logged[len(logged) - sum(kept) :])  # TRL's, for the kept rows in their order
+        self._logs["prompt"] = column(rows["prompt"])
+        self._logs["completion"] = column(rows["completion"])
+        self._logs["advantages"] = column(next(kept_advantages) if keep else float("nan") for keep in kept)
+        rewards = {name: column(rows["rewards"][:, i].tolist()) for i, name in enumerate(self.reward_func_names)}
+        self._logs["rewards"] = defaultdict(lambda: deque(maxlen=size), rewards)
+        extra = {name: column(values) for name, values in rows["extra"].items()}
+        self._logs["extra"] = defaultdict(lambda: deque(maxlen=size), {**extra, "kept": column(kept)})
+        self._logs["images"] = deque(maxlen=size)
 
     def _use_full_group_advantages(self, output: dict[str, Any], phase1: dict[str, Any]) -> None:
         """``pods_advantage_scope="all"``: replace TRL's kept-only advantages by full-group ones."""

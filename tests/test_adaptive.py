@@ -1,0 +1,173 @@
+"""Adaptive over-generation's pure wave logic (no model): which groups top up, by how much, when it stops, what the
+lockstep padding costs, and that the down-samplers never keep a slot that was not generated."""
+
+import pytest
+import torch
+
+from trl_pods.adaptive import (
+    count_schedule,
+    gathered_rows,
+    generated_slots,
+    has_contrast,
+    lockstep_groups,
+    top_up_waves,
+    wave_metrics,
+)
+from trl_pods.down_sampling import get_down_sampler, max_variance_across_groups
+
+NAN = float("nan")
+
+
+def _oracle(g: int, n: int, gen: torch.Generator, p_nan: float = 0.2) -> torch.Tensor:
+    """[G, N] rewards the policy would produce, slot by slot: mostly constant groups (binary, skewed), some NaN."""
+    p_one = torch.rand(g, 1, generator=gen) ** 3  # many groups rarely succeed: constant prefixes are common
+    rewards = (torch.rand(g, n, generator=gen) < p_one).float()
+    return rewards.masked_fill(torch.rand(g, n, generator=gen) < p_nan, NAN)
+
+
+def _reference_counts(oracle: torch.Tensor, n_initial: int) -> list[int]:
+    """Per group, by hand: the first scheduled count whose prefix holds two different scored rewards, else N."""
+    counts = []
+    for row in oracle:
+        for count in count_schedule(n_initial, row.numel()):
+            scored = {v for v in row[:count].tolist() if v == v}
+            if len(scored) > 1:
+                break
+        counts.append(count)
+    return counts
+
+
+def test_count_schedule_doubles_up_to_the_maximum():
+    """Each wave doubles a constant group's rollouts, the last wave is capped at N, and N == n_initial is one wave."""
+    assert count_schedule(4, 16) == [4, 8, 16]
+    assert count_schedule(3, 10) == [3, 6, 10]
+    assert count_schedule(5, 8) == [5, 8]
+    assert count_schedule(4, 4) == [4]
+    assert count_schedule(1, 5) == [1, 2, 4, 5]
+    with pytest.raises(ValueError, match="1 <= n_initial <= n_max"):
+        count_schedule(5, 4)
+
+
+def test_has_contrast_ignores_unscorable_rollouts():
+    """Contrast needs two different scored rewards; NaN (unscorable) and unfilled slots do not count."""
+    rewards = torch.tensor(
+        [[1.0, 1.0, NAN], [1.0, 0.0, NAN], [NAN, NAN, NAN], [NAN, 2.0, NAN], [0.5, NAN, 0.25], [0.0, 0.0, 0.0]]
+    )
+    assert has_contrast(rewards).tolist() == [False, True, False, False, True, False]
+
+
+@pytest.mark.parametrize("n_initial,n", [(4, 16), (3, 10), (2, 2), (1, 7)])
+def test_waves_match_a_per_group_reference(n_initial, n):
+    """Against a per-group loop over 200 random oracles: the final counts, the NaN-padded slot matrix, each rollout
+    requested exactly once, one uniform size per wave, and only groups without contrast ever topped up."""
+    gen = torch.Generator().manual_seed(n_initial * 100 + n)
+    for _ in range(200):
+        g = int(torch.randint(1, 9, (1,), generator=gen))
+        oracle = _oracle(g, n, gen)
+        requested = torch.zeros(g, n, dtype=torch.long)
+        calls = []
+
+        def generate(groups, first_slot, size, oracle=oracle, requested=requested, calls=calls):
+            assert groups.dtype == torch.long and (groups.diff() > 0).all(), "groups in ascending order"
+            calls.append((groups.tolist(), first_slot, size))
+            requested[groups, first_slot : first_slot + size] += 1
+            return oracle[groups, first_slot : first_slot + size]
+
+        waves = top_up_waves(g, n_initial, n, generate)
+        expected = _reference_counts(oracle, n_initial)
+        assert waves.counts.tolist() == expected
+        filled = generated_slots(waves.counts, n)
+        assert torch.equal(requested, filled.long()), "every generated slot once, nothing else"
+        assert torch.equal(waves.rewards.isnan(), oracle.isnan() | ~filled)
+        assert torch.allclose(waves.rewards[filled], oracle[filled], equal_nan=True)
+        schedule = count_schedule(n_initial, n)
+        assert waves.waves == len(calls) == sum(any(c >= s for c in expected) for s in schedule)
+        steps = [(before, after - before) for before, after in zip([0, *schedule[:-1]], schedule, strict=True)]
+        assert [(first, size) for _, first, size in calls] == steps[: len(calls)]
+        assert calls[0][0] == list(range(g)), "the first wave generates n_initial for every group"
+
+
+def test_waves_stop_when_every_group_has_contrast():
+    """Groups that disagree after the first wave get nothing more: one wave, n_initial each."""
+    calls = []
+
+    def generate(groups, first_slot, size):
+        calls.append(size)
+        return torch.arange(size, dtype=torch.float).expand(groups.numel(), -1)
+
+    waves = top_up_waves(3, 4, 16, generate)
+    assert calls == [4] and waves.waves == 1 and waves.counts.tolist() == [4, 4, 4]
+
+
+def test_waves_reject_a_wrong_shape_from_the_generator():
+    """The callback must return [groups, size] rewards; anything else is a clear error, not a silent mis-placement."""
+    with pytest.raises(ValueError, match=r"expected rewards of shape \(2, 4\)"):
+        top_up_waves(2, 4, 8, lambda groups, first_slot, size: torch.zeros(size))
+
+
+def test_lockstep_groups_and_gathered_rows():
+    """Each process generates for the most groups any process tops up (padding the rest); a group's rewards sit in
+    its process's block of the gathered wave, at its position among that process's groups."""
+    groups = torch.tensor([1, 2, 3, 6])  # 2 groups per process, 4 processes: ranks 0, 1, 1, 3
+    assert lockstep_groups(groups, groups_per_process=2, processes=4) == 2
+    rows = gathered_rows(groups, groups_per_process=2, lockstep=2, size=3)
+    # rank r's block starts at r * lockstep * size = 6 r; group 1 is rank 0's first, 2 and 3 rank 1's, 6 rank 3's.
+    assert rows.tolist() == [0, 1, 2, 6, 7, 8, 9, 10, 11, 18, 19, 20]
+    assert lockstep_groups(torch.tensor([0, 1]), groups_per_process=2, processes=1) == 2
+
+
+def test_wave_metrics_by_hand():
+    """Waves, rollouts generated (lockstep padding included), fraction topped up and fraction that found contrast."""
+    rewards = torch.tensor(
+        [
+            [1.0, 0.0, NAN, NAN, NAN, NAN, NAN, NAN],  # contrast at once: 2
+            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],  # constant to the end: 8
+            [1.0, 1.0, 1.0, 0.0, NAN, NAN, NAN, NAN],  # contrast after a top-up: 4
+            [0.0, 1.0, NAN, NAN, NAN, NAN, NAN, NAN],
+        ]
+    )
+    counts = torch.tensor([2, 8, 4, 2])
+    metrics = wave_metrics(rewards, counts, n_initial=2, n_max=8, groups_per_process=2)
+    # wave 1: 4 groups x 2; wave 2: groups 1 (rank 0) and 2 (rank 1) x 2; wave 3: group 1 x 4, rank 1 pads 4 rows.
+    assert metrics == {
+        "waves": 3.0,
+        "rollouts_generated": 8 + 4 + 4 + 4,
+        "rollouts_padding": 4.0,
+        "frac_groups_topped_up": 0.5,
+        "frac_topped_up_with_contrast": 0.5,
+    }
+    single = wave_metrics(rewards, counts, n_initial=2, n_max=8, groups_per_process=4)
+    assert single["rollouts_padding"] == 0.0 and single["rollouts_generated"] == 16
+    none = wave_metrics(rewards[[0, 3]], counts[[0, 3]], n_initial=2, n_max=8, groups_per_process=2)
+    assert none["waves"] == 1.0 and none["frac_groups_topped_up"] == 0.0
+    assert none["frac_topped_up_with_contrast"] != none["frac_topped_up_with_contrast"], "NaN: no group topped up"
+
+
+@pytest.mark.parametrize("rule", ["max_variance", "max_reward", "random", "max_advantage_variance"])
+def test_down_samplers_never_keep_an_unfilled_slot(rule):
+    """After waves (counts >= n_initial >= m), every rule keeps M generated slots, also when reward functions return
+    None (NaN) for generated rollouts, including groups with no scored rollout at all."""
+    sampler = get_down_sampler(rule)
+    gen = torch.Generator().manual_seed(7)
+    for _ in range(300):
+        n = int(torch.randint(2, 17, (1,), generator=gen))
+        m = int(torch.randint(1, n + 1, (1,), generator=gen))
+        n_initial = int(torch.randint(m, n + 1, (1,), generator=gen))
+        g = int(torch.randint(1, 6, (1,), generator=gen))
+        oracle = _oracle(g, n, gen, p_nan=float(torch.rand(1, generator=gen)))
+        oracle[0] = NAN  # a group nobody could score
+        waves = top_up_waves(g, n_initial, n, lambda groups, first, size, o=oracle: o[groups, first : first + size])
+        kept = sampler(waves.rewards, m, generator=torch.Generator().manual_seed(0))
+        assert (kept < waves.counts.unsqueeze(1)).all(), (waves.rewards, kept)
+
+
+def test_cross_group_selection_keeps_only_generated_slots():
+    """Cross-group selection flattens a process's groups; with `generated` it prefers unscorable generated rollouts
+    over unfilled slots when too few rollouts were scored (without it, it would take group 0's unfilled slots)."""
+    values = torch.tensor([[NAN, NAN, NAN, NAN], [NAN, 1.0, NAN, NAN]])  # group 0 holds 2 rollouts, group 1 all 4
+    generated = generated_slots(torch.tensor([2, 4]), 4)
+    kept = max_variance_across_groups(values, 2, groups_per_budget=2, generated=generated)
+    assert kept.sum() == 4 and not (kept & ~generated).any()
+    assert kept[1, 1], "the one scored rollout is kept"
+    unguarded = max_variance_across_groups(values, 2, groups_per_budget=2)
+    assert (unguarded & ~generated).any(), "the guard is needed"
