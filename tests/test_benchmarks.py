@@ -1,6 +1,10 @@
-"""The GPU benchmark cannot run here for real; its CPU smoke mode runs the same code path so it does not rot."""
+"""Benchmark scripts' smoke modes: the same code path as a full run, on tiny sizes, so the scripts do not rot.
+
+The GPU benchmark cannot run here for real; the reward-throughput one takes minutes at full size.
+"""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -9,17 +13,53 @@ import pytest
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).parent.parent
+REPORT = REPO / "docs" / "benchmarks.md"
+
+
+def _run_smoke(script: str) -> str:
+    """Run ``benchmarks/<script> --smoke``; assert it succeeds and leaves docs/benchmarks.md untouched; its stdout."""
+    before = REPORT.read_text()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join([str(REPO), *sys.path])}
+    result = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / script), "--smoke"],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "nothing written" in result.stdout
+    assert REPORT.read_text() == before
+    return result.stdout
 
 
 def test_gpu_step_benchmark_smoke_mode_runs_and_writes_nothing():
     """`benchmarks/gpu_step.py --smoke` trains all three variants on a tiny model and leaves docs/ untouched."""
-    report = REPO / "docs" / "benchmarks.md"
-    before = report.read_text()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join([str(REPO), *sys.path])}
-    result = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "gpu_step.py"), "--smoke"],
-        env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "GRPO-GA" in result.stdout and "nothing written" in result.stdout
-    assert report.read_text() == before
+    assert "GRPO-GA" in _run_smoke("gpu_step.py")
+
+
+def test_reward_throughput_smoke_mode_reports_every_reward_size_ending_and_recipe():
+    """`benchmarks/reward_throughput.py --smoke` scores both rewards at its tiny batch sizes on 1 and on 2 workers and
+    renders the whole section (throughput, per ending, share of the paper's step per recipe, load) without writing
+    it."""
+    out = _run_smoke("reward_throughput.py")
+    assert "## Scoring at N: reward throughput" in out
+    assert re.search(r"`os\.getloadavg\(\)` \(1 / 5 / 15 min\) [\d.]+ / [\d.]+ / [\d.]+ before", out)
+
+    rate, time_ = r"([\d,]+)", r"[\d.]+ [mµn]?s"
+    throughput_row = rf"^\| `(\w+)` \| (GSM8K|MATH) \| (\d+) \| {time_} \| {rate} \| [^|]+ \| {time_} \| {rate} \| "
+    throughput = re.findall(throughput_row + r"[\d.]+× \|$", out, re.MULTILINE)
+    measured = [(reward, data, int(size)) for reward, data, size, *_ in throughput]
+    assert measured == [
+        (r, d, n) for r, d in (("gsm8k_reward", "GSM8K"), ("accuracy_reward", "MATH")) for n in (4, 32)
+    ]
+    assert all(float(v.replace(",", "")) > 0 for *_, serial, parallel in throughput for v in (serial, parallel))
+    assert "2 workers: completions/s" in out
+
+    endings = re.findall(r"^\| (\w+) \| \d+% \| [\d,]+ \| [\d,]+ \|$", out, re.MULTILINE)
+    assert endings == ["correct", "wrong", "unparsable", "truncated", "untagged"]
+
+    share = r"[\d.]+%"
+    recipe_row = rf"^\| [^|]+ \| `\w+` \| (\d+) \| 10\.1 s \(\S+\) \| {time_} \| {share} \| {share} \| {share} "
+    recipes = re.findall(recipe_row + rf"\| {time_} \| {share} \|$", out, re.MULTILINE)
+    assert recipes == ["64", "32", "256", "256", "128"]
+    assert re.search(
+        rf"Largest share with 1 worker \(.+\): {share} of the step in wall time \((below|above) the\s+5%", out
+    )

@@ -19,6 +19,7 @@ from trl_pods.rewards import (
     get_reward_func,
     gsm8k_reward,
     reward_timeout,
+    reward_workers,
 )
 
 GSM8K_GOLD = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nShe sold 48+24 = <<48+24=72>>72 clips.\n#### 72"
@@ -240,6 +241,124 @@ def test_no_worker_outlives_the_interpreter():
     pid = int(out.stdout.split()[0])
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def _numbered(n):
+    """n completions answering i for gold i, every third one wrong (gold i + 1), and the rewards they should get."""
+    completions = [f"<think>i</think><answer>{i}</answer>" for i in range(n)]
+    answers = [str(i + 1 if i % 3 == 0 else i) for i in range(n)]
+    return completions, answers, [0.0 if i % 3 == 0 else 1.0 for i in range(n)]
+
+
+def _worker_pids():
+    return [w._proc.pid for w in (rewards._WORKER, *rewards._EXTRA_WORKERS) if w._proc is not None]
+
+
+@pytest.fixture
+def three_workers(monkeypatch):
+    """Parallel scoring on up to 3 worker processes."""
+    monkeypatch.setenv("TRL_PODS_REWARD_WORKERS", "3")
+
+
+def test_parallel_batch_matches_serial_in_order(monkeypatch, three_workers):
+    """A batch split over 3 workers comes back in the caller's order with the same rewards as one worker gives,
+    and 3 worker processes really took part."""
+    completions, answers, expected = _numbered(96)
+    parallel = accuracy_reward(completions, answer=answers)
+    assert len(set(_worker_pids()[:3])) == 3
+    monkeypatch.setenv("TRL_PODS_REWARD_WORKERS", "1")
+    assert parallel == accuracy_reward(completions, answer=answers) == expected
+
+
+def test_hostile_item_in_parallel_batch_costs_only_its_own_item(short_timeout, monkeypatch):
+    """A hanging item in a parallel batch scores 0.0 and restarts only its own worker; every other item, also those
+    after it in the same shard, keeps its own score."""
+    monkeypatch.setenv("TRL_PODS_REWARD_WORKERS", "2")
+    completions, answers, expected = _numbered(48)
+    assert accuracy_reward(completions, answer=answers) == expected  # both workers up
+    before = set(_worker_pids()[:2])
+    completions[5], expected[5] = TOWER, 0.0
+    assert accuracy_reward(completions, answer=answers) == expected
+    assert len(before & set(_worker_pids()[:2])) == 1
+
+
+def test_shard_count():
+    """Small batches stay on one worker; larger ones get one shard per MIN_ITEMS_PER_WORKER items, up to the limit."""
+    per = rewards.MIN_ITEMS_PER_WORKER
+    assert rewards._shard_count(0, 8) == rewards._shard_count(2 * per - 1, 8) == 1
+    assert rewards._shard_count(2 * per, 8) == 2
+    assert rewards._shard_count(256 * per, 8) == 8
+    assert rewards._shard_count(256 * per, 1) == 1
+
+
+def test_forked_child_gets_its_own_parallel_workers(three_workers):
+    """After os.fork a child scoring a parallel batch starts workers of its own; the parent keeps its workers."""
+    completions, answers, expected = _numbered(64)
+    assert accuracy_reward(completions, answer=answers) == expected
+    parent_workers = _worker_pids()
+    pid = os.fork()
+    if pid == 0:  # child: exit status 0 only if it scored correctly on workers of its own
+        ok = accuracy_reward(completions, answer=answers) == expected
+        ok = ok and len(_worker_pids()) >= 3 and not set(_worker_pids()) & set(parent_workers)
+        for worker in (rewards._WORKER, *rewards._EXTRA_WORKERS):
+            worker.close()
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert accuracy_reward(completions, answer=answers) == expected
+    assert _worker_pids() == parent_workers
+
+
+def test_no_parallel_worker_outlives_the_interpreter():
+    """At interpreter exit every worker is killed, even while a daemon thread waits on a parallel batch of hanging
+    items; the interpreter does not wait for that batch."""
+    script = textwrap.dedent(
+        f"""
+        import threading, time
+        from trl_pods import rewards
+        assert rewards.accuracy_reward(["1"] * 64, answer=["1"] * 64) == [1.0] * 64
+        print(*(w._proc.pid for w in (rewards._WORKER, *rewards._EXTRA_WORKERS)), flush=True)
+        threading.Thread(target=rewards.accuracy_reward, args=([{TOWER!r}] * 64,), kwargs={{"answer": ["1"] * 64}},
+                         daemon=True).start()
+        time.sleep(0.5)
+        """
+    )
+    repo_root = str(Path(rewards.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([repo_root, *sys.path]), "TRL_PODS_REWARD_WORKERS": "2",
+           "TRL_PODS_REWARD_TIMEOUT": "60"}  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=50)
+    assert out.returncode == 0, out.stderr
+    pids = [int(pid) for pid in out.stdout.split()]
+    assert len(pids) == 2
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two", "1.5", ""])
+def test_workers_env_var_is_validated(monkeypatch, value):
+    """A bad TRL_PODS_REWARD_WORKERS fails loudly instead of silently scoring on some other number of processes."""
+    monkeypatch.setenv("TRL_PODS_REWARD_WORKERS", value)
+    with pytest.raises(ValueError, match="TRL_PODS_REWARD_WORKERS"):
+        reward_workers()
+
+
+@pytest.mark.parametrize(
+    ("cores", "local_world_size", "expected"),
+    [(2, None, 2), (112, "8", 8), (16, "8", 2), (4, "8", 1), (64, None, rewards.MAX_DEFAULT_REWARD_WORKERS)],
+)
+def test_workers_default_shares_the_cores_among_local_processes(monkeypatch, cores, local_world_size, expected):
+    """By default each training process on a host takes an equal share of the usable cores, at least 1 and at most
+    MAX_DEFAULT_REWARD_WORKERS; the environment variable overrides it."""
+    monkeypatch.delenv("TRL_PODS_REWARD_WORKERS", raising=False)
+    monkeypatch.setattr(rewards, "_usable_cores", lambda: cores)
+    if local_world_size is None:
+        monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    else:
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", local_world_size)
+    assert reward_workers() == expected
+    monkeypatch.setenv("TRL_PODS_REWARD_WORKERS", "5")
+    assert reward_workers() == 5
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "soon", "nan", "inf"])

@@ -14,16 +14,22 @@ a C call and fails outside the main thread (TRL runs async reward functions on a
 
 1. The answer text is cut to its last `MAX_ANSWER_CHARS` characters before parsing; string handling in this process
    is linear-time (``str.find``/``str.count``, no regular expressions), so megabyte completions are cheap.
-2. Parsing and verification run in one persistent worker subprocess (``python -c``, importing only this file and
-   math-verify, never torch or the training script). A call sends all its items in one message and the worker
-   answers one message per item, in order. Each item gets `reward_timeout()` seconds of wall-clock time (the
-   deadline restarts with every answer); when it runs out, the worker is killed, that item scores 0.0, a fresh
-   worker is started and the remaining items are sent to it. Every worker has its own pipe, so no answer of a killed
-   worker can be mistaken for an answer of its replacement. Worst case, a call of n items returns after about
-   n * (timeout + worker start-up, ~1 s); a normal item takes about a millisecond.
-3. Processes never outlive the interpreter: ``atexit`` kills the worker; an idle worker exits when its pipe closes
+2. Parsing and verification run in persistent worker subprocesses (``python -c``, importing only this file and
+   math-verify, never torch or the training script). A worker gets its items in one message and answers one message
+   per item, in order. Each item gets `reward_timeout()` seconds of wall-clock time (the deadline restarts with every
+   answer); when it runs out, the worker is killed, that item scores 0.0, a fresh worker is started and the
+   remaining items are sent to it. Every worker has its own pipe, so no answer of a killed worker can be mistaken
+   for an answer of its replacement. Worst case, a worker's n items return after about n * (timeout + worker
+   start-up, ~1 s); a normal item takes one to a few milliseconds.
+3. PODS scores N rollouts per prompt, hundreds per process and generation, so a call of at least
+   2 * `MIN_ITEMS_PER_WORKER` items is split into interleaved shards over up to `reward_workers()` workers, each
+   driven by its own thread, and the answers are put back in the caller's order (docs/benchmarks.md, "Scoring at
+   N", has the measurements behind this). Workers are independent, so a hanging item stalls and restarts only its
+   own worker.
+4. Processes never outlive the interpreter: ``atexit`` kills the workers; an idle worker exits when its pipe closes
    (e.g. the trainer was killed); a busy one also caps its own CPU time per item (``RLIMIT_CPU``, timeout + 2 s),
-   so the kernel ends it even when nobody is left to.
+   so the kernel ends it even when nobody is left to. The threads driving extra workers are daemon threads, so the
+   interpreter never waits for a batch at exit.
 """
 
 from __future__ import annotations
@@ -50,12 +56,19 @@ __all__ = [
     "get_reward_func",
     "gsm8k_reward",
     "reward_timeout",
+    "reward_workers",
 ]
 
 RewardFunc = Callable[..., list[float | None]]
 
 REWARD_TIMEOUT_S = 5.0
 """Default wall-clock seconds math-verify may spend on one completion; ``TRL_PODS_REWARD_TIMEOUT`` overrides it."""
+
+MAX_DEFAULT_REWARD_WORKERS = 8
+"""Most worker processes one training process uses by default; ``TRL_PODS_REWARD_WORKERS`` overrides it."""
+
+MIN_ITEMS_PER_WORKER = 16
+"""A call is split over several workers only with at least this many items per worker."""
 
 MAX_ANSWER_CHARS = 1000
 """Only the last this-many characters of an answer (the ``<answer>`` content, else the completion) are parsed."""
@@ -91,6 +104,32 @@ def reward_timeout() -> float:
     if not (math.isfinite(seconds) and seconds > 0):
         raise ValueError(f"TRL_PODS_REWARD_TIMEOUT must be a positive, finite number of seconds, got {value!r}.")
     return seconds
+
+
+def _usable_cores() -> int:
+    """CPU cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def reward_workers() -> int:
+    """Worker processes one reward call may use: ``$TRL_PODS_REWARD_WORKERS``, else this process's share of the cores.
+
+    The default divides the usable cores by the training processes on this host (``$LOCAL_WORLD_SIZE``, set by
+    torchrun and accelerate; 1 if unset), at least 1 and at most `MAX_DEFAULT_REWARD_WORKERS`.
+
+    Raises:
+        ValueError: the configured value is not a positive integer.
+    """
+    value = os.environ.get("TRL_PODS_REWARD_WORKERS")
+    if value is None:
+        local = os.environ.get("LOCAL_WORLD_SIZE", "1")
+        local_processes = int(local) if local.isdecimal() and int(local) > 0 else 1
+        return max(1, min(MAX_DEFAULT_REWARD_WORKERS, _usable_cores() // local_processes))
+    if not (value.strip().isdecimal() and int(value) > 0):
+        raise ValueError(f"TRL_PODS_REWARD_WORKERS must be a positive whole number of processes, got {value!r}.")
+    return int(value)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -292,20 +331,63 @@ class _Worker:
             self._proc = None
 
 
-_WORKER = _Worker()
+_WORKER = _Worker()  # scores every call; the first shard of a split one
+_EXTRA_WORKERS: list[_Worker] = []  # the other shards' workers, started when a call first needs them
+_EXTRA_WORKERS_LOCK = threading.Lock()
 
 
 def _reset_after_fork() -> None:
-    # A forked child must not share its parent's worker (nor a lock some other thread held at fork time); closing
-    # its copy of the pipe keeps "parent gone => pipe closed => idle worker exits" true.
-    global _WORKER
-    if _WORKER._conn is not None:
-        _WORKER._conn.close()
-    _WORKER = _Worker()
+    # A forked child must not share its parent's workers (nor a lock some other thread held at fork time); closing
+    # its copies of the pipes keeps "parent gone => pipe closed => idle worker exits" true.
+    global _WORKER, _EXTRA_WORKERS, _EXTRA_WORKERS_LOCK
+    for worker in (_WORKER, *_EXTRA_WORKERS):
+        if worker._conn is not None:
+            worker._conn.close()
+    _WORKER, _EXTRA_WORKERS, _EXTRA_WORKERS_LOCK = _Worker(), [], threading.Lock()
+
+
+def _close_all() -> None:
+    for worker in (_WORKER, *_EXTRA_WORKERS):
+        worker.close()
 
 
 os.register_at_fork(after_in_child=_reset_after_fork)
-atexit.register(lambda: _WORKER.close())
+atexit.register(_close_all)
+
+
+def _shard_count(n_items: int, workers: int) -> int:
+    """Shards to split ``n_items`` into: one per `MIN_ITEMS_PER_WORKER` items, at least 1, at most ``workers``."""
+    return max(1, min(workers, n_items // MIN_ITEMS_PER_WORKER))
+
+
+def _score(items: list[tuple[str, tuple[str, ...]]], timeout: float) -> list[float | None]:
+    """`_Worker.score` over up to `reward_workers()` workers at once: shard k is ``items[k::shards]``."""
+    shards = _shard_count(len(items), reward_workers())
+    if shards == 1:
+        return _WORKER.score(items, timeout)
+    with _EXTRA_WORKERS_LOCK:
+        _EXTRA_WORKERS.extend(_Worker() for _ in range(shards - 1 - len(_EXTRA_WORKERS)))
+        workers = [_WORKER, *_EXTRA_WORKERS[: shards - 1]]
+    answers: list[list[float | None] | BaseException | None] = [None] * shards
+
+    def run(k: int) -> None:
+        try:
+            answers[k] = workers[k].score(items[k::shards], timeout)
+        except BaseException as err:  # re-raised in the caller's thread below
+            answers[k] = err
+
+    threads = [threading.Thread(target=run, args=(k,), daemon=True) for k in range(1, shards)]
+    for thread in threads:
+        thread.start()
+    answers[0] = workers[0].score(items[0::shards], timeout)
+    for thread in threads:
+        thread.join()
+    results: list[float | None] = [None] * len(items)
+    for k, shard in enumerate(answers):
+        if isinstance(shard, BaseException):
+            raise shard
+        results[k::shards] = shard
+    return results
 
 
 def _correctness(completions: list, answer: list | None, solution: list | None) -> list[float | None]:
@@ -316,7 +398,7 @@ def _correctness(completions: list, answer: list | None, solution: list | None) 
     todo = [i for i, gold in enumerate(golds) if gold is not None]
     items = [(golds[i], _answer_candidates(_completion_text(completions[i]))) for i in todo]
     rewards: list[float | None] = [None] * n
-    for i, reward in zip(todo, _WORKER.score(items, reward_timeout()) if items else [], strict=True):
+    for i, reward in zip(todo, _score(items, reward_timeout()) if items else [], strict=True):
         rewards[i] = reward
     return rewards
 
