@@ -239,8 +239,8 @@ RECIPES = (
     ("single-GPU LoRA, GSM8K (`gsm8k_qwen2.5-3b_lora_pods.yaml`: 1 prompt × N = 64)", "1×L40S", "gsm8k", 64),
     ("single-GPU LoRA, MATH (`math_qwen2.5-3b_lora_pods.yaml`: 1 prompt × N = 32)", "1×L40S", "math", 32),
     ("8-GPU full FT, GSM8K (`gsm8k_qwen2.5-{3b,7b}_full_pods.yaml`: 2 prompts × N = 128)", "8×H100", "gsm8k", 256),
-    ("server-mode / 2-node recipes, GSM8K (256 per process)", "8×H100", "gsm8k", 256),
-    ("server-mode / 2-node recipes, GSM8K (128 per process)", "8×H100", "gsm8k", 128),
+    ("vLLM server, GSM8K (`gsm8k_qwen2.5-3b_full_pods_server.yaml`: 2 prompts × N = 128)", "8×H100", "gsm8k", 256),
+    ("2 nodes, GSM8K (`gsm8k_qwen2.5-7b_full_pods_2node.yaml`: 1 prompt × N = 128)", "8×H100", "gsm8k", 128),
 )
 PAPER_STEP_S = {"1×L40S": 10.1, "8×H100": 10.1}  # PODS paper, seconds per step (one generation + update) of PODS
 
