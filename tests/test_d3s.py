@@ -12,7 +12,7 @@ from trl_pods import PODSGRPOTrainer
 from trl_pods.advantages import full_group_advantages
 from trl_pods.down_sampling import max_advantage_variance, max_variance, max_variance_across_groups
 from trl_pods.schedules import kept_per_prompt, scheduled_value
-from trl_pods.token_selection import normaliser_weights, token_scores, top_fraction_mask
+from trl_pods.token_selection import normaliser_weights, select_top_tokens, token_budget, token_scores
 
 
 def _variance(values):
@@ -62,7 +62,7 @@ def test_token_mask_and_normaliser_weights_on_a_hand_computed_example():
     mask = torch.tensor([[1, 1, 1], [1, 1, 0]])  # the last token of row 2 is padding
     scores = token_scores(advantages, entropies)
     assert torch.allclose(scores, torch.tensor([[1.0, 2.0, 0.2], [3.0, 0.2, 9.0]]))
-    keep = top_fraction_mask(scores, mask, threshold=1.0)  # keeps 1.0, 2.0, 3.0; never the padding (9.0)
+    keep = select_top_tokens(scores, mask, fraction=0.6)  # 3 of 5 valid: 1.0, 2.0, 3.0; never the padding (9.0)
     assert keep.tolist() == [[True, True, False], [True, False, False]]
     grpo = normaliser_weights(keep, mask, "grpo", kept_total=3, valid_total=5)
     assert grpo.tolist() == [[1.5, 1.5, 0.0], [2.0, 0.0, 0.0]]  # row 1: 3 valid / 2 kept; row 2: 2 / 1
@@ -73,6 +73,46 @@ def test_token_mask_and_normaliser_weights_on_a_hand_computed_example():
     loss = torch.tensor([[1.0, 3.0, 5.0], [2.0, 4.0, 6.0]])
     per_sequence = (loss * grpo * mask).sum(1) / mask.sum(1)
     assert per_sequence.tolist() == [2.0, 2.0]
+
+
+def _mostly_zero_scores(zero_share: float, rows: int = 10, tokens: int = 20) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[rows, tokens]`` |A| x H scores whose first ``zero_share`` of rows have zero advantage (constant groups),
+    and a mask with one padded token per row."""
+    gen = torch.Generator().manual_seed(0)
+    advantages = torch.randn(rows, generator=gen).abs() + 0.1
+    advantages[: round(zero_share * rows)] = 0.0
+    scores = token_scores(advantages, torch.rand(rows, tokens, generator=gen) + 0.01)
+    mask = torch.ones(rows, tokens)
+    mask[:, -1] = 0
+    return scores, mask
+
+
+@pytest.mark.parametrize("zero_share", [0.7, 0.8])
+def test_token_selection_holds_the_budget_when_most_tokens_have_zero_advantage(zero_share):
+    """With more zero-score tokens than 1 - fraction, a quantile threshold of 0 used to keep every token. The budget
+    round(fraction x valid) holds exactly: every token strictly above the budget's score, then ties with it in
+    index order; a kept token never scores below a dropped one and padding is never kept."""
+    scores, mask = _mostly_zero_scores(zero_share)
+    valid = int(mask.sum())  # 190
+    keep = select_top_tokens(scores, mask, fraction=0.25)
+    assert int(keep.sum()) == token_budget(0.25, valid) == 48
+    assert not (keep & ~mask.bool()).any()
+    dropped = mask.bool() & ~keep
+    assert scores[keep].min() >= scores[dropped].max()
+    positive = scores > 0
+    if zero_share == 0.7:  # 57 positive tokens: the 48 largest
+        assert (keep <= positive).all()
+    else:  # 38 positive tokens, all kept, then the first 10 zero-score tokens in index order
+        assert (keep >= positive & mask.bool()).all()
+        zero_tokens = (mask.bool() & ~positive).flatten().nonzero().squeeze(1)
+        assert keep.flatten()[zero_tokens].tolist() == [True] * 10 + [False] * (len(zero_tokens) - 10)
+    assert torch.equal(keep, select_top_tokens(scores.clone(), mask, fraction=0.25)), "deterministic"
+
+
+def test_token_budget_rounds_and_keeps_at_least_one():
+    """The budget is round(fraction x valid), at least one token when any is valid, none when none is."""
+    assert [token_budget(0.25, v) for v in (0, 1, 4, 10, 190)] == [0, 1, 1, 3, 48]
+    assert token_budget(1.0, 7) == 7 and token_budget(0.5, 7) == 4
 
 
 @pytest.mark.parametrize("shape,values", [("constant", [8, 8, 8]), ("linear", [2, 5, 8]), ("cosine", [2, 5, 8])])
@@ -128,21 +168,43 @@ def test_token_selection_trains_and_logs_the_fraction(tiny_model_path, tmp_path)
     assert logs == pytest.approx([0.25, 0.5, 0.75])
 
 
-def test_token_selection_mask_inside_the_loss(tiny_model_path, tmp_path):
-    """The trainer's seam returns weights that keep the top half of tokens by |A| x H (across the micro-batch)."""
-    model, tokenizer = load(tiny_model_path)
+def _token_selection_trainer(path, tmp_path, loss_type: str, fraction: float) -> PODSGRPOTrainer:
+    model, tokenizer = load(path)
     config = pods_config(
-        tmp_path, pods_n=8, pods_m=4, per_device_train_batch_size=8, pods_token_fraction=0.5, loss_type="grpo"
+        tmp_path, pods_n=8, pods_m=4, per_device_train_batch_size=8, pods_token_fraction=fraction, loss_type=loss_type
     )
     trainer = PODSGRPOTrainer(
         model, token_sum_reward, config, train_dataset=prompts_dataset(), processing_class=tokenizer
     )
+    trainer.model.train()
+    return trainer
+
+
+def test_token_selection_mask_inside_the_loss(tiny_model_path, tmp_path):
+    """The trainer's seam returns weights that keep exactly the top half of tokens by |A| x H, ties in index order,
+    scaled so that grpo's per-sequence mean counts the kept tokens."""
+    trainer = _token_selection_trainer(tiny_model_path, tmp_path, "grpo", 0.5)
     trainer._loss_advantages = torch.tensor([1.0, -2.0])
     entropies = torch.tensor([[1.0, 2.0, 3.0, 4.0], [1.0, 1.0, 1.0, 1.0]])
     weights = trainer.get_high_entropy_mask(entropies, torch.ones(2, 4), threshold=0.0)
-    # scores: [[1, 2, 3, 4], [2, 2, 2, 2]]; the median is 2 -> keep >= 2 (ties kept): row 1 keeps 3 of 4 tokens
-    assert (weights > 0).tolist() == [[False, True, True, True], [True, True, True, True]]
-    assert weights[0, 1:].tolist() == pytest.approx([4 / 3] * 3) and weights[1].tolist() == [1.0] * 4
+    # scores: [[1, 2, 3, 4], [2, 2, 2, 2]]; budget 4: 3 and 4, then the first two 2s (row 1 col 1, row 2 col 1)
+    assert (weights > 0).tolist() == [[False, True, True, True], [True, False, False, False]]
+    assert weights[0, 1:].tolist() == pytest.approx([4 / 3] * 3) and weights[1].tolist() == [4.0, 0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("zero_share", [0.7, 0.8])
+def test_token_selection_seam_holds_the_budget_and_logs_the_kept_fraction(tiny_model_path, tmp_path, zero_share):
+    """With 70% or 80% zero-advantage tokens and pods_token_fraction = 0.25, the seam keeps exactly a quarter of the
+    tokens (it used to keep all of them at 80%), dapo's normaliser weight is exactly 1 / 0.25, and
+    pods/token_fraction_kept logs the fraction actually kept."""
+    trainer = _token_selection_trainer(tiny_model_path, tmp_path, "dapo", 0.25)
+    scores, mask = _mostly_zero_scores(zero_share)
+    trainer._loss_advantages = torch.ones(scores.size(0))  # scores = entropies
+    weights = trainer.get_high_entropy_mask(scores, mask, threshold=0.0)
+    kept = weights > 0
+    assert int(kept.sum()) == 48 and torch.equal(kept, select_top_tokens(scores, mask, 0.25))
+    assert weights[kept].tolist() == pytest.approx([190 / 48] * 48)
+    assert trainer._metrics["train"]["pods/token_fraction_kept"] == [pytest.approx(48 / 190)]
 
 
 def _constant_for_first_prompt(prompts, completion_ids, **kwargs):

@@ -35,7 +35,7 @@ from .advantages import full_group_advantages, nanstd
 from .config import PODSConfig
 from .down_sampling import get_down_sampler, max_variance_across_groups
 from .schedules import kept_per_prompt, scheduled_value
-from .token_selection import TOKEN_LEVEL_LOSSES, normaliser_weights, token_scores, top_fraction_mask
+from .token_selection import TOKEN_LEVEL_LOSSES, normaliser_weights, select_top_tokens, token_scores
 
 _UNSUPPORTED_ARGUMENTS = ("tools", "rollout_func", "environment_factory")
 SELECTION_LOG = "pods_selections.jsonl"
@@ -322,25 +322,41 @@ class PODSGRPOTrainer(GRPOTrainer):
         return end if start is None else scheduled_value(start, end, self._progress(), self.args.pods_schedule)
 
     def get_high_entropy_mask(self, entropies: torch.Tensor, mask: torch.Tensor, threshold: float) -> torch.Tensor:
-        """With D3S token selection, TRL's entropy-mask seam keeps the top `pods_token_fraction` of tokens by
-        |advantage| x entropy instead, as loss weights whose normaliser counts the kept tokens."""
+        """With D3S token selection, TRL's entropy-mask seam keeps exactly the top `pods_token_fraction` of tokens by
+        |advantage| x entropy instead, as loss weights whose normaliser counts the kept tokens.
+
+        The budget is per process, except for the losses normalised over all processes' tokens (`dapo`, `cispo`,
+        `vespo`), where one budget spans every process (ties broken by process, then position). The fraction kept
+        over all processes is logged as `pods/token_fraction_kept`.
+        """
         if not self._token_selection:
             return super().get_high_entropy_mask(entropies, mask, threshold)
         scores = token_scores(self._loss_advantages, entropies.detach())  # [B, T]
-        fraction = self._token_fraction()
         valid = mask.bool()
-        gathered = self.accelerator.gather(
-            self.accelerator.pad_across_processes(scores[valid].float(), pad_index=-1.0)
-        )
-        gathered = gathered[gathered >= 0]  # scores are non-negative; -1 marks padding
-        if gathered.numel() == 0 or fraction >= 1.0:
-            return mask.float()
-        keep = top_fraction_mask(scores, mask, torch.quantile(gathered, 1 - fraction).item())
-        if self.loss_type in TOKEN_LEVEL_LOSSES:  # normalised over all processes' tokens: count globally
-            counts = self.accelerator.reduce(torch.stack([keep.sum(), valid.sum()]).float(), reduction="sum")
+        global_budget = self.loss_type in TOKEN_LEVEL_LOSSES
+        if global_budget:
+            keep = self._select_tokens_across_processes(scores, valid, self._token_fraction())
         else:
-            counts = torch.stack([keep.sum(), valid.sum()]).float()
-        return normaliser_weights(keep, mask, self.loss_type, counts[0].item(), counts[1].item())
+            keep = select_top_tokens(scores, valid, self._token_fraction())
+        local_counts = torch.stack([keep.sum(), valid.sum()]).float()
+        counts = self.accelerator.reduce(local_counts.clone(), reduction="sum")  # [kept, valid] over all processes
+        mode = "train" if self.model.training else "eval"
+        self._metrics[mode]["pods/token_fraction_kept"].append((counts[0] / counts[1].clamp(min=1.0)).item())
+        kept_total, valid_total = (counts if global_budget else local_counts).tolist()
+        return normaliser_weights(keep, mask, self.loss_type, kept_total, valid_total)
+
+    def _select_tokens_across_processes(
+        self, scores: torch.Tensor, valid: torch.Tensor, fraction: float
+    ) -> torch.Tensor:
+        """``[B, T]`` bool: this process's share of one token budget over every process's valid tokens."""
+        local = scores[valid].float()  # [V_local]
+        padded = self.accelerator.pad_across_processes(local, pad_index=-1.0)  # [V_max]
+        gathered = self.accelerator.gather(padded)  # [P * V_max]; scores are >= 0, so -1 marks padding
+        keep = select_top_tokens(gathered, gathered >= 0, fraction)  # the same on every process
+        start = self.accelerator.process_index * padded.numel()
+        selected = torch.zeros_like(valid)
+        selected[valid] = keep[start : start + local.numel()]
+        return selected
 
     # ---------------------------------------------------------------- generation in rounds (micro-groups)
 
