@@ -103,8 +103,8 @@ def max_variance(rewards: torch.Tensor, m: int, *, generator: torch.Generator | 
     for all groups at once: O(N log N) per group, no Python loop over groups. Among equally good ``k`` (variances
     within ``TIE_TOLERANCE`` times the squared spread of the group's rewards, so that float rounding does not
     break exact ties) the largest wins: keep more of the best rollouts, e.g. two 1s of ``[0, 0, 1, 1, 1]`` for
-    ``m = 3``. Equal rewards are ordered by a stable sort, so the choice is deterministic. A group with fewer than ``m`` scored rollouts keeps all of them plus the lowest-indexed
-    unscorable ones.
+    ``m = 3``. Equal rewards are ordered by a stable sort, so the choice is deterministic. A group with fewer than
+    ``m`` scored rollouts keeps all of them plus the lowest-indexed unscorable ones.
 
     Args:
         rewards: ``[G, N]`` rewards, NaN for an unscorable rollout.
