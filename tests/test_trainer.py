@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from helpers import QUIET, load, pods_config, prompts_dataset, token_sum_reward
 from trl import GRPOConfig, GRPOTrainer
 
-from trl_pods import PODSGRPOTrainer
+from trl_pods import PODSConfig, PODSGRPOTrainer
 from trl_pods.advantages import full_group_advantages
 
 
@@ -126,8 +128,6 @@ def _grpo_run(trainer_cls, config_cls, path, out, **extra):
 
 def test_n_equals_m_reproduces_grpo_exactly(tiny_model_path, tmp_path):
     """pods_n == pods_m is plain GRPO: same seed → identical losses and parameters as trl.GRPOTrainer."""
-    from trl_pods import PODSConfig
-
     grpo_losses, grpo_params = _grpo_run(GRPOTrainer, GRPOConfig, tiny_model_path, tmp_path / "a", num_generations=4)
     pods_losses, pods_params = _grpo_run(
         PODSGRPOTrainer, PODSConfig, tiny_model_path, tmp_path / "b", pods_n=4, pods_m=4
@@ -270,3 +270,44 @@ def test_rejects_a_user_rule_with_a_wrong_result(tiny_model_path, tmp_path):
     )
     with pytest.raises(ValueError, match="distinct indices"):
         trainer.train()
+
+
+def test_builds_a_default_config_without_args(tiny_model_path, tmp_path, monkeypatch):
+    """Drop-in construction: `PODSGRPOTrainer(model, reward_funcs)` without `args` builds a default PODSConfig whose
+    output directory is named as GRPOTrainer names it (``<model name>-GRPO``), as TRL's test_init_minimal expects.
+    TRL's default config asks for bf16, which a CPU-only machine refuses for both trainers: the test stands in a
+    bf16-capable device."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("transformers.training_args.is_torch_bf16_gpu_available", lambda: True)
+    _, tokenizer = load(tiny_model_path)
+    trainer = PODSGRPOTrainer(
+        str(tiny_model_path), token_sum_reward, train_dataset=prompts_dataset(), processing_class=tokenizer
+    )
+    grpo = GRPOTrainer(
+        str(tiny_model_path), token_sum_reward, train_dataset=prompts_dataset(), processing_class=tokenizer
+    )
+    assert isinstance(trainer.args, PODSConfig)
+    assert trainer.args.output_dir == grpo.args.output_dir == f"{tiny_model_path.name}-GRPO"
+    assert (trainer.pods_m, trainer.pods_n) == (8, 32)
+
+
+def test_seams_fall_through_to_trl_without_pods_init(tiny_model_path, tmp_path):
+    """A trainer that TRL's own __init__ built (no PODS __init__, a GRPOConfig) behaves as GRPOTrainer in every
+    overridden seam: class-level defaults make each one fall through, so it trains to the same losses and weights.
+    A bare object (TRL-style unit tests build trainers with object.__new__) gets TRL's entropy mask."""
+    grpo_losses, grpo_params = _grpo_run(GRPOTrainer, GRPOConfig, tiny_model_path, tmp_path / "a", num_generations=4)
+
+    class TRLBuilt(PODSGRPOTrainer):
+        def __init__(self, *args, **kwargs):
+            GRPOTrainer.__init__(self, *args, **kwargs)
+
+    losses, params = _grpo_run(TRLBuilt, GRPOConfig, tiny_model_path, tmp_path / "b", num_generations=4)
+    assert losses == grpo_losses
+    assert all(torch.equal(value, params[name]) for name, value in grpo_params.items())
+
+    bare = object.__new__(PODSGRPOTrainer)
+    bare.accelerator = SimpleNamespace(gather=lambda t: t, pad_across_processes=lambda t, dim, pad_index: t)
+    entropies, mask = torch.tensor([[0.1, 0.5, 0.9], [0.3, 0.7, 2.0]]), torch.tensor([[1, 1, 1], [1, 1, 0]])
+    expected = GRPOTrainer.get_high_entropy_mask(bare, entropies, mask, 0.5)
+    assert torch.equal(bare.get_high_entropy_mask(entropies, mask, 0.5), expected)
+    assert bare._pods_phase1 is None and bare.pods_n is None

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from accelerate.utils import gather_object
 from trl import GRPOTrainer
+from trl.trainer.utils import get_config_model_id
 
 from .advantages import full_group_advantages, nanstd
 from .config import PODSConfig
@@ -55,13 +56,25 @@ def _take(values: list | None, rows: list[int]) -> list | None:
 class PODSGRPOTrainer(GRPOTrainer):
     """Drop-in replacement for `trl.GRPOTrainer` that trains on a down-sampled subset of the rollouts.
 
-    Takes the same arguments as `GRPOTrainer`; `args` must be a [`PODSConfig`]. Evaluation is unchanged (no
-    down-sampling). Tools, environments, `rollout_func` and vision inputs are not supported.
+    Takes the same arguments as `GRPOTrainer`; `args` must be a [`PODSConfig`] (without `args`, a default one is
+    built, its output directory named as `GRPOTrainer` names it). Evaluation is unchanged (no down-sampling). Tools,
+    environments, `rollout_func` and vision inputs are not supported.
     """
 
     _tag_names = [*GRPOTrainer._tag_names, "pods"]
+    # What the overridden seams read. With these class-level values every seam falls through to GRPOTrainer's
+    # behaviour on an object that this __init__ did not set up (built by TRL's __init__, or by object.__new__).
+    pods_n: int | None = None
+    pods_m: int | None = None
+    _pods_phase1: dict[str, Any] | None = None  # phase-1 results served to the parent in phase 2
+    _loss_advantages: torch.Tensor | None = None  # the micro-batch's advantages, for token selection
+    _token_selection: bool = False
+    _generation_chunk_size: int | None = None
 
     def __init__(self, model, reward_funcs=None, args: PODSConfig | None = None, *trainer_args, **trainer_kwargs):
+        if args is None:  # as GRPOTrainer does
+            model_name = model if isinstance(model, str) else get_config_model_id(model.config)
+            args = PODSConfig(f"{model_name.split('/')[-1]}-GRPO")
         if not isinstance(args, PODSConfig):
             raise TypeError(
                 f"PODSGRPOTrainer needs `args=trl_pods.PODSConfig(...)`, got {type(args).__name__}. PODSConfig takes "
@@ -78,8 +91,7 @@ class PODSGRPOTrainer(GRPOTrainer):
             raise ValueError("PODSGRPOTrainer does not support vision-language models; use trl.GRPOTrainer.")
         self.pods_n, self.pods_m = args.pods_n, args.pods_m
         self.down_sampler = get_down_sampler(args.pods_down_sampler)
-        self._pods_phase1: dict[str, Any] | None = None  # phase-1 results served to the parent in phase 2
-        self._loss_advantages: torch.Tensor | None = None  # the micro-batch's advantages, for token selection
+        self._generation_chunk_size = args.pods_generation_chunk_size
         self._token_selection = args.pods_token_fraction < 1.0 or args.pods_token_fraction_start is not None
         if self._token_selection:
             self.top_entropy_quantile = 0.0  # routes TRL's token-mask seam (get_high_entropy_mask) to D3S
@@ -89,6 +101,9 @@ class PODSGRPOTrainer(GRPOTrainer):
     @contextmanager
     def _generation_layout(self):
         """Within the block, TRL sees the batch as generated: groups of `pods_n` rows instead of `pods_m`."""
+        if self.pods_n is None:
+            yield
+            return
         kept_batch = self.args.generation_batch_size
         self.num_generations = self.pods_n
         self.args.generation_batch_size = kept_batch // self.pods_m * self.pods_n
@@ -104,14 +119,14 @@ class PODSGRPOTrainer(GRPOTrainer):
             return super().get_train_dataloader()
 
     def _get_dataloader(self, dataset, description, batch_size, *args, **kwargs):
-        if kwargs.get("is_training"):  # sized by TRL for the kept rows: pods_m per prompt
+        if kwargs.get("is_training") and self.pods_n is not None:  # sized by TRL for the kept rows: pods_m per prompt
             batch_size = batch_size // self.pods_m * self.pods_n
         return super()._get_dataloader(dataset, description, batch_size, *args, **kwargs)
 
     # ---------------------------------------------------------------- the two phases
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        if not self.model.training:
+        if self.pods_n is None or not self.model.training:
             return super()._generate_and_score_completions(inputs)
         if any("image" in row or "images" in row for row in inputs):
             raise ValueError("PODSGRPOTrainer does not support image inputs; use trl.GRPOTrainer.")
@@ -361,7 +376,7 @@ class PODSGRPOTrainer(GRPOTrainer):
     # ---------------------------------------------------------------- generation in rounds (micro-groups)
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, **kwargs):
-        chunk = self.args.pods_generation_chunk_size
+        chunk = self._generation_chunk_size
         if chunk is None or len(prompt_ids) <= chunk:
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, **kwargs)
         completion_ids = []
