@@ -131,10 +131,21 @@ def test_kept_per_prompt_keeps_micro_batches_even():
     assert kept_per_prompt(8.0, 8, prompts_per_process=1, steps_per_generation=1) == 8
 
 
-def _train(path, tmp_path, reward=token_sum_reward, **options):
+class _KeptCompletions(PODSGRPOTrainer):
+    """Records the completions each generation keeps."""
+
+    kept: list[list[str]]
+
+    def _generate_score_and_select(self, inputs):
+        phase1 = super()._generate_score_and_select(inputs)
+        self.kept = [*getattr(self, "kept", []), [c[0]["content"] for c in phase1["generation"][3]]]
+        return phase1
+
+
+def _train(path, tmp_path, reward=token_sum_reward, trainer_class=PODSGRPOTrainer, **options):
     model, tokenizer = load(path)
     config = pods_config(tmp_path, **{"pods_n": 8, "pods_m": 4, "per_device_train_batch_size": 8, **options})
-    trainer = PODSGRPOTrainer(model, reward, config, train_dataset=prompts_dataset(), processing_class=tokenizer)
+    trainer = trainer_class(model, reward, config, train_dataset=prompts_dataset(), processing_class=tokenizer)
     trainer.train()
     return trainer
 
@@ -145,6 +156,19 @@ def test_m_schedule_changes_the_kept_count_each_step(tiny_model_path, tmp_path):
     logs = [e for e in trainer.state.log_history if "pods/kept_per_prompt" in e]
     assert [e["pods/kept_per_prompt"] for e in logs] == [2, 3, 4]
     assert [e["pods/rollouts_trained"] for e in logs] == [4, 6, 8]
+
+
+def test_completions_table_holds_exactly_the_current_generation_under_an_m_schedule(tiny_model_path, tmp_path):
+    """TRL's completion logs are sized for pods_m; with a scheduled M of 2, 3, 4 each step's table must hold exactly
+    that generation's kept rows (4, 6, 8), not stale rows of the previous generation labelled with the new step."""
+    import pandas as pd
+
+    options = dict(max_steps=3, pods_m_start=2, pods_schedule="linear", log_completions=True)
+    trainer = _train(tiny_model_path, tmp_path, trainer_class=_KeptCompletions, **options)
+    for step, kept in enumerate(trainer.kept, start=1):
+        table = pd.read_parquet(tmp_path / "completions" / f"completions_{step:05d}.parquet")
+        assert [c[0]["content"] for c in table["completion"]] == kept, step
+        assert len(table) == 2 * (step + 1) and set(table["step"]) == {step}
 
 
 def test_cross_group_selection_trains_with_full_group_advantages(tiny_model_path, tmp_path):

@@ -311,3 +311,42 @@ def test_seams_fall_through_to_trl_without_pods_init(tiny_model_path, tmp_path):
     expected = GRPOTrainer.get_high_entropy_mask(bare, entropies, mask, 0.5)
     assert torch.equal(bare.get_high_entropy_mask(entropies, mask, 0.5), expected)
     assert bare._pods_phase1 is None and bare.pods_n is None
+
+
+def _logging_reward(name: str):
+    """A reward function that logs each completion's text to the column "text" (every function to the same one)
+    and to a column of its own."""
+
+    def reward(completions, completion_ids, log_extra, **kwargs):
+        texts = [c[0]["content"] for c in completions]
+        log_extra("text", texts)
+        log_extra(f"text_{name}", texts)
+        return token_sum_reward(completion_ids)
+
+    reward.__name__ = name
+    return reward
+
+
+def test_extra_columns_logged_by_reward_functions_follow_the_kept_rows(tiny_model_path, tmp_path):
+    """Columns that reward functions log for every generated row keep only the kept rows, in order, also when two
+    functions log the same column (its pending list then holds one block of rows per function), so the completions
+    table stays aligned."""
+    import pandas as pd
+
+    model, tokenizer = load(tiny_model_path)
+    config = pods_config(
+        tmp_path, pods_n=8, pods_m=4, per_device_train_batch_size=8, max_steps=1, log_completions=True
+    )
+    trainer = PODSGRPOTrainer(
+        model,
+        [_logging_reward("first"), _logging_reward("second")],
+        config,
+        train_dataset=prompts_dataset(),
+        processing_class=tokenizer,
+    )
+    trainer.train()
+    table = pd.read_parquet(tmp_path / "completions" / "completions_00001.parquet")
+    completions = [c[0]["content"] for c in table["completion"]]
+    assert len(completions) == 8
+    for column in ("text", "text_first", "text_second"):
+        assert table[column].tolist() == completions, column

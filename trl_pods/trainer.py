@@ -131,6 +131,7 @@ class PODSGRPOTrainer(GRPOTrainer):
         if any("image" in row or "images" in row for row in inputs):
             raise ValueError("PODSGRPOTrainer does not support image inputs; use trl.GRPOTrainer.")
         phase1 = self._generate_score_and_select(inputs)
+        self._clear_completion_logs()
         self._pods_phase1 = phase1
         self.num_generations = phase1["m"]  # the group size TRL's advantage code reads
         try:
@@ -261,10 +262,21 @@ class PODSGRPOTrainer(GRPOTrainer):
         return _constant_rows(scope)
 
     def _filter_pending_extra_logs(self, local: list[int], local_rows: int) -> None:
-        """Columns that reward functions logged for every generated row keep only the kept rows."""
+        """Columns that reward functions logged for every generated row keep only the kept rows; a column that several
+        functions logged holds one block of rows per function, and each block keeps its kept rows."""
         for column, values in self._pending_extra_logs.items():
-            if len(values) == local_rows:
-                self._pending_extra_logs[column] = [values[i] for i in local]
+            if values and len(values) % local_rows == 0:
+                blocks = range(0, len(values), local_rows)
+                self._pending_extra_logs[column] = [values[start + i] for start in blocks for i in local]
+
+    def _clear_completion_logs(self) -> None:
+        """The completions table holds exactly the generation about to be trained on. TRL's logs only drop old rows
+        as new ones push them out, and they are sized for `pods_m`: with a scheduled M below it, rows of the previous
+        generation would stay and be labelled with the new step."""
+        for rows in (self._logs["images"], self._logs["prompt"], self._logs["completion"], self._logs["advantages"]):
+            rows.clear()
+        self._logs["rewards"].clear()
+        self._logs["extra"].clear()
 
     def _log_selection(
         self, rewards: torch.Tensor, kept: torch.Tensor, m: int, selection_time: float, dropped: torch.Tensor
