@@ -350,3 +350,45 @@ def test_extra_columns_logged_by_reward_functions_follow_the_kept_rows(tiny_mode
     assert len(completions) == 8
     for column in ("text", "text_first", "text_second"):
         assert table[column].tolist() == completions, column
+
+
+class TokenSpy(PODSGRPOTrainer):
+    """Records, per generation, the prompt + completion tokens of every generated row and of the kept rows."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.generated_tokens: list[int] = []
+        self.kept_tokens: list[int] = []
+
+    def _generate(self, prompts):
+        generation = super()._generate(prompts)
+        if self._pods_phase1 is None and self.model.training:  # phase 1: every generated row
+            self.generated_tokens.append(_tokens(generation))
+        return generation
+
+    def _generate_score_and_select(self, inputs):
+        phase1 = super()._generate_score_and_select(inputs)
+        self.kept_tokens.append(_tokens(phase1["generation"]))
+        return phase1
+
+
+def _tokens(generation: tuple) -> int:
+    """Prompt plus completion tokens of the rows of a `_generate` result."""
+    return sum(len(p) + len(c) for p, c in zip(generation[0], generation[1], strict=True))
+
+
+def test_num_tokens_counts_the_trained_rows_and_tokens_generated_every_row(tiny_model_path, tmp_path):
+    """TRL's num_tokens counts the prompt and completion tokens of the rows trained on (the kept rows, as
+    GRPOTrainer with num_generations = pods_m counts its rows), cumulatively; pods/tokens_generated counts every
+    generated row, cumulatively."""
+    model, tokenizer = load(tiny_model_path)
+    config = pods_config(tmp_path, pods_n=8, pods_m=4, per_device_train_batch_size=4, max_steps=3)
+    trainer = TokenSpy(model, token_sum_reward, config, train_dataset=prompts_dataset(), processing_class=tokenizer)
+    trainer.train()
+    logs = [e for e in trainer.state.log_history if "num_tokens" in e]
+    assert len(logs) == len(trainer.kept_tokens) == len(trainer.generated_tokens) == 3
+    running_kept = running_generated = 0
+    for log, kept, generated in zip(logs, trainer.kept_tokens, trainer.generated_tokens, strict=True):
+        running_kept, running_generated = running_kept + kept, running_generated + generated
+        assert log["num_tokens"] == running_kept and log["pods/tokens_generated"] == running_generated
+    assert trainer.state.num_input_tokens_seen == running_kept < running_generated

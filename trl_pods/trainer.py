@@ -70,6 +70,7 @@ class PODSGRPOTrainer(GRPOTrainer):
     _loss_advantages: torch.Tensor | None = None  # the micro-batch's advantages, for token selection
     _token_selection: bool = False
     _generation_chunk_size: int | None = None
+    _tokens_generated: int = 0  # prompt + completion tokens of every generated row, all processes, cumulative
 
     def __init__(self, model, reward_funcs=None, args: PODSConfig | None = None, *trainer_args, **trainer_kwargs):
         if args is None:  # as GRPOTrainer does
@@ -160,6 +161,7 @@ class PODSGRPOTrainer(GRPOTrainer):
         n = self.pods_n
         local_rows = len(inputs)
         prompts = [row["prompt"] for row in inputs]
+        tokens_seen = self.state.num_input_tokens_seen
         with self._generation_layout():
             generation = self._generate(prompts)
         completions, completion_ids = generation[3], generation[1]
@@ -177,6 +179,7 @@ class PODSGRPOTrainer(GRPOTrainer):
         dropped = self._constant_groups(rewards.cpu(), kept).repeat_interleave(n)[kept_rows]  # [kept rows]
         local_dropped = dropped[(kept_rows >= first_row) & (kept_rows < first_row + local_rows)]  # [len(local)]
         self._filter_pending_extra_logs(local, local_rows)
+        self._count_tokens(tokens_seen, generation, local)
         self._log_selection(rewards.cpu(), kept, m, selection_time, dropped)
         if self.args.pods_selection_log:
             self._record_selection(prompts[::n], rewards, kept)
@@ -268,6 +271,19 @@ class PODSGRPOTrainer(GRPOTrainer):
             if values and len(values) % local_rows == 0:
                 blocks = range(0, len(values), local_rows)
                 self._pending_extra_logs[column] = [values[start + i] for start in blocks for i in local]
+
+    def _count_tokens(self, tokens_seen: int, generation: tuple, local: list[int]) -> None:
+        """`num_tokens` (TRL's `num_input_tokens_seen`) counts the rows trained on, as GRPOTrainer counts the rows
+        it generates: prompt and completion tokens of the kept rows, all processes. TRL's `_generate` counted every
+        generated row since ``tokens_seen``; those go to `pods/tokens_generated`. Both are cumulative."""
+        self._tokens_generated += self.state.num_input_tokens_seen - tokens_seen
+        prompt_ids, completion_ids, tool_mask = generation[:3]
+        completion_lengths = [len(ids) for ids in completion_ids] if tool_mask is None else map(sum, tool_mask)
+        lengths = [len(ids) + length for ids, length in zip(prompt_ids, completion_lengths, strict=True)]
+        kept = torch.tensor(sum(lengths[i] for i in local), device=self.accelerator.device)
+        self.state.num_input_tokens_seen = tokens_seen + self.accelerator.reduce(kept, reduction="sum").item()
+        self._metrics["train"]["num_tokens"] = [self.state.num_input_tokens_seen]
+        self._metrics["train"]["pods/tokens_generated"] = [self._tokens_generated]
 
     def _clear_completion_logs(self) -> None:
         """The completions table holds exactly the generation about to be trained on. TRL's logs only drop old rows
