@@ -7,6 +7,9 @@ count, so the test can compare ranks with each other and with a 1-process run.
 `--generation deterministic` replaces only the sampling step by a deterministic function of (prompt, index in the
 group), so a 1-process and a K-process run see identical rollouts; `--generation vllm-server` generates through the
 vLLM stand-in in server mode (rank 0 calls the engine; TRL's real code gathers, deduplicates and scatters).
+`--drop-constant` makes the groups of even prompts constant and drops them (prompts in order, so with 2 processes
+rank 0 holds only dropped rows), recording each micro-batch's loss against TRL's; `--token-fraction` turns on token
+selection and records the tokens each rank keeps.
 """
 
 import argparse
@@ -19,16 +22,28 @@ sys.path.insert(0, os.path.dirname(__file__))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
-from helpers import load, pods_config, prompts_dataset, token_sum_reward  # noqa: E402
+from helpers import (  # noqa: E402
+    DroppedLossRecorder,
+    constant_for_even_prompts,
+    load,
+    pods_config,
+    prompts_dataset,
+    token_sum_reward,
+)
 
-from trl_pods import PODSGRPOTrainer  # noqa: E402
 
-
-class RecordingTrainer(PODSGRPOTrainer):
+class RecordingTrainer(DroppedLossRecorder):
     def __init__(self, *args, deterministic: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
         self.records = []
+        self.token_counts = []
         self.deterministic = deterministic
+
+    def get_high_entropy_mask(self, entropies, mask, threshold):
+        weights = super().get_high_entropy_mask(entropies, mask, threshold)
+        if self._token_selection:
+            self.token_counts.append(dict(kept=int((weights > 0).sum()), valid=int(mask.sum())))
+        return weights
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, **kwargs):
         if not self.deterministic:
@@ -71,6 +86,10 @@ def main() -> None:
     parser.add_argument("--generation", default="model", choices=["model", "deterministic", "vllm-server"])
     parser.add_argument("--m-start", type=int, help="ramp the kept count from this value to 4 (linear schedule)")
     parser.add_argument("--cross-group", action="store_true", help="D3S cross-group selection")
+    parser.add_argument("--drop-constant", action="store_true", help="constant groups for even prompts, dropped")
+    parser.add_argument("--loss-type", default="dapo")
+    parser.add_argument("--token-fraction", type=float, default=1.0, help="D3S token selection")
+    parser.add_argument("--accumulation", type=int, default=1, help="gradient accumulation steps")
     args = parser.parse_args()
     torch.set_num_threads(1)
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -84,20 +103,25 @@ def main() -> None:
         extra.update(pods_m_start=args.m_start, pods_schedule="linear")
     if args.cross_group:
         extra.update(pods_cross_group=True, pods_advantage_scope="all")
+    if args.drop_constant:
+        extra.update(pods_drop_constant_groups=True, shuffle_dataset=False, beta=0.1)
     model, tokenizer = load(args.model)
     config = pods_config(
         args.out,
         pods_n=8,
         pods_m=4,
-        per_device_train_batch_size=8 // world,
+        per_device_train_batch_size=8 // world // args.accumulation,
+        gradient_accumulation_steps=args.accumulation,
         max_steps=2,
         pods_down_sampler=args.sampler,
         ddp_backend="gloo" if world > 1 else None,
+        loss_type=args.loss_type,
+        pods_token_fraction=args.token_fraction,
         **extra,
     )
     trainer = RecordingTrainer(
         model,
-        token_sum_reward,
+        constant_for_even_prompts if args.drop_constant else token_sum_reward,
         config,
         train_dataset=prompts_dataset(),
         processing_class=tokenizer,
@@ -109,7 +133,13 @@ def main() -> None:
         {k: v for k, v in e.items() if k.startswith(("pods/", "reward", "sampling/"))}
         for e in trainer.state.log_history
     ]
-    result = {"records": trainer.records, "logs": logs, "world": world}
+    result = {
+        "records": trainer.records,
+        "logs": logs,
+        "world": world,
+        "loss_records": getattr(trainer, "loss_records", []),
+        "token_counts": trainer.token_counts,
+    }
     if args.generation == "vllm-server" and rank == 0:
         from vllm_standin import FakeVLLMGeneration
 

@@ -6,11 +6,21 @@ import math
 
 import pytest
 import torch
-from helpers import load, pods_config, prompts_dataset, token_sum_reward
+from helpers import (
+    DroppedLossRecorder,
+    constant_for_even_prompts,
+    load,
+    pods_config,
+    prompts_dataset,
+    step_losses,
+    token_sum_reward,
+)
+from tiny_model import build_tokenizer, tiny_qwen2_moe
 
 from trl_pods import PODSGRPOTrainer
 from trl_pods.advantages import full_group_advantages
 from trl_pods.down_sampling import max_advantage_variance, max_variance, max_variance_across_groups
+from trl_pods.losses import optimizer_step_totals, sequence_average_scale
 from trl_pods.schedules import kept_per_prompt, scheduled_value
 from trl_pods.token_selection import normaliser_weights, select_top_tokens, token_budget, token_scores
 
@@ -251,6 +261,108 @@ def test_dropping_constant_groups_rescales_the_normaliser(tiny_model_path, tmp_p
     log = dropped.state.log_history[0]
     assert log["pods/frac_rollouts_dropped"] == 0.5
     assert log["loss"] == pytest.approx(2 * kept.state.log_history[0]["loss"], rel=1e-4, abs=1e-7)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(loss_type="grpo"),
+        dict(loss_type="grpo", top_entropy_quantile=0.5),
+        dict(loss_type="sapo"),
+        dict(loss_type="dr_grpo"),
+        dict(loss_type="luspo", importance_sampling_level="sequence"),
+        dict(loss_type="dapo"),
+        dict(loss_type="cispo"),
+        dict(loss_type="vespo"),
+    ],
+    ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()),
+)
+def test_loss_with_dropped_groups_equals_trl_loss_on_the_other_rows(tiny_model_path, tmp_path, options):
+    """With half the rows in constant groups and dropped, the loss (policy term, KL and entropy bonus) equals TRL's
+    loss computed on the other rows alone, for every accepted loss type. Rescaling the whole loss used to double the
+    entropy bonus of the sequence-averaged losses, which is already a mean over the rows not dropped."""
+    trainer = _train(
+        tiny_model_path,
+        tmp_path,
+        constant_for_even_prompts,
+        trainer_class=DroppedLossRecorder,
+        max_steps=2,
+        shuffle_dataset=False,
+        pods_drop_constant_groups=True,
+        entropy_coef=0.5,
+        beta=0.1,
+        **options,
+    )
+    assert [r["kept"] for r in trainer.loss_records] == [4, 4], "one of the two groups dropped at each step"
+    for loss, reference in step_losses([trainer.loss_records]):
+        assert loss == pytest.approx(reference, rel=1e-5, abs=1e-6)
+
+
+def test_optimizer_step_totals_and_sequence_average_scale():
+    """Each micro-batch of a generation gets the total of its aligned block of accumulation steps; the scale is 1
+    when nothing is dropped and never divides by zero."""
+    counts = torch.tensor([1.0, 3.0, 0.0, 2.0])
+    assert optimizer_step_totals(counts, 2).tolist() == [4.0, 4.0, 2.0, 2.0]
+    assert optimizer_step_totals(counts, 1).tolist() == counts.tolist()
+    assert optimizer_step_totals(counts, 4).tolist() == [6.0] * 4
+    assert sequence_average_scale(4, 2, 2, torch.tensor(16.0)).item() == 1.0
+    assert sequence_average_scale(4, 2, 2, torch.tensor(6.0)).item() == pytest.approx(16 / 6)
+    assert sequence_average_scale(4, 1, 1, torch.tensor(0.0)).item() == 4.0
+
+
+def test_router_loss_is_not_rescaled_with_dropped_groups(tmp_path):
+    """A Mixture-of-Experts model: the router auxiliary loss is TRL's, over every row of the forward pass, and is
+    not rescaled with the policy term: the loss differs from TRL's loss on the non-dropped rows alone exactly by the
+    coefficient times the difference of the two router losses (rescaling the whole loss doubled it)."""
+    tokenizer = build_tokenizer()
+    config = pods_config(
+        tmp_path,
+        pods_n=8,
+        pods_m=4,
+        per_device_train_batch_size=8,
+        max_steps=2,
+        shuffle_dataset=False,
+        pods_drop_constant_groups=True,
+        loss_type="grpo",
+    )
+    trainer = DroppedLossRecorder(
+        tiny_qwen2_moe(tokenizer, router_aux_loss_coef=0.5),
+        constant_for_even_prompts,
+        config,
+        train_dataset=prompts_dataset(),
+        processing_class=tokenizer,
+    )
+    assert trainer.aux_loss_enabled
+    trainer.train()
+    assert [r["kept"] for r in trainer.loss_records] == [4, 4]
+    for record in trainer.loss_records:
+        all_rows, kept_rows = record["aux_loss"]
+        expected = record["reference"] + 0.5 * (all_rows - kept_rows)
+        assert record["loss"] == pytest.approx(expected, rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo"])
+def test_dropped_groups_are_counted_over_the_whole_optimizer_step(tiny_model_path, tmp_path, loss_type):
+    """With gradient accumulation (2 micro-batches per step), the optimizer step's loss averages over the step's
+    non-dropped sequences, as TRL's loss on those rows taken as one batch; a per-micro-batch rescale weighted a
+    micro-batch with few such rows like one with many."""
+    trainer = _train(
+        tiny_model_path,
+        tmp_path,
+        constant_for_even_prompts,
+        trainer_class=DroppedLossRecorder,
+        max_steps=3,
+        shuffle_dataset=False,
+        pods_drop_constant_groups=True,
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=2,
+        loss_type=loss_type,
+        beta=0.1,
+    )
+    kept = [[r["kept"] for r in trainer.loss_records if r["step"] == step] for step in range(3)]
+    assert all(sum(step) == 4 for step in kept) and any(len(set(step)) > 1 for step in kept), kept
+    for loss, reference in step_losses([trainer.loss_records]):
+        assert loss == pytest.approx(reference, rel=1e-5, abs=1e-6)
 
 
 def test_generation_in_rounds_gives_the_same_rollouts(tiny_model_path, tmp_path):

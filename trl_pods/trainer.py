@@ -14,8 +14,9 @@ The data loader is sized for the generated rows: each prompt is repeated N times
 prompt groups (`PODSConfig` checks the layout).
 
 Beyond PODS, the same two phases carry D3S: cross-group selection and a scheduled M in phase 1, a zero loss mask
-for dropped constant groups (TRL's per-token loss mask, so its normalisers skip them), and token-level selection
-through TRL's token-mask seam `get_high_entropy_mask`, called from the training forward with its entropies.
+for dropped constant groups (TRL's per-token loss mask, so its token counts skip them, and a sequence-averaged policy
+term rescaled to the optimizer step's remaining sequences), and token-level selection through TRL's token-mask seam
+`get_high_entropy_mask`, called from the training forward with its entropies.
 """
 
 from __future__ import annotations
@@ -35,12 +36,12 @@ from trl.trainer.utils import get_config_model_id
 from .advantages import full_group_advantages, nanstd
 from .config import PODSConfig
 from .down_sampling import get_down_sampler, max_variance_across_groups
+from .losses import SEQUENCE_AVERAGE_LOSSES, entropy_bonus, optimizer_step_totals, sequence_average_scale
 from .schedules import kept_per_prompt, scheduled_value
 from .token_selection import TOKEN_LEVEL_LOSSES, normaliser_weights, select_top_tokens, token_scores
 
 _UNSUPPORTED_ARGUMENTS = ("tools", "rollout_func", "environment_factory")
 SELECTION_LOG = "pods_selections.jsonl"
-SEQUENCE_AVERAGE_LOSSES = ("grpo", "sapo", "dr_grpo", "luspo")  # losses averaged over the micro-batch's sequences
 
 
 def weighted_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -71,6 +72,8 @@ class PODSGRPOTrainer(GRPOTrainer):
     _token_selection: bool = False
     _generation_chunk_size: int | None = None
     _tokens_generated: int = 0  # prompt + completion tokens of every generated row, all processes, cumulative
+    _count_step_sequences: bool = False  # dropped groups with a sequence-averaged loss: rescale its policy term
+    _loss_forward: dict[str, Any] | None = None  # what the training forward computed, while it is rescaled
 
     def __init__(self, model, reward_funcs=None, args: PODSConfig | None = None, *trainer_args, **trainer_kwargs):
         if args is None:  # as GRPOTrainer does
@@ -93,6 +96,7 @@ class PODSGRPOTrainer(GRPOTrainer):
         self.pods_n, self.pods_m = args.pods_n, args.pods_m
         self.down_sampler = get_down_sampler(args.pods_down_sampler)
         self._generation_chunk_size = args.pods_generation_chunk_size
+        self._count_step_sequences = args.pods_drop_constant_groups and args.loss_type in SEQUENCE_AVERAGE_LOSSES
         self._token_selection = args.pods_token_fraction < 1.0 or args.pods_token_fraction_start is not None
         if self._token_selection:
             self.top_entropy_quantile = 0.0  # routes TRL's token-mask seam (get_high_entropy_mask) to D3S
@@ -347,17 +351,73 @@ class PODSGRPOTrainer(GRPOTrainer):
 
     # ---------------------------------------------------------------- loss: dropped groups, D3S token selection
 
+    def _prepare_inputs(self, generation_batch: dict[str, Any]) -> dict[str, Any]:
+        if not self._count_step_sequences:
+            return super()._prepare_inputs(generation_batch)
+        buffered = self._buffered_inputs
+        inputs = super()._prepare_inputs(generation_batch)
+        if self._buffered_inputs is not buffered:  # a new generation, shuffled and split into micro-batches
+            self._annotate_step_sequences(self._buffered_inputs)
+        return inputs
+
+    def _annotate_step_sequences(self, micro_batches: list[dict[str, Any]]) -> None:
+        """Give each micro-batch of a new generation the number of sequences its optimizer step keeps in the loss,
+        over all processes (`pods_drop_constant_groups` with a sequence-averaged loss; see `_compute_loss`)."""
+        local = torch.stack([(~batch["pods_dropped"]).sum() for batch in micro_batches]).float()  # [S]
+        counts = self.accelerator.reduce(local, reduction="sum")  # [S], all processes
+        totals = optimizer_step_totals(counts, self.args.gradient_accumulation_steps)  # [S]
+        for batch, total in zip(micro_batches, totals, strict=True):
+            batch["pods_step_sequences"] = total
+
     def _compute_loss(self, model, inputs):
+        """TRL's loss; with dropped constant groups, a sequence-averaged policy term (with its KL) averages over the
+        optimizer step's non-dropped sequences on all processes. The entropy bonus (a mean over the non-dropped
+        tokens already) and the MoE router loss keep TRL's values."""
+        step_sequences = inputs.get("pods_step_sequences")  # [] set by _annotate_step_sequences
+        entropy_coef = self._applied_entropy_coef() if step_sequences is not None else 0.0
         self._loss_advantages = inputs["advantages"]  # read by get_high_entropy_mask (token selection)
+        self._loss_forward = {} if step_sequences is not None else None
         try:
             loss = super()._compute_loss(model, inputs)
+            forward = self._loss_forward
         finally:
-            self._loss_advantages = None
-        dropped = inputs.get("pods_dropped")
-        if dropped is not None and self.loss_type in SEQUENCE_AVERAGE_LOSSES:
-            # These losses average over the micro-batch's sequences; count only the ones not dropped.
-            loss = loss * dropped.numel() / max(int((~dropped).sum()), 1)
-        return loss
+            self._loss_advantages = self._loss_forward = None
+        if step_sequences is None:
+            return loss
+        kept_as_is = self._entropy_and_router_terms(inputs, forward, entropy_coef)
+        accumulation, processes = self.current_gradient_accumulation_steps, self.accelerator.num_processes
+        scale = sequence_average_scale(inputs["advantages"].size(0), accumulation, processes, step_sequences)
+        return kept_as_is + scale * (loss - kept_as_is)
+
+    def _applied_entropy_coef(self) -> float:
+        """The entropy-bonus coefficient TRL's `_compute_loss` applies to the coming micro-batch (read before its
+        adaptive controller updates the coefficient at the end of an optimizer step)."""
+        if not self._entropy_bonus_enabled:
+            return 0.0
+        if self.use_adaptive_entropy and self._last_world_entropy > self.args.entropy_target:
+            return 0.0
+        return self.entropy_coef
+
+    def _entropy_and_router_terms(
+        self, inputs: dict[str, Any], forward: dict[str, Any], entropy_coef: float
+    ) -> torch.Tensor | float:
+        """The entropy bonus and the MoE router loss as TRL's `_compute_loss` added them, from the same forward."""
+        accumulation = self.current_gradient_accumulation_steps
+        terms = 0.0
+        if entropy_coef:
+            mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)  # [B, T]
+            if forward.get("entropy_mask") is not None:
+                mask = mask * forward["entropy_mask"]
+            terms = terms - entropy_coef * entropy_bonus(forward["entropies"], mask, accumulation)
+        if self.aux_loss_enabled:
+            terms = terms + self.router_aux_loss_coef * forward["aux_loss"] / accumulation
+        return terms
+
+    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+        logps, entropies, aux_loss = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        if self._loss_forward is not None:  # the training forward of a micro-batch whose policy term is rescaled
+            self._loss_forward.update(entropies=entropies, aux_loss=aux_loss)
+        return logps, entropies, aux_loss
 
     def _token_fraction(self) -> float:
         start = self.args.pods_token_fraction_start
@@ -372,8 +432,16 @@ class PODSGRPOTrainer(GRPOTrainer):
         `vespo`), where one budget spans every process (ties broken by process, then position). The fraction kept
         over all processes is logged as `pods/token_fraction_kept`.
         """
-        if not self._token_selection:
-            return super().get_high_entropy_mask(entropies, mask, threshold)
+        if self._token_selection:
+            weights = self._token_selection_weights(entropies, mask)
+        else:
+            weights = super().get_high_entropy_mask(entropies, mask, threshold)
+        if self._loss_forward is not None:  # the entropy bonus of a rescaled micro-batch acts on these tokens
+            self._loss_forward["entropy_mask"] = weights
+        return weights
+
+    def _token_selection_weights(self, entropies: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """``[B, T]`` loss weights of D3S token selection (see `get_high_entropy_mask`)."""
         scores = token_scores(self._loss_advantages, entropies.detach())  # [B, T]
         valid = mask.bool()
         global_budget = self.loss_type in TOKEN_LEVEL_LOSSES
