@@ -392,3 +392,29 @@ def test_num_tokens_counts_the_trained_rows_and_tokens_generated_every_row(tiny_
         running_kept, running_generated = running_kept + kept, running_generated + generated
         assert log["num_tokens"] == running_kept and log["pods/tokens_generated"] == running_generated
     assert trainer.state.num_input_tokens_seen == running_kept < running_generated
+
+
+def test_resume_state_is_restored_only_with_the_same_generation_layout(tiny_model_path, tmp_path):
+    """A checkpoint's per-process PODS state round-trips (micro-step, buffered micro-batches, generated-token count).
+    Resumed with another steps_per_generation, the buffer and position are discarded (a new generation, as TRL
+    does) and only the token count is kept."""
+
+    def trainer(steps_per_generation: int) -> PODSGRPOTrainer:
+        model, tokenizer = load(tiny_model_path)
+        config = pods_config(
+            tmp_path, pods_n=8, pods_m=4, per_device_train_batch_size=4, steps_per_generation=steps_per_generation
+        )
+        return PODSGRPOTrainer(
+            model, token_sum_reward, config, train_dataset=prompts_dataset(), processing_class=tokenizer
+        )
+
+    saved = trainer(2)
+    saved._step, saved._tokens_generated = 3, 123
+    saved._buffered_inputs = [{"advantages": torch.tensor([0.5, -0.5])}, {"advantages": torch.tensor([1.0, -1.0])}]
+    saved._save_rng_state(str(tmp_path))
+    same, other = trainer(2), trainer(1)
+    for resumed in (same, other):
+        resumed._load_rng_state(str(tmp_path))
+        assert resumed._tokens_generated == 123
+    assert same._step == 3 and [b["advantages"].tolist() for b in same._buffered_inputs] == [[0.5, -0.5], [1.0, -1.0]]
+    assert other._step == 0 and other._buffered_inputs is None

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import time
 from contextlib import contextmanager
@@ -42,6 +43,8 @@ from .token_selection import TOKEN_LEVEL_LOSSES, normaliser_weights, select_top_
 
 _UNSUPPORTED_ARGUMENTS = ("tools", "rollout_func", "environment_factory")
 SELECTION_LOG = "pods_selections.jsonl"
+RESUME_STATE = "pods_state_{}.pt"  # per process index, beside a checkpoint's RNG states
+logger = logging.getLogger(__name__)
 
 
 def weighted_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -468,6 +471,53 @@ class PODSGRPOTrainer(GRPOTrainer):
         selected = torch.zeros_like(valid)
         selected[valid] = keep[start : start + local.numel()]
         return selected
+
+    # ---------------------------------------------------------------- resume: the position in the generation cycle
+
+    def _save_rng_state(self, output_dir: str) -> None:
+        """Beside its RNG state, each process saves what an exact resume needs beyond TRL's checkpoint: the position
+        in the generation cycle (TRL's micro-step counter), the buffered micro-batches of the current generation
+        (still to be trained on when `steps_per_generation > gradient_accumulation_steps` or `num_iterations > 1`)
+        and the count behind `pods/tokens_generated`."""
+        super()._save_rng_state(output_dir)
+        if self.pods_n is None:
+            return
+        state = {
+            "layout": self._cycle_layout(),
+            "step": self._step,
+            "buffered_inputs": self._buffered_inputs,
+            "tokens_generated": self._tokens_generated,
+        }
+        torch.save(state, os.path.join(output_dir, RESUME_STATE.format(self.accelerator.process_index)))
+
+    def _load_rng_state(self, checkpoint: str | None) -> None:
+        """Trainer calls this once when it resumes, just before the first step: restore what `_save_rng_state`
+        saved, so that a checkpoint inside a generation cycle continues with the same rollouts."""
+        super()._load_rng_state(checkpoint)
+        if checkpoint is None or self.pods_n is None:
+            return
+        path = os.path.join(checkpoint, RESUME_STATE.format(self.accelerator.process_index))
+        if not os.path.isfile(path):  # e.g. a GRPOTrainer checkpoint: TRL's behaviour, a new generation
+            return
+        state = torch.load(path, map_location=self.accelerator.device, weights_only=True)
+        self._tokens_generated = state["tokens_generated"]
+        if state["layout"] != self._cycle_layout():
+            logger.warning(
+                "Resuming with steps_per_generation, num_iterations, gradient_accumulation_steps or the number of "
+                "processes changed (%s, was %s): the saved generation is discarded and a new one starts, as in TRL.",
+                self._cycle_layout(),
+                state["layout"],
+            )
+            return
+        self._step, self._buffered_inputs = state["step"], state["buffered_inputs"]
+
+    def _cycle_layout(self) -> list[int]:
+        return [
+            self.args.steps_per_generation,
+            self.num_iterations,
+            self.args.gradient_accumulation_steps,
+            self.accelerator.num_processes,
+        ]
 
     # ---------------------------------------------------------------- generation in rounds (micro-groups)
 
