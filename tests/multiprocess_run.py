@@ -9,7 +9,8 @@ group), so a 1-process and a K-process run see identical rollouts; `--generation
 vLLM stand-in in server mode (rank 0 calls the engine; TRL's real code gathers, deduplicates and scatters).
 `--drop-constant` makes the groups of even prompts constant and drops them (prompts in order, so with 2 processes
 rank 0 holds only dropped rows), recording each micro-batch's loss against TRL's; `--token-fraction` turns on token
-selection and records the tokens each rank keeps.
+selection and records the tokens each rank keeps; `--chunk-size` generates in rounds and records how many times
+DeepSpeed ZeRO-3 gathered the weights for each generation (launch it with accelerate and a ZeRO-3 config).
 """
 
 import argparse
@@ -17,6 +18,7 @@ import json
 import os
 import sys
 import zlib
+from contextlib import contextmanager
 
 sys.path.insert(0, os.path.dirname(__file__))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -37,6 +39,7 @@ class RecordingTrainer(DroppedLossRecorder):
         super().__init__(*args, **kwargs)
         self.records = []
         self.token_counts = []
+        self.weight_gathers = []
         self.deterministic = deterministic
 
     def get_high_entropy_mask(self, entropies, mask, threshold):
@@ -46,6 +49,13 @@ class RecordingTrainer(DroppedLossRecorder):
         return weights
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, **kwargs):
+        if self.is_deepspeed_enabled:
+            with _counting_weight_gathers() as gathers:
+                result = super()._generate_single_turn(
+                    prompt_ids, images, multimodal_fields, num_generations, **kwargs
+                )
+            self.weight_gathers.append(len(gathers))
+            return result
         if not self.deterministic:
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, **kwargs)
         completions = []
@@ -78,6 +88,25 @@ class RecordingTrainer(DroppedLossRecorder):
         return output
 
 
+@contextmanager
+def _counting_weight_gathers():
+    """Within the block, count the DeepSpeed ZeRO-3 gathers of the full weights (`GatheredParameters` entered)."""
+    import deepspeed
+
+    gathered_parameters = deepspeed.zero.GatheredParameters
+    gathers, enter = [], gathered_parameters.__enter__
+
+    def counting_enter(self):
+        gathers.append(1)
+        return enter(self)
+
+    gathered_parameters.__enter__ = counting_enter
+    try:
+        yield gathers
+    finally:
+        gathered_parameters.__enter__ = enter
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("model")
@@ -90,6 +119,7 @@ def main() -> None:
     parser.add_argument("--loss-type", default="dapo")
     parser.add_argument("--token-fraction", type=float, default=1.0, help="D3S token selection")
     parser.add_argument("--accumulation", type=int, default=1, help="gradient accumulation steps")
+    parser.add_argument("--chunk-size", type=int, help="generate in rounds of this many sequences")
     args = parser.parse_args()
     torch.set_num_threads(1)
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -114,7 +144,8 @@ def main() -> None:
         gradient_accumulation_steps=args.accumulation,
         max_steps=2,
         pods_down_sampler=args.sampler,
-        ddp_backend="gloo" if world > 1 else None,
+        ddp_backend="gloo" if world > 1 or os.environ.get("ACCELERATE_USE_DEEPSPEED") == "true" else None,
+        pods_generation_chunk_size=args.chunk_size,
         loss_type=args.loss_type,
         pods_token_fraction=args.token_fraction,
         **extra,
@@ -139,6 +170,7 @@ def main() -> None:
         "world": world,
         "loss_records": getattr(trainer, "loss_records", []),
         "token_counts": trainer.token_counts,
+        "weight_gathers": trainer.weight_gathers,
     }
     if args.generation == "vllm-server" and rank == 0:
         from vllm_standin import FakeVLLMGeneration

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from accelerate.utils import gather_object
 from trl import GRPOTrainer
+from trl.models import unwrap_model_for_generation
 from trl.trainer.utils import get_config_model_id
 
 from .advantages import full_group_advantages, nanstd
@@ -526,12 +527,33 @@ class PODSGRPOTrainer(GRPOTrainer):
         if chunk is None or len(prompt_ids) <= chunk:
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, **kwargs)
         completion_ids = []
-        for first in range(0, len(prompt_ids), chunk):  # peak generation memory is set by `chunk`, not by N
-            ids, _ = super()._generate_single_turn(
-                prompt_ids[first : first + chunk], images, multimodal_fields, num_generations, **kwargs
-            )
-            completion_ids.extend(ids)
+        with self._weights_gathered_for_all_rounds():
+            for first in range(0, len(prompt_ids), chunk):  # peak generation memory is set by `chunk`, not by N
+                ids, _ = super()._generate_single_turn(
+                    prompt_ids[first : first + chunk], images, multimodal_fields, num_generations, **kwargs
+                )
+                completion_ids.extend(ids)
         return completion_ids, None
+
+    @contextmanager
+    def _weights_gathered_for_all_rounds(self):
+        """Under DeepSpeed ZeRO-3 with `ds3_gather_for_generation`, TRL gathers the full weights around each
+        `generate` call, which would be once per round: gather them once for all rounds instead, as TRL does, and
+        let each round generate on them."""
+        if not (self._dist.is_zero3 and self.args.ds3_gather_for_generation):
+            yield
+            return
+        with unwrap_model_for_generation(
+            self.model_wrapped,
+            self.accelerator,
+            gather_deepspeed3_params=True,
+            gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+        ):
+            self.args.ds3_gather_for_generation = False
+            try:
+                yield
+            finally:
+                self.args.ds3_gather_for_generation = True
 
 
 def _digest(value: Any) -> str:
