@@ -138,7 +138,11 @@ class PODSGRPOTrainer(GRPOTrainer):
         if self.pods_n is None or not self.model.training:
             return super()._generate_and_score_completions(inputs)
         if any("image" in row or "images" in row for row in inputs):
-            raise ValueError("PODSGRPOTrainer does not support image inputs; use trl.GRPOTrainer.")
+            raise ValueError(
+                "PODSGRPOTrainer does not support image inputs (an 'image' or 'images' column, which GRPOTrainer "
+                "treats as vision inputs even when its values are None). Remove the column from a text-only dataset, "
+                "or use trl.GRPOTrainer for a vision-language model."
+            )
         phase1 = self._generate_score_and_select(inputs)
         self._clear_completion_logs()
         self._pods_phase1 = phase1
