@@ -10,7 +10,8 @@ from helpers import QUIET, load, pods_config, prompts_dataset, token_sum_reward
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_pods import PODSConfig, PODSGRPOTrainer
-from trl_pods.advantages import full_group_advantages
+from trl_pods.advantages import full_group_advantages, group_objective
+from trl_pods.down_sampling import max_variance
 
 
 class SpyTrainer(PODSGRPOTrainer):
@@ -420,3 +421,79 @@ def test_resume_state_is_restored_only_with_the_same_generation_layout(tiny_mode
         assert resumed._tokens_generated == 123
     assert same._step == 3 and [b["advantages"].tolist() for b in same._buffered_inputs] == [[0.5, -0.5], [1.0, -1.0]]
     assert other._step == 0 and other._buffered_inputs is None
+
+
+def _large_scale_reward(completion_ids, **kwargs) -> list[float]:
+    return [100.0 * (sum(ids) % 7) for ids in completion_ids]
+
+
+def _flag_reward(completion_ids, **kwargs) -> list[float]:
+    return [float(sum(ids) % 3 == 0) for ids in completion_ids]
+
+
+class RewardMatrixSpy(PODSGRPOTrainer):
+    """Records phase 1's gathered ``[rows, F]`` reward matrix and its selection."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.matrices: list[torch.Tensor] = []
+        self.kept: list[torch.Tensor] = []
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        if self._pods_phase1 is None:
+            self.matrices.append(rewards_per_func.clone())
+        return rewards_per_func
+
+    def _generate_score_and_select(self, inputs):
+        phase1 = super()._generate_score_and_select(inputs)
+        self.kept.append(phase1["kept"])
+        return phase1
+
+
+def test_normalize_then_sum_selects_on_the_normalised_objective(tiny_model_path, tmp_path):
+    """With multi_objective_aggregation='normalize_then_sum' TRL normalises each reward function within the group
+    before summing, so a function with a large scale does not dominate. Selection ranks the same objective (each
+    function normalised over the group's N rollouts, weighted and summed), not the raw weighted sum, which could keep
+    a pair whose advantages TRL then sets to zero."""
+    model, tokenizer = load(tiny_model_path)
+    config = pods_config(
+        tmp_path,
+        pods_n=8,
+        pods_m=2,
+        per_device_train_batch_size=4,
+        max_steps=3,
+        multi_objective_aggregation="normalize_then_sum",
+    )
+    trainer = RewardMatrixSpy(
+        model, [_large_scale_reward, _flag_reward], config, train_dataset=prompts_dataset(), processing_class=tokenizer
+    )
+    trainer.train()
+    differs = False
+    for matrix, kept in zip(trainer.matrices, trainer.kept, strict=True):
+        grouped = matrix.view(-1, 8, 2)  # [G, N, F]
+        expected = group_objective(grouped, torch.ones(2), "normalize_then_sum")
+        expected_kept = torch.zeros(kept.shape, dtype=torch.bool).scatter_(1, max_variance(expected, 2), True)
+        assert torch.equal(kept, expected_kept)
+        raw_kept = torch.zeros(kept.shape, dtype=torch.bool).scatter_(1, max_variance(grouped.sum(2), 2), True)
+        differs |= not torch.equal(raw_kept, expected_kept)
+    assert differs, "the raw weighted sum would have chosen the same rollouts: the test would not discriminate"
+
+
+def test_group_objective_normalises_each_function_within_the_group():
+    """A large-scale function (0..50) and a flag: the raw sum's max-variance pair {0, 5} has opposite normalised
+    rewards, so TRL's normalize_then_sum gives both rows almost the same objective over that pair (advantages near
+    zero); the normalised objective over all N picks {1, 5} instead. Rows outside `rows` and unscorable rows are
+    NaN."""
+    grouped = torch.tensor([[[0.0, 1.0], [10.0, 0.0], [20.0, 0.0], [30.0, 0.0], [40.0, 0.0], [50.0, 0.0]]])
+    weights = torch.ones(2)
+    raw = group_objective(grouped, weights, "sum_then_normalize")
+    assert raw.tolist() == [[1.0, 10.0, 20.0, 30.0, 40.0, 50.0]]
+    assert max_variance(raw, 2).tolist() == [[0, 5]]
+    assert max_variance(group_objective(grouped, weights, "normalize_then_sum"), 2).tolist() == [[1, 5]]
+    pair = torch.tensor([[True, False, False, False, False, True]])
+    over_pair = group_objective(grouped, weights, "normalize_then_sum", rows=pair)
+    assert over_pair[0, [0, 5]].tolist() == pytest.approx([0.0, 0.0], abs=1e-3) and over_pair[0, 1:5].isnan().all()
+    unscorable = grouped.clone()
+    unscorable[0, 2] = torch.nan
+    assert group_objective(unscorable, weights, "normalize_then_sum")[0, 2].isnan()

@@ -35,7 +35,7 @@ from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 from trl.trainer.utils import get_config_model_id
 
-from .advantages import full_group_advantages, nanstd
+from .advantages import full_group_advantages, group_objective, nanstd
 from .config import PODSConfig
 from .down_sampling import get_down_sampler, max_variance_across_groups
 from .losses import SEQUENCE_AVERAGE_LOSSES, entropy_bonus, optimizer_step_totals, sequence_average_scale
@@ -46,12 +46,6 @@ _UNSUPPORTED_ARGUMENTS = ("tools", "rollout_func", "environment_factory")
 SELECTION_LOG = "pods_selections.jsonl"
 RESUME_STATE = "pods_state_{}.pt"  # per process index, beside a checkpoint's RNG states
 logger = logging.getLogger(__name__)
-
-
-def weighted_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """Scalar reward per rollout as TRL sums it: ``[B, F] -> [B]``, NaN where every function returned None."""
-    rewards = (rewards_per_func * weights.to(rewards_per_func.device)).nansum(dim=1)
-    return rewards.masked_fill(torch.isnan(rewards_per_func).all(dim=1), torch.nan)
 
 
 def _take(values: list | None, rows: list[int]) -> list | None:
@@ -178,21 +172,23 @@ class PODSGRPOTrainer(GRPOTrainer):
             generation = self._generate(prompts)
         completions, completion_ids = generation[3], generation[1]
         rewards_per_func = self._calculate_rewards(inputs, prompts, completions, completion_ids)  # [P * B, F]
-        rewards = weighted_rewards(rewards_per_func, self.reward_weights).view(-1, n)  # [G, N], all processes
+        grouped = rewards_per_func.view(-1, n, rewards_per_func.size(1)).detach().cpu()  # [G, N, F], all processes
+        rewards = group_objective(grouped, self.reward_weights, "sum_then_normalize")  # [G, N], TRL's reward
+        objective = group_objective(grouped, self.reward_weights, self.multi_objective_aggregation)  # [G, N]
 
         m = self._kept_per_prompt(local_rows // n)
         start = time.perf_counter()
-        kept = self._select(rewards.detach().cpu(), m, groups_per_process=local_rows // n)  # [G, N] bool
+        kept = self._select(objective, m, groups_per_process=local_rows // n)  # [G, N] bool
         selection_time = time.perf_counter() - start
 
         kept_rows = kept.flatten().nonzero().squeeze(1)  # [kept rows], ordered by group, then rollout
         first_row = self.accelerator.process_index * local_rows
         local = [row - first_row for row in kept_rows.tolist() if first_row <= row < first_row + local_rows]
-        dropped = self._constant_groups(rewards.cpu(), kept).repeat_interleave(n)[kept_rows]  # [kept rows]
+        dropped = self._constant_groups(grouped, kept).repeat_interleave(n)[kept_rows]  # [kept rows]
         local_dropped = dropped[(kept_rows >= first_row) & (kept_rows < first_row + local_rows)]  # [len(local)]
         self._filter_pending_extra_logs(local, local_rows)
         self._count_tokens(tokens_seen, generation, local)
-        self._log_selection(rewards.cpu(), kept, m, selection_time, dropped)
+        self._log_selection(rewards, kept, m, selection_time, dropped)
         if self.args.pods_selection_log:
             self._record_selection(prompts[::n], rewards, kept)
         prompt_ids, completion_ids, tool_mask, completions, logps, extra_fields, images, tool_images = generation
@@ -265,16 +261,19 @@ class PODSGRPOTrainer(GRPOTrainer):
         position = self.state.global_step * self.args.gradient_accumulation_steps + micro_step
         return (self.args.seed * 1_000_003 + position) % (2**63)
 
-    def _constant_groups(self, rewards: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
+    def _constant_groups(self, rewards_per_func: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
         """``[G]`` bool: groups whose advantages are all zero, so they carry no signal (`pods_drop_constant_groups`).
 
-        With ``pods_advantage_scope="kept"`` those are groups whose kept rewards are all equal; with ``"all"``,
-        groups whose N rewards are all equal.
+        Those are groups whose objective (`group_objective`: the weighted reward sum, or with `normalize_then_sum`
+        the sum of normalised rewards) is constant over the kept rollouts (``pods_advantage_scope="kept"``) or over
+        all N (``"all"``). ``rewards_per_func`` is ``[G, N, F]``.
         """
         if not self.args.pods_drop_constant_groups:
-            return torch.zeros(rewards.size(0), dtype=torch.bool)
-        scope = rewards if self.args.pods_advantage_scope == "all" else rewards.masked_fill(~kept, torch.nan)
-        return _constant_rows(scope)
+            return torch.zeros(rewards_per_func.size(0), dtype=torch.bool)
+        rows = None if self.args.pods_advantage_scope == "all" else kept
+        return _constant_rows(
+            group_objective(rewards_per_func, self.reward_weights, self.multi_objective_aggregation, rows)
+        )
 
     def _filter_pending_extra_logs(self, local: list[int], local_rows: int) -> None:
         """Columns that reward functions logged for every generated row keep only the kept rows; a column that several
