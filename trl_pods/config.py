@@ -57,7 +57,9 @@ class PODSConfig(GRPOConfig):
             `pods_schedule` up to `pods_m`, rounded so that micro-batches stay even.
         pods_token_fraction (`float`, *optional*, defaults to `1.0`):
             D3S token-level selection: fraction of completion tokens kept in the policy-gradient loss, ranked by
-            |advantage| x entropy (1.0: all tokens). The loss normaliser counts the kept tokens.
+            |advantage| x entropy (1.0: all tokens). Exactly `round(fraction x valid tokens)` are kept, ties broken by
+            position, per process (over all processes for `dapo`, `cispo`, `vespo`). The loss normaliser counts the
+            kept tokens.
         pods_token_fraction_start (`float`, *optional*):
             Token fraction at the first step; it follows `pods_schedule` up to `pods_token_fraction`.
         pods_generation_chunk_size (`int`, *optional*):
