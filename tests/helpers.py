@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+from trl import GRPOTrainer
 
-from trl_pods import PODSConfig
+from trl_pods import PODSConfig, PODSGRPOTrainer
 
 QUIET = dict(
     use_cpu=True,
@@ -62,3 +64,83 @@ def slow_rare_reward(completion_ids, **kwargs) -> list[float]:
 
     time.sleep(0.5)
     return rare_reward(completion_ids)
+
+
+def constant_for_even_prompts(prompts, completion_ids, **kwargs) -> list[float]:
+    """Prompts "What is i plus ..." with an even i score 1 for every rollout (a constant, zero-signal group); the
+    others get `token_sum_reward`."""
+    return [
+        1.0 if int(p[0]["content"].split()[2]) % 2 == 0 else float(sum(ids) % 7)
+        for p, ids in zip(prompts, completion_ids, strict=True)
+    ]
+
+
+class _OneProcess:
+    """The trainer's accelerator seen as a single process: no collective, so one rank can compute alone."""
+
+    num_processes = 1
+
+    def __init__(self, accelerator):
+        self._accelerator = accelerator
+
+    def gather(self, tensor):
+        return tensor
+
+    def reduce(self, tensor, reduction="sum"):
+        return tensor
+
+    def gather_for_metrics(self, tensor):
+        return tensor
+
+    def __getattr__(self, name):
+        return getattr(self._accelerator, name)
+
+
+class DroppedLossRecorder(PODSGRPOTrainer):
+    """Records, for every training micro-batch with dropped rows, the loss PODS returns, the number of rows not
+    dropped, and TRL's own loss (`GRPOTrainer._compute_loss`, one process, one accumulation step) on those rows
+    alone."""
+
+    loss_records: list[dict]
+
+    def _compute_loss(self, model, inputs):
+        loss = super()._compute_loss(model, inputs)
+        if "pods_dropped" in inputs:
+            kept = ~inputs["pods_dropped"]
+            rows = kept.numel()
+            alone = {
+                key: value[kept]
+                if isinstance(value, torch.Tensor) and value.dim() and value.size(0) == rows
+                else value
+                for key, value in inputs.items()
+                if not key.startswith("pods_")
+            }
+            accelerator, accumulation = self.accelerator, self.current_gradient_accumulation_steps
+            self.accelerator, self.current_gradient_accumulation_steps = _OneProcess(accelerator), 1
+            try:
+                with torch.no_grad():
+                    plain_model = accelerator.unwrap_model(model)
+                    reference = GRPOTrainer._compute_loss(self, plain_model, alone).item() if kept.any() else 0.0
+            finally:
+                self.accelerator, self.current_gradient_accumulation_steps = accelerator, accumulation
+            record = dict(step=self.state.global_step, loss=loss.item(), kept=int(kept.sum()), reference=reference)
+            if self.aux_loss_enabled:  # TRL's logged router losses: of this micro-batch, then of its kept rows alone
+                record["aux_loss"] = self._metrics["train"]["aux_loss"][-2:]
+            self.loss_records = [*getattr(self, "loss_records", []), record]
+        return loss
+
+
+def step_losses(records: list[list[dict]]) -> list[tuple[float, float]]:
+    """Per optimizer step, from each process's `DroppedLossRecorder.loss_records`: the loss the step optimises (the
+    mean over processes of the sum over micro-batches, as Trainer and DDP combine them) and TRL's loss over the
+    step's non-dropped rows taken as one batch, which for sequence-averaged losses is the mean of the micro-batch
+    references weighted by their rows."""
+    steps = sorted({r["step"] for rank in records for r in rank})
+    result = []
+    for step in steps:
+        mine = [[r for r in rank if r["step"] == step] for rank in records]
+        loss = sum(r["loss"] for rank in mine for r in rank) / len(records)
+        kept = sum(r["kept"] for rank in mine for r in rank)
+        reference = sum(r["kept"] * r["reference"] for rank in mine for r in rank) / max(kept, 1)
+        result.append((loss, reference))
+    return result

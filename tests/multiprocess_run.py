@@ -14,6 +14,11 @@ parallel size 2 (TRL's real all-gather and slicing within the TP group).
 and 7 a constant reward, so their groups are topped up to 8 while the others stop after the first wave. With seed 0
 the two steps draw prompts (4, 0) and (7, 3), one per rank: rank 1 alone tops up in the first step, rank 0 in the
 second.
+
+`--drop-constant` makes the groups of even prompts constant and drops them (prompts in order, so with 2 processes
+rank 0 holds only dropped rows), recording each micro-batch's loss against TRL's; `--token-fraction` turns on token
+selection and records the tokens each rank keeps; `--chunk-size` generates in rounds and records how many times
+DeepSpeed ZeRO-3 gathered the weights for each generation (launch it with accelerate and a ZeRO-3 config).
 """
 
 import argparse
@@ -21,23 +26,44 @@ import json
 import os
 import sys
 import zlib
+from contextlib import contextmanager
 
 sys.path.insert(0, os.path.dirname(__file__))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
-from helpers import load, pods_config, prompts_dataset, token_sum_reward  # noqa: E402
+from helpers import (  # noqa: E402
+    DroppedLossRecorder,
+    constant_for_even_prompts,
+    load,
+    pods_config,
+    prompts_dataset,
+    token_sum_reward,
+)
 
-from trl_pods import PODSGRPOTrainer  # noqa: E402
 
-
-class RecordingTrainer(PODSGRPOTrainer):
+class RecordingTrainer(DroppedLossRecorder):
     def __init__(self, *args, deterministic: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
         self.records = []
+        self.token_counts = []
+        self.weight_gathers = []
         self.deterministic = deterministic
 
+    def get_high_entropy_mask(self, entropies, mask, threshold):
+        weights = super().get_high_entropy_mask(entropies, mask, threshold)
+        if self._token_selection:
+            self.token_counts.append(dict(kept=int((weights > 0).sum()), valid=int(mask.sum())))
+        return weights
+
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, **kwargs):
+        if self.is_deepspeed_enabled:
+            with _counting_weight_gathers() as gathers:
+                result = super()._generate_single_turn(
+                    prompt_ids, images, multimodal_fields, num_generations, **kwargs
+                )
+            self.weight_gathers.append(len(gathers))
+            return result
         if not self.deterministic:
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, **kwargs)
         completions, copies = [], {}
@@ -80,6 +106,25 @@ def sevens_constant_reward(prompts, completion_ids, **kwargs) -> list[float]:
     return [0.0 if int(p[0]["content"].split()[2]) % 7 == 0 else r for p, r in zip(prompts, sums, strict=True)]
 
 
+@contextmanager
+def _counting_weight_gathers():
+    """Within the block, count the DeepSpeed ZeRO-3 gathers of the full weights (`GatheredParameters` entered)."""
+    import deepspeed
+
+    gathered_parameters = deepspeed.zero.GatheredParameters
+    gathers, enter = [], gathered_parameters.__enter__
+
+    def counting_enter(self):
+        gathers.append(1)
+        return enter(self)
+
+    gathered_parameters.__enter__ = counting_enter
+    try:
+        yield gathers
+    finally:
+        gathered_parameters.__enter__ = enter
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("model")
@@ -92,6 +137,11 @@ def main() -> None:
     parser.add_argument("--cross-group", action="store_true", help="D3S cross-group selection")
     parser.add_argument("--adaptive", action="store_true", help="adaptive over-generation: 4 first, up to 8")
     parser.add_argument("--reward", default="token-sum", choices=["token-sum", "sevens-constant"])
+    parser.add_argument("--drop-constant", action="store_true", help="constant groups for even prompts, dropped")
+    parser.add_argument("--loss-type", default="dapo")
+    parser.add_argument("--token-fraction", type=float, default=1.0, help="D3S token selection")
+    parser.add_argument("--accumulation", type=int, default=1, help="gradient accumulation steps")
+    parser.add_argument("--chunk-size", type=int, help="generate in rounds of this many sequences")
     args = parser.parse_args()
     torch.set_num_threads(1)
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -109,20 +159,30 @@ def main() -> None:
         extra.update(pods_cross_group=True, pods_advantage_scope="all")
     if args.adaptive:
         extra.update(pods_generation="adaptive", pods_n_initial=4)
+    if args.drop_constant:
+        extra.update(pods_drop_constant_groups=True, shuffle_dataset=False, beta=0.1)
     model, tokenizer = load(args.model)
     config = pods_config(
         args.out,
         pods_n=8,
         pods_m=4,
-        per_device_train_batch_size=8 // world,
+        per_device_train_batch_size=8 // world // args.accumulation,
+        gradient_accumulation_steps=args.accumulation,
         max_steps=2,
         pods_down_sampler=args.sampler,
-        ddp_backend="gloo" if world > 1 else None,
+        ddp_backend="gloo" if world > 1 or os.environ.get("ACCELERATE_USE_DEEPSPEED") == "true" else None,
+        pods_generation_chunk_size=args.chunk_size,
+        loss_type=args.loss_type,
+        pods_token_fraction=args.token_fraction,
         **extra,
     )
     trainer = RecordingTrainer(
         model,
-        sevens_constant_reward if args.reward == "sevens-constant" else token_sum_reward,
+        constant_for_even_prompts
+        if args.drop_constant
+        else sevens_constant_reward
+        if args.reward == "sevens-constant"
+        else token_sum_reward,
         config,
         train_dataset=prompts_dataset(),
         processing_class=tokenizer,
@@ -134,7 +194,14 @@ def main() -> None:
         {k: v for k, v in e.items() if k.startswith(("pods/", "reward", "sampling/"))}
         for e in trainer.state.log_history
     ]
-    result = {"records": trainer.records, "logs": logs, "world": world}
+    result = {
+        "records": trainer.records,
+        "logs": logs,
+        "world": world,
+        "loss_records": getattr(trainer, "loss_records", []),
+        "token_counts": trainer.token_counts,
+        "weight_gathers": trainer.weight_gathers,
+    }
     if args.generation.startswith("vllm"):
         from vllm_standin import FakeVLLMGeneration
 

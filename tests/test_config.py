@@ -106,10 +106,17 @@ def test_rejects_full_scope_with_normalize_then_sum():
         (dict(pods_schedule="cosine", pods_token_fraction_start=1.5), "pods_token_fraction_start must be in"),
         (dict(pods_token_fraction=0.5, top_entropy_quantile=0.2), "set top_entropy_quantile=1.0"),
         (dict(pods_token_fraction=0.5, entropy_coef=0.01), "set entropy_coef=0"),
+        (dict(pods_drop_constant_groups=True, loss_type="bnpo"), "cannot keep loss_type='bnpo' exact"),
+        (
+            dict(
+                pods_drop_constant_groups=True, loss_type="grpo", gradient_accumulation_steps=2, steps_per_generation=1
+            ),
+            r"steps_per_generation \(1\) must be a multiple of gradient_accumulation_steps \(2\)",
+        ),
         (dict(pods_generation_chunk_size=0), "pods_generation_chunk_size must be >= 1"),
         (dict(pods_generation_chunk_size=8, use_vllm=True), "vLLM and continuous batching already schedule"),
     ],
-    ids=lambda value: value if isinstance(value, str) else "-".join(value),
+    ids=lambda value: value if isinstance(value, str) else "-".join(f"{k}={v}" for k, v in value.items()),
 )
 def test_rejects_inconsistent_d3s_and_generation_options(options, message):
     """Each unsupported or inconsistent D3S / schedule / chunking setting fails with a message naming the fix."""

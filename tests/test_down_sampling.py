@@ -172,3 +172,25 @@ def test_down_sampling_imports_without_trl_or_transformers():
     """The pure rules stay importable without TRL/transformers (tools outside the package call them)."""
     code = "import sys, trl_pods.down_sampling; assert 'trl' not in sys.modules and 'transformers' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _largest_best_ones(ones: int, zeros: int, m: int) -> int:
+    """The documented tie rule on a binary group: the feasible count of kept ones with the largest variance
+    j(m - j) / m², the largest such count among equally good ones."""
+    feasible = range(max(0, m - zeros), min(ones, m) + 1)
+    best = max(j * (m - j) for j in feasible)
+    return max(j for j in feasible if j * (m - j) == best)
+
+
+def test_max_variance_tie_rule_keeps_more_of_the_best_on_binary_groups():
+    """The docstring's rule "among equally good k the largest wins" holds despite float rounding: for [0, 0, 1, 1, 1]
+    and m = 3 two 1s are kept (not one), and on every binary group of N <= 9 and every m (odd m ties between
+    (m - 1)/2 and (m + 1)/2 ones) the kept ones are the largest optimal count."""
+    assert max_variance(torch.tensor([[0.0, 0.0, 1.0, 1.0, 1.0]]), 3).tolist() == [[0, 3, 4]]
+    for n in range(2, 10):
+        for ones in range(n + 1):
+            for m in range(1, n + 1):
+                for scale, offset in ((1.0, 0.0), (0.1, 0.0), (3.7, -1.3), (1e-3, 5.0)):
+                    row = torch.tensor([[offset] * (n - ones) + [offset + scale] * ones])
+                    kept_ones = int((row[0, max_variance(row, m)[0]] > offset + scale / 2).sum())
+                    assert kept_ones == _largest_best_ones(ones, n - ones, m), (n, ones, m, scale, offset)

@@ -8,6 +8,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+from helpers import step_losses
+
+from trl_pods.token_selection import token_budget
 
 WORKER = Path(__file__).with_name("multiprocess_run.py")
 pytestmark = pytest.mark.slow
@@ -146,3 +149,29 @@ def test_adaptive_vllm_with_two_processes(tiny_model_path, tmp_path, generation)
         assert [e[key] for e in rank["logs"] if key in e] == pytest.approx([1.0, 1.0], abs=1e-3)
     for r0, r1 in zip(ranks[0]["records"], ranks[1]["records"], strict=True):
         assert r0["kept"] == r1["kept"] and r0["counts"] == r1["counts"]
+
+
+def test_dropped_groups_are_counted_over_all_processes(tiny_model_path, tmp_path):
+    """Dropping constant groups with a sequence-averaged loss (grpo, with KL), 2 processes x 2 accumulation steps:
+    rank 0 holds only dropped rows, rank 1 none. The optimizer step's loss (mean over ranks of the summed
+    micro-batches) still averages over the step's non-dropped sequences, as TRL's loss on those rows taken as one
+    batch; a per-rank rescale made rank 0 count as half the step while contributing nothing."""
+    ranks = run_worker(tiny_model_path, tmp_path, 2, "--drop-constant", "--loss-type", "grpo", "--accumulation", "2")
+    records = [rank["loss_records"] for rank in ranks]
+    assert [r["kept"] for r in records[0]] == [0] * 4 and [r["kept"] for r in records[1]] == [2] * 4
+    for loss, reference in step_losses(records):
+        assert loss == pytest.approx(reference, rel=1e-5, abs=1e-6)
+
+
+def test_token_budget_spans_all_processes_for_token_level_losses(tiny_model_path, tmp_path):
+    """D3S token selection with dapo (normalised over all processes' tokens): the two ranks together keep exactly
+    the budget of their pooled valid tokens, and both log the same kept fraction."""
+    ranks = run_worker(tiny_model_path, tmp_path, 2, "--token-fraction", "0.25", "--loss-type", "dapo")
+    counts = [rank["token_counts"] for rank in ranks]
+    assert len(counts[0]) == len(counts[1]) == 2
+    for a, b in zip(*counts, strict=True):
+        assert a["kept"] + b["kept"] == token_budget(0.25, a["valid"] + b["valid"])
+    fractions = [
+        [e["pods/token_fraction_kept"] for e in rank["logs"] if "pods/token_fraction_kept" in e] for rank in ranks
+    ]
+    assert fractions[0] == fractions[1] and len(fractions[0]) == 2

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
@@ -57,6 +57,37 @@ def tiny_qwen2(tokenizer: PreTrainedTokenizerFast, seed: int = 0, **overrides) -
     )
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def tiny_qwen2_moe(tokenizer: PreTrainedTokenizerFast, router_aux_loss_coef: float = 0.5) -> Qwen2MoeForCausalLM:
+    """A random-weight Qwen2-MoE causal LM (4 experts, 2 per token) for ``tokenizer``: a model with a router
+    auxiliary loss. Router logits stay off in the config (generation does not support them); TRL asks for them in
+    its training forward."""
+    import torch
+
+    config = Qwen2MoeConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        moe_intermediate_size=16,
+        shared_expert_intermediate_size=16,
+        num_experts=4,
+        num_experts_per_tok=2,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+        tie_word_embeddings=True,
+        output_router_logits=False,
+        router_aux_loss_coef=router_aux_loss_coef,
+    )
+    torch.manual_seed(0)
+    model = Qwen2MoeForCausalLM(config)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model

@@ -39,3 +39,36 @@ def full_group_advantages(rewards: torch.Tensor, scale_rewards: str) -> torch.Te
     elif scale_rewards != "none":
         raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none'; got {scale_rewards!r}.")
     return advantages.nan_to_num(0.0)
+
+
+def group_objective(
+    rewards_per_func: torch.Tensor, weights: torch.Tensor, aggregation: str, rows: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The scalar per rollout that TRL's advantages rank within a group, for its `multi_objective_aggregation`.
+
+    ``"sum_then_normalize"``: the weighted sum of the reward functions (TRL's logged reward). ``"normalize_then_sum"``:
+    each function's rewards normalised within the group, ``(r - mean) / (std + 1e-4)`` over ``rows``, then weighted
+    and summed, so that no function dominates by its scale. (TRL then normalises these sums over the batch with one
+    affine map, which changes neither the order of a group's rollouts nor which subset varies most.)
+
+    Args:
+        rewards_per_func: ``[G, N, F]`` rewards of F functions, NaN where a function returned None.
+        weights: ``[F]`` reward weights.
+        aggregation: ``"sum_then_normalize"`` or ``"normalize_then_sum"``.
+        rows: ``[G, N]`` bool, the rollouts the group statistics cover (all when None).
+
+    Returns:
+        ``[G, N]``; NaN outside ``rows`` and for unscorable rollouts (every function returned None).
+    """
+    if rows is not None:
+        rewards_per_func = rewards_per_func.masked_fill(~rows.unsqueeze(2), torch.nan)
+    unscorable = torch.isnan(rewards_per_func).all(dim=2)  # [G, N]
+    if aggregation == "normalize_then_sum":
+        mean = torch.nanmean(rewards_per_func, dim=1, keepdim=True)  # [G, 1, F]
+        rewards_per_func = (rewards_per_func - mean) / (nanstd(rewards_per_func, dim=1) + 1e-4)
+    elif aggregation != "sum_then_normalize":
+        raise ValueError(
+            f"multi_objective_aggregation must be 'sum_then_normalize' or 'normalize_then_sum'; got {aggregation!r}."
+        )
+    objective = (rewards_per_func * weights.to(rewards_per_func.device)).nansum(dim=2)  # [G, N]
+    return objective.masked_fill(unscorable, torch.nan)

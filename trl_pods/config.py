@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from .down_sampling import get_down_sampler
+from .losses import MICRO_BATCH_TOKEN_LOSSES, SEQUENCE_AVERAGE_LOSSES
 from .schedules import SCHEDULES
 
 ADVANTAGE_SCOPES = ("kept", "all")
@@ -47,7 +48,9 @@ class PODSConfig(GRPOConfig):
             D3S cross-group selection: each process keeps `pods_m` rollouts per prompt on average, chosen across
             all its prompts to maximise the variance of full-group advantages (needs `pods_advantage_scope="all"`).
         pods_drop_constant_groups (`bool`, *optional*, defaults to `False`):
-            Keep groups whose advantages are all zero (equal rewards) out of the loss and of its normaliser.
+            Keep groups whose advantages are all zero (equal rewards) out of the loss and of its normaliser: the loss
+            equals TRL's loss on the other rows of the optimizer step. Not with `loss_type="bnpo"`; with a
+            sequence-averaged loss, `steps_per_generation` must be a multiple of `gradient_accumulation_steps`.
         pods_schedule (`str`, *optional*, defaults to `"constant"`):
             Shape of the ramps from `pods_m_start` to `pods_m` and from `pods_token_fraction_start` to
             `pods_token_fraction` over training: `"constant"`, `"linear"` or `"cosine"`.
@@ -56,7 +59,9 @@ class PODSConfig(GRPOConfig):
             `pods_schedule` up to `pods_m`, rounded so that micro-batches stay even.
         pods_token_fraction (`float`, *optional*, defaults to `1.0`):
             D3S token-level selection: fraction of completion tokens kept in the policy-gradient loss, ranked by
-            |advantage| x entropy (1.0: all tokens). The loss normaliser counts the kept tokens.
+            |advantage| x entropy (1.0: all tokens). Exactly `round(fraction x valid tokens)` are kept, ties broken by
+            position, per process (over all processes for `dapo`, `cispo`, `vespo`). The loss normaliser counts the
+            kept tokens.
         pods_token_fraction_start (`float`, *optional*):
             Token fraction at the first step; it follows `pods_schedule` up to `pods_token_fraction`.
         pods_generation_chunk_size (`int`, *optional*):
@@ -123,7 +128,10 @@ class PODSConfig(GRPOConfig):
     )
     pods_drop_constant_groups: bool = field(
         default=False,
-        metadata={"help": "Keep groups whose advantages are all zero (equal rewards) out of the loss and normaliser."},
+        metadata={
+            "help": "Keep groups whose advantages are all zero (equal rewards) out of the loss and its normaliser: "
+            "the loss equals TRL's loss on the other rows of the optimizer step."
+        },
     )
     pods_schedule: str = field(
         default="constant",
@@ -238,6 +246,8 @@ class PODSConfig(GRPOConfig):
                 "pods_token_fraction weights the per-token loss, which would also weight TRL's entropy bonus: set "
                 "entropy_coef=0 and use_adaptive_entropy=False, or pods_token_fraction=1.0."
             )
+        if self.pods_drop_constant_groups:
+            self._check_dropping()
         if self.pods_generation_chunk_size is not None:
             if self.pods_generation_chunk_size < 1:
                 raise ValueError(f"pods_generation_chunk_size must be >= 1; got {self.pods_generation_chunk_size}.")
@@ -268,6 +278,22 @@ class PODSConfig(GRPOConfig):
             raise ValueError(
                 "pods_log_all_rollouts adds rows to the completions table, which is only kept with "
                 "log_completions=True: set it, or unset pods_log_all_rollouts."
+            )
+
+    def _check_dropping(self) -> None:
+        if self.loss_type in MICRO_BATCH_TOKEN_LOSSES:
+            raise ValueError(
+                f"pods_drop_constant_groups cannot keep loss_type={self.loss_type!r} exact: it divides each process's "
+                "micro-batch by its own token count, so which micro-batch a dropped row lands in would reweight the "
+                "others. Use loss_type='dapo' (normalised by the tokens of the whole batch) or a sequence-averaged "
+                "loss ('grpo', 'dr_grpo', 'sapo', 'luspo')."
+            )
+        if self.loss_type in SEQUENCE_AVERAGE_LOSSES and self.steps_per_generation % self.gradient_accumulation_steps:
+            raise ValueError(
+                f"pods_drop_constant_groups with loss_type={self.loss_type!r} averages over the sequences an "
+                "optimizer step keeps, counted when a generation is split, so each optimizer step must lie within one "
+                f"generation: steps_per_generation ({self.steps_per_generation}) must be a multiple of "
+                f"gradient_accumulation_steps ({self.gradient_accumulation_steps})."
             )
 
     def _check_whole_groups_per_process(self, rows: int) -> None:

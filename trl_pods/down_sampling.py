@@ -35,6 +35,9 @@ __all__ = [
 ]
 
 
+TIE_TOLERANCE = 1e-10  # candidate variances closer than this times the squared reward spread are equally good
+
+
 class DownSampler(Protocol):
     def __call__(self, rewards: torch.Tensor, m: int, *, generator: torch.Generator | None = None) -> torch.Tensor: ...
 
@@ -97,10 +100,11 @@ def max_variance(rewards: torch.Tensor, m: int, *, generator: torch.Generator | 
 
     Some optimal subset is the ``k`` highest and ``m - k`` lowest rewards for some ``k`` in ``0..m``. One stable
     sort, prefix sums of the centred rewards (float64) and a ``[G, m + 1]`` table of candidate variances find it
-    for all groups at once: O(N log N) per group, no Python loop over groups. Among equally good ``k`` the
-    largest wins (keep more of the best rollouts); equal rewards are ordered by a stable sort, so the choice
-    is deterministic. A group with fewer than ``m`` scored rollouts keeps all of them plus the lowest-indexed
-    unscorable ones.
+    for all groups at once: O(N log N) per group, no Python loop over groups. Among equally good ``k`` (variances
+    within ``TIE_TOLERANCE`` times the squared spread of the group's rewards, so that float rounding does not
+    break exact ties) the largest wins: keep more of the best rollouts, e.g. two 1s of ``[0, 0, 1, 1, 1]`` for
+    ``m = 3``. Equal rewards are ordered by a stable sort, so the choice is deterministic. A group with fewer than
+    ``m`` scored rollouts keeps all of them plus the lowest-indexed unscorable ones.
 
     Args:
         rewards: ``[G, N]`` rewards, NaN for an unscorable rollout.
@@ -128,8 +132,11 @@ def max_variance(rewards: torch.Tensor, m: int, *, generator: torch.Generator | 
     total1 = s1.gather(1, m - k) + s1.gather(1, top_end) - s1.gather(1, top_start)  # [G, m + 1]
     total2 = s2.gather(1, m - k) + s2.gather(1, top_end) - s2.gather(1, top_start)
     variance = total2 / m - (total1 / m) ** 2  # [G, m + 1]
-    # The first max of the k-reversed table is the largest best k; all k tie in groups with fewer than m scored.
-    best_k = m - variance.flip(1).argmax(dim=1, keepdim=True)  # [G, 1]
+    # Equally good k differ by float rounding only: compare within a tolerance relative to the group's spread.
+    spread = x.gather(1, (scored - 1).clamp(min=0)) - x[:, :1]  # [G, 1]: highest minus lowest scored reward
+    best = variance >= variance.amax(dim=1, keepdim=True) - TIE_TOLERANCE * spread**2  # [G, m + 1]
+    # The first best of the k-reversed table is the largest best k; all k tie in groups with fewer than m scored.
+    best_k = m - best.flip(1).int().argmax(dim=1, keepdim=True)  # [G, 1]
     best_k = torch.where(scored >= m, best_k, torch.zeros_like(best_k))
 
     j = torch.arange(m, device=device).expand(g, -1)  # [G, m]: output slot

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 SEQUENCE_MEAN_LOSSES = ("grpo", "sapo")  # normalise each sequence by its own token count
@@ -16,9 +18,34 @@ def token_scores(advantages: torch.Tensor, entropies: torch.Tensor) -> torch.Ten
     return advantages.abs() * entropies
 
 
-def top_fraction_mask(scores: torch.Tensor, mask: torch.Tensor, threshold: float) -> torch.Tensor:
-    """``[B, T]`` bool: valid tokens (``mask``) whose score is at least ``threshold``."""
-    return (scores >= threshold) & mask.bool()
+def token_budget(fraction: float, valid: int) -> int:
+    """Tokens to keep out of ``valid``: ``round(fraction * valid)`` (halves up), at least one when any is valid."""
+    if valid == 0:
+        return 0
+    return min(valid, max(1, math.floor(fraction * valid + 0.5)))
+
+
+def select_top_tokens(scores: torch.Tensor, mask: torch.Tensor, fraction: float) -> torch.Tensor:
+    """Keep exactly ``token_budget(fraction, valid)`` valid tokens, those with the largest scores.
+
+    Every valid token scoring strictly above the budget's last score is kept, then tokens tied with it in index
+    order (row-major, earliest first) up to the budget, so the budget holds however many scores tie, e.g. when most
+    tokens have zero advantage. Deterministic: a stable sort, no randomness.
+
+    Args:
+        scores: ``[B, T]`` (or any shape) token scores.
+        mask: the same shape, nonzero on valid tokens.
+        fraction: share of the valid tokens to keep, in ``(0, 1]``.
+
+    Returns:
+        Bool tensor of the shape of ``scores``, True on the kept tokens (a subset of ``mask``).
+    """
+    valid = mask.flatten().bool()  # [B * T]
+    positions = valid.nonzero().squeeze(1)  # [V]
+    order = torch.sort(scores.flatten()[positions], descending=True, stable=True).indices  # [V]
+    keep = torch.zeros_like(valid)
+    keep[positions[order[: token_budget(fraction, positions.numel())]]] = True
+    return keep.view(scores.shape)
 
 
 def normaliser_weights(

@@ -19,8 +19,9 @@ prompt, then more only for the prompts whose rewards are all equal, up to N. The
 phase 2 are unchanged.
 
 Beyond PODS, the same two phases carry D3S: cross-group selection and a scheduled M in phase 1, a zero loss mask
-for dropped constant groups (TRL's per-token loss mask, so its normalisers skip them), and token-level selection
-through TRL's token-mask seam `get_high_entropy_mask`, called from the training forward with its entropies.
+for dropped constant groups (TRL's per-token loss mask, so its token counts skip them, and a sequence-averaged policy
+term rescaled to the optimizer step's remaining sequences), and token-level selection through TRL's token-mask seam
+`get_high_entropy_mask`, called from the training forward with its entropies.
 """
 
 from __future__ import annotations
@@ -38,31 +39,28 @@ import torch
 import trl.trainer.grpo_trainer as grpo_trainer_module
 from accelerate.utils import gather_object
 from trl import GRPOTrainer
+from trl.models import unwrap_model_for_generation
+from trl.trainer.utils import get_config_model_id
 
 from .adaptive import gathered_rows, generated_slots, lockstep_groups, top_up_waves, wave_metrics
-from .advantages import full_group_advantages, nanstd
+from .advantages import full_group_advantages, group_objective, nanstd
 from .config import PODSConfig
 from .down_sampling import get_down_sampler, max_variance_across_groups
+from .losses import SEQUENCE_AVERAGE_LOSSES, entropy_bonus, optimizer_step_totals, sequence_average_scale
 from .schedules import kept_per_prompt, scheduled_value
-from .token_selection import TOKEN_LEVEL_LOSSES, normaliser_weights, token_scores, top_fraction_mask
+from .token_selection import TOKEN_LEVEL_LOSSES, normaliser_weights, select_top_tokens, token_scores
 from .vllm_sizing import TRL_COLOCATE_MAX_NUM_BATCHED_TOKENS, colocate_rows_per_engine
 
 logger = logging.getLogger(__name__)
 
 _UNSUPPORTED_ARGUMENTS = ("tools", "rollout_func", "environment_factory")
 SELECTION_LOG = "pods_selections.jsonl"
-SEQUENCE_AVERAGE_LOSSES = ("grpo", "sapo", "dr_grpo", "luspo")  # losses averaged over the micro-batch's sequences
+RESUME_STATE = "pods_state_{}.pt"  # per process index, beside a checkpoint's RNG states
 LENGTH_METRICS = tuple(  # what TRL's `_generate` logs about the completions of each call
     f"completions/{name}"
     for name in ("mean_length", "min_length", "max_length", "clipped_ratio")
     + ("mean_terminated_length", "min_terminated_length", "max_terminated_length")
 )
-
-
-def weighted_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """Scalar reward per rollout as TRL sums it: ``[B, F] -> [B]``, NaN where every function returned None."""
-    rewards = (rewards_per_func * weights.to(rewards_per_func.device)).nansum(dim=1)
-    return rewards.masked_fill(torch.isnan(rewards_per_func).all(dim=1), torch.nan)
 
 
 def _take(values: list | None, rows: list[int]) -> list | None:
@@ -106,13 +104,28 @@ class _SlotLayout:
 class PODSGRPOTrainer(GRPOTrainer):
     """Drop-in replacement for `trl.GRPOTrainer` that trains on a down-sampled subset of the rollouts.
 
-    Takes the same arguments as `GRPOTrainer`; `args` must be a [`PODSConfig`]. Evaluation is unchanged (no
-    down-sampling). Tools, environments, `rollout_func` and vision inputs are not supported.
+    Takes the same arguments as `GRPOTrainer`; `args` must be a [`PODSConfig`] (without `args`, a default one is
+    built, its output directory named as `GRPOTrainer` names it). Evaluation is unchanged (no down-sampling). Tools,
+    environments, `rollout_func` and vision inputs are not supported.
     """
 
     _tag_names = [*GRPOTrainer._tag_names, "pods"]
+    # What the overridden seams read. With these class-level values every seam falls through to GRPOTrainer's
+    # behaviour on an object that this __init__ did not set up (built by TRL's __init__, or by object.__new__).
+    pods_n: int | None = None
+    pods_m: int | None = None
+    _pods_phase1: dict[str, Any] | None = None  # phase-1 results served to the parent in phase 2
+    _loss_advantages: torch.Tensor | None = None  # the micro-batch's advantages, for token selection
+    _token_selection: bool = False
+    _generation_chunk_size: int | None = None
+    _tokens_generated: int = 0  # prompt + completion tokens of every generated row, all processes, cumulative
+    _count_step_sequences: bool = False  # dropped groups with a sequence-averaged loss: rescale its policy term
+    _loss_forward: dict[str, Any] | None = None  # what the training forward computed, while it is rescaled
 
     def __init__(self, model, reward_funcs=None, args: PODSConfig | None = None, *trainer_args, **trainer_kwargs):
+        if args is None:  # as GRPOTrainer does
+            model_name = model if isinstance(model, str) else get_config_model_id(model.config)
+            args = PODSConfig(f"{model_name.split('/')[-1]}-GRPO")
         if not isinstance(args, PODSConfig):
             raise TypeError(
                 f"PODSGRPOTrainer needs `args=trl_pods.PODSConfig(...)`, got {type(args).__name__}. PODSConfig takes "
@@ -130,8 +143,8 @@ class PODSGRPOTrainer(GRPOTrainer):
             raise ValueError("PODSGRPOTrainer does not support vision-language models; use trl.GRPOTrainer.")
         self.pods_n, self.pods_m = args.pods_n, args.pods_m
         self.down_sampler = get_down_sampler(args.pods_down_sampler)
-        self._pods_phase1: dict[str, Any] | None = None  # phase-1 results served to the parent in phase 2
-        self._loss_advantages: torch.Tensor | None = None  # the micro-batch's advantages, for token selection
+        self._generation_chunk_size = args.pods_generation_chunk_size
+        self._count_step_sequences = args.pods_drop_constant_groups and args.loss_type in SEQUENCE_AVERAGE_LOSSES
         self._token_selection = args.pods_token_fraction < 1.0 or args.pods_token_fraction_start is not None
         if self._token_selection:
             self.top_entropy_quantile = 0.0  # routes TRL's token-mask seam (get_high_entropy_mask) to D3S
@@ -141,6 +154,9 @@ class PODSGRPOTrainer(GRPOTrainer):
     @contextmanager
     def _generation_layout(self):
         """Within the block, TRL sees the batch as generated: groups of `pods_n` rows instead of `pods_m`."""
+        if self.pods_n is None:
+            yield
+            return
         kept_batch = self.args.generation_batch_size
         self.num_generations = self.pods_n
         self.args.generation_batch_size = kept_batch // self.pods_m * self.pods_n
@@ -156,18 +172,23 @@ class PODSGRPOTrainer(GRPOTrainer):
             return super().get_train_dataloader()
 
     def _get_dataloader(self, dataset, description, batch_size, *args, **kwargs):
-        if kwargs.get("is_training"):  # sized by TRL for the kept rows: pods_m per prompt
+        if kwargs.get("is_training") and self.pods_n is not None:  # sized by TRL for the kept rows: pods_m per prompt
             batch_size = batch_size // self.pods_m * self.pods_n
         return super()._get_dataloader(dataset, description, batch_size, *args, **kwargs)
 
     # ---------------------------------------------------------------- the two phases
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        if not self.model.training:
+        if self.pods_n is None or not self.model.training:
             return super()._generate_and_score_completions(inputs)
         if any("image" in row or "images" in row for row in inputs):
-            raise ValueError("PODSGRPOTrainer does not support image inputs; use trl.GRPOTrainer.")
+            raise ValueError(
+                "PODSGRPOTrainer does not support image inputs (an 'image' or 'images' column, which GRPOTrainer "
+                "treats as vision inputs even when its values are None). Remove the column from a text-only dataset, "
+                "or use trl.GRPOTrainer for a vision-language model."
+            )
         phase1 = self._generate_score_and_select(inputs)
+        self._clear_completion_logs()
         self._pods_phase1 = phase1
         self.num_generations = phase1["m"]  # the group size TRL's advantage code reads
         try:
@@ -199,23 +220,27 @@ class PODSGRPOTrainer(GRPOTrainer):
         n = self.pods_n
         local_rows = len(inputs)
         prompts = [row["prompt"] for row in inputs]
+        tokens_seen = self.state.num_input_tokens_seen
         generation, rewards_per_func, counts = self._generate_and_score(inputs)  # slot layout; [P * B, F]; [G]
-        rewards = weighted_rewards(rewards_per_func, self.reward_weights).view(-1, n)  # [G, N], all processes
+        grouped = rewards_per_func.view(-1, n, rewards_per_func.size(1)).detach().cpu()  # [G, N, F], all processes
+        rewards = group_objective(grouped, self.reward_weights, "sum_then_normalize")  # [G, N], TRL's reward
+        objective = group_objective(grouped, self.reward_weights, self.multi_objective_aggregation)  # [G, N]
 
         m = self._kept_per_prompt(local_rows // n)
         start = time.perf_counter()
-        kept = self._select(rewards.detach().cpu(), m, groups_per_process=local_rows // n, counts=counts)  # [G, N]
+        kept = self._select(objective, m, groups_per_process=local_rows // n, counts=counts)  # [G, N] bool
         selection_time = time.perf_counter() - start
 
         kept_rows = kept.flatten().nonzero().squeeze(1)  # [kept rows], ordered by group, then rollout
         first_row = self.accelerator.process_index * local_rows
         local = [row - first_row for row in kept_rows.tolist() if first_row <= row < first_row + local_rows]
-        dropped = self._constant_groups(rewards.cpu(), kept).repeat_interleave(n)[kept_rows]  # [kept rows]
+        dropped = self._constant_groups(grouped, kept).repeat_interleave(n)[kept_rows]  # [kept rows]
         local_dropped = dropped[(kept_rows >= first_row) & (kept_rows < first_row + local_rows)]  # [len(local)]
         if self.args.pods_log_all_rollouts:
             all_rollouts = self._gather_all_rollouts(inputs, generation[3], rewards_per_func, counts, kept)
         self._filter_pending_extra_logs(local, local_rows)
-        self._log_selection(rewards.cpu(), kept, m, selection_time, dropped, counts)
+        self._count_tokens(tokens_seen, generation, local)
+        self._log_selection(rewards, kept, m, selection_time, dropped, counts)
         if self.args.pods_selection_log:
             self._record_selection(prompts[::n], rewards, kept, counts)
         prompt_ids, completion_ids, tool_mask, completions, logps, extra_fields, images, tool_images = generation
@@ -292,7 +317,8 @@ class PODSGRPOTrainer(GRPOTrainer):
                 rewards_per_func = wave_rewards.new_full((groups_per_process * processes * n, ours.size(1)), torch.nan)
             slots = (groups.unsqueeze(1) * n + first_slot + torch.arange(size)).flatten()  # [A * size]
             rewards_per_func[slots.to(rewards_per_func.device)] = ours
-            return weighted_rewards(ours, self.reward_weights).view(-1, size)  # [A, size]
+            per_func = ours.view(-1, size, ours.size(1)).detach().cpu()  # [A, size, F]
+            return group_objective(per_func, self.reward_weights, "sum_then_normalize")  # [A, size], TRL's reward
 
         waves = top_up_waves(groups_per_process * processes, self.args.pods_n_initial, n, wave)
         layout.reorder(self._pending_extra_logs)
@@ -377,22 +403,50 @@ class PODSGRPOTrainer(GRPOTrainer):
         position = self.state.global_step * self.args.gradient_accumulation_steps + micro_step
         return (self.args.seed * 1_000_003 + position) % (2**63)
 
-    def _constant_groups(self, rewards: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
+    def _constant_groups(self, rewards_per_func: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
         """``[G]`` bool: groups whose advantages are all zero, so they carry no signal (`pods_drop_constant_groups`).
 
-        With ``pods_advantage_scope="kept"`` those are groups whose kept rewards are all equal; with ``"all"``,
-        groups whose N rewards are all equal.
+        Those are groups whose objective (`group_objective`: the weighted reward sum, or with `normalize_then_sum`
+        the sum of normalised rewards) is constant over the kept rollouts (``pods_advantage_scope="kept"``) or over
+        all N (``"all"``). ``rewards_per_func`` is ``[G, N, F]``.
         """
         if not self.args.pods_drop_constant_groups:
-            return torch.zeros(rewards.size(0), dtype=torch.bool)
-        scope = rewards if self.args.pods_advantage_scope == "all" else rewards.masked_fill(~kept, torch.nan)
-        return _constant_rows(scope)
+            return torch.zeros(rewards_per_func.size(0), dtype=torch.bool)
+        rows = None if self.args.pods_advantage_scope == "all" else kept
+        return _constant_rows(
+            group_objective(rewards_per_func, self.reward_weights, self.multi_objective_aggregation, rows)
+        )
 
     def _filter_pending_extra_logs(self, local: list[int], local_rows: int) -> None:
-        """Columns that reward functions logged for every generated row keep only the kept rows."""
+        """Columns that reward functions logged for every generated row keep only the kept rows; a column that several
+        functions logged holds one block of rows per function, and each block keeps its kept rows."""
         for column, values in self._pending_extra_logs.items():
-            if len(values) == local_rows:
-                self._pending_extra_logs[column] = [values[i] for i in local]
+            if values and len(values) % local_rows == 0:
+                blocks = range(0, len(values), local_rows)
+                self._pending_extra_logs[column] = [values[start + i] for start in blocks for i in local]
+
+    def _count_tokens(self, tokens_seen: int, generation: tuple, local: list[int]) -> None:
+        """`num_tokens` (TRL's `num_input_tokens_seen`) counts the rows trained on, as GRPOTrainer counts the rows
+        it generates: prompt and completion tokens of the kept rows, all processes. TRL's `_generate` counted every
+        generated row since ``tokens_seen``; those go to `pods/tokens_generated`. Both are cumulative."""
+        self._tokens_generated += self.state.num_input_tokens_seen - tokens_seen
+        prompt_ids, completion_ids, tool_mask = generation[:3]  # slot layout: None where nothing was generated
+        lengths = [
+            len(prompt_ids[i]) + (len(completion_ids[i]) if tool_mask is None else sum(tool_mask[i])) for i in local
+        ]
+        kept = torch.tensor(sum(lengths), device=self.accelerator.device)
+        self.state.num_input_tokens_seen = tokens_seen + self.accelerator.reduce(kept, reduction="sum").item()
+        self._metrics["train"]["num_tokens"] = [self.state.num_input_tokens_seen]
+        self._metrics["train"]["pods/tokens_generated"] = [self._tokens_generated]
+
+    def _clear_completion_logs(self) -> None:
+        """The completions table holds exactly the generation about to be trained on. TRL's logs only drop old rows
+        as new ones push them out, and they are sized for `pods_m`: with a scheduled M below it, rows of the previous
+        generation would stay and be labelled with the new step."""
+        for rows in (self._logs["images"], self._logs["prompt"], self._logs["completion"], self._logs["advantages"]):
+            rows.clear()
+        self._logs["rewards"].clear()
+        self._logs["extra"].clear()
 
     def _log_selection(
         self,
@@ -509,17 +563,73 @@ class PODSGRPOTrainer(GRPOTrainer):
 
     # ---------------------------------------------------------------- loss: dropped groups, D3S token selection
 
+    def _prepare_inputs(self, generation_batch: dict[str, Any]) -> dict[str, Any]:
+        if not self._count_step_sequences:
+            return super()._prepare_inputs(generation_batch)
+        buffered = self._buffered_inputs
+        inputs = super()._prepare_inputs(generation_batch)
+        if self._buffered_inputs is not buffered:  # a new generation, shuffled and split into micro-batches
+            self._annotate_step_sequences(self._buffered_inputs)
+        return inputs
+
+    def _annotate_step_sequences(self, micro_batches: list[dict[str, Any]]) -> None:
+        """Give each micro-batch of a new generation the number of sequences its optimizer step keeps in the loss,
+        over all processes (`pods_drop_constant_groups` with a sequence-averaged loss; see `_compute_loss`)."""
+        local = torch.stack([(~batch["pods_dropped"]).sum() for batch in micro_batches]).float()  # [S]
+        counts = self.accelerator.reduce(local, reduction="sum")  # [S], all processes
+        totals = optimizer_step_totals(counts, self.args.gradient_accumulation_steps)  # [S]
+        for batch, total in zip(micro_batches, totals, strict=True):
+            batch["pods_step_sequences"] = total
+
     def _compute_loss(self, model, inputs):
+        """TRL's loss; with dropped constant groups, a sequence-averaged policy term (with its KL) averages over the
+        optimizer step's non-dropped sequences on all processes. The entropy bonus (a mean over the non-dropped
+        tokens already) and the MoE router loss keep TRL's values."""
+        step_sequences = inputs.get("pods_step_sequences")  # [] set by _annotate_step_sequences
+        entropy_coef = self._applied_entropy_coef() if step_sequences is not None else 0.0
         self._loss_advantages = inputs["advantages"]  # read by get_high_entropy_mask (token selection)
+        self._loss_forward = {} if step_sequences is not None else None
         try:
             loss = super()._compute_loss(model, inputs)
+            forward = self._loss_forward
         finally:
-            self._loss_advantages = None
-        dropped = inputs.get("pods_dropped")
-        if dropped is not None and self.loss_type in SEQUENCE_AVERAGE_LOSSES:
-            # These losses average over the micro-batch's sequences; count only the ones not dropped.
-            loss = loss * dropped.numel() / max(int((~dropped).sum()), 1)
-        return loss
+            self._loss_advantages = self._loss_forward = None
+        if step_sequences is None:
+            return loss
+        kept_as_is = self._entropy_and_router_terms(inputs, forward, entropy_coef)
+        accumulation, processes = self.current_gradient_accumulation_steps, self.accelerator.num_processes
+        scale = sequence_average_scale(inputs["advantages"].size(0), accumulation, processes, step_sequences)
+        return kept_as_is + scale * (loss - kept_as_is)
+
+    def _applied_entropy_coef(self) -> float:
+        """The entropy-bonus coefficient TRL's `_compute_loss` applies to the coming micro-batch (read before its
+        adaptive controller updates the coefficient at the end of an optimizer step)."""
+        if not self._entropy_bonus_enabled:
+            return 0.0
+        if self.use_adaptive_entropy and self._last_world_entropy > self.args.entropy_target:
+            return 0.0
+        return self.entropy_coef
+
+    def _entropy_and_router_terms(
+        self, inputs: dict[str, Any], forward: dict[str, Any], entropy_coef: float
+    ) -> torch.Tensor | float:
+        """The entropy bonus and the MoE router loss as TRL's `_compute_loss` added them, from the same forward."""
+        accumulation = self.current_gradient_accumulation_steps
+        terms = 0.0
+        if entropy_coef:
+            mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)  # [B, T]
+            if forward.get("entropy_mask") is not None:
+                mask = mask * forward["entropy_mask"]
+            terms = terms - entropy_coef * entropy_bonus(forward["entropies"], mask, accumulation)
+        if self.aux_loss_enabled:
+            terms = terms + self.router_aux_loss_coef * forward["aux_loss"] / accumulation
+        return terms
+
+    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+        logps, entropies, aux_loss = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        if self._loss_forward is not None:  # the training forward of a micro-batch whose policy term is rescaled
+            self._loss_forward.update(entropies=entropies, aux_loss=aux_loss)
+        return logps, entropies, aux_loss
 
     def _token_fraction(self) -> float:
         start = self.args.pods_token_fraction_start
@@ -527,39 +637,131 @@ class PODSGRPOTrainer(GRPOTrainer):
         return end if start is None else scheduled_value(start, end, self._progress(), self.args.pods_schedule)
 
     def get_high_entropy_mask(self, entropies: torch.Tensor, mask: torch.Tensor, threshold: float) -> torch.Tensor:
-        """With D3S token selection, TRL's entropy-mask seam keeps the top `pods_token_fraction` of tokens by
-        |advantage| x entropy instead, as loss weights whose normaliser counts the kept tokens."""
-        if not self._token_selection:
-            return super().get_high_entropy_mask(entropies, mask, threshold)
-        scores = token_scores(self._loss_advantages, entropies.detach())  # [B, T]
-        fraction = self._token_fraction()
-        valid = mask.bool()
-        gathered = self.accelerator.gather(
-            self.accelerator.pad_across_processes(scores[valid].float(), pad_index=-1.0)
-        )
-        gathered = gathered[gathered >= 0]  # scores are non-negative; -1 marks padding
-        if gathered.numel() == 0 or fraction >= 1.0:
-            return mask.float()
-        keep = top_fraction_mask(scores, mask, torch.quantile(gathered, 1 - fraction).item())
-        if self.loss_type in TOKEN_LEVEL_LOSSES:  # normalised over all processes' tokens: count globally
-            counts = self.accelerator.reduce(torch.stack([keep.sum(), valid.sum()]).float(), reduction="sum")
+        """With D3S token selection, TRL's entropy-mask seam keeps exactly the top `pods_token_fraction` of tokens by
+        |advantage| x entropy instead, as loss weights whose normaliser counts the kept tokens.
+
+        The budget is per process, except for the losses normalised over all processes' tokens (`dapo`, `cispo`,
+        `vespo`), where one budget spans every process (ties broken by process, then position). The fraction kept
+        over all processes is logged as `pods/token_fraction_kept`.
+        """
+        if self._token_selection:
+            weights = self._token_selection_weights(entropies, mask)
         else:
-            counts = torch.stack([keep.sum(), valid.sum()]).float()
-        return normaliser_weights(keep, mask, self.loss_type, counts[0].item(), counts[1].item())
+            weights = super().get_high_entropy_mask(entropies, mask, threshold)
+        if self._loss_forward is not None:  # the entropy bonus of a rescaled micro-batch acts on these tokens
+            self._loss_forward["entropy_mask"] = weights
+        return weights
+
+    def _token_selection_weights(self, entropies: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """``[B, T]`` loss weights of D3S token selection (see `get_high_entropy_mask`)."""
+        scores = token_scores(self._loss_advantages, entropies.detach())  # [B, T]
+        valid = mask.bool()
+        global_budget = self.loss_type in TOKEN_LEVEL_LOSSES
+        if global_budget:
+            keep = self._select_tokens_across_processes(scores, valid, self._token_fraction())
+        else:
+            keep = select_top_tokens(scores, valid, self._token_fraction())
+        local_counts = torch.stack([keep.sum(), valid.sum()]).float()
+        counts = self.accelerator.reduce(local_counts.clone(), reduction="sum")  # [kept, valid] over all processes
+        mode = "train" if self.model.training else "eval"
+        self._metrics[mode]["pods/token_fraction_kept"].append((counts[0] / counts[1].clamp(min=1.0)).item())
+        kept_total, valid_total = (counts if global_budget else local_counts).tolist()
+        return normaliser_weights(keep, mask, self.loss_type, kept_total, valid_total)
+
+    def _select_tokens_across_processes(
+        self, scores: torch.Tensor, valid: torch.Tensor, fraction: float
+    ) -> torch.Tensor:
+        """``[B, T]`` bool: this process's share of one token budget over every process's valid tokens."""
+        local = scores[valid].float()  # [V_local]
+        padded = self.accelerator.pad_across_processes(local, pad_index=-1.0)  # [V_max]
+        gathered = self.accelerator.gather(padded)  # [P * V_max]; scores are >= 0, so -1 marks padding
+        keep = select_top_tokens(gathered, gathered >= 0, fraction)  # the same on every process
+        start = self.accelerator.process_index * padded.numel()
+        selected = torch.zeros_like(valid)
+        selected[valid] = keep[start : start + local.numel()]
+        return selected
+
+    # ---------------------------------------------------------------- resume: the position in the generation cycle
+
+    def _save_rng_state(self, output_dir: str) -> None:
+        """Beside its RNG state, each process saves what an exact resume needs beyond TRL's checkpoint: the position
+        in the generation cycle (TRL's micro-step counter), the buffered micro-batches of the current generation
+        (still to be trained on when `steps_per_generation > gradient_accumulation_steps` or `num_iterations > 1`)
+        and the count behind `pods/tokens_generated`."""
+        super()._save_rng_state(output_dir)
+        if self.pods_n is None:
+            return
+        state = {
+            "layout": self._cycle_layout(),
+            "step": self._step,
+            "buffered_inputs": self._buffered_inputs,
+            "tokens_generated": self._tokens_generated,
+        }
+        torch.save(state, os.path.join(output_dir, RESUME_STATE.format(self.accelerator.process_index)))
+
+    def _load_rng_state(self, checkpoint: str | None) -> None:
+        """Trainer calls this once when it resumes, just before the first step: restore what `_save_rng_state`
+        saved, so that a checkpoint inside a generation cycle continues with the same rollouts."""
+        super()._load_rng_state(checkpoint)
+        if checkpoint is None or self.pods_n is None:
+            return
+        path = os.path.join(checkpoint, RESUME_STATE.format(self.accelerator.process_index))
+        if not os.path.isfile(path):  # e.g. a GRPOTrainer checkpoint: TRL's behaviour, a new generation
+            return
+        state = torch.load(path, map_location=self.accelerator.device, weights_only=True)
+        self._tokens_generated = state["tokens_generated"]
+        if state["layout"] != self._cycle_layout():
+            logger.warning(
+                "Resuming with steps_per_generation, num_iterations, gradient_accumulation_steps or the number of "
+                "processes changed (%s, was %s): the saved generation is discarded and a new one starts, as in TRL.",
+                self._cycle_layout(),
+                state["layout"],
+            )
+            return
+        self._step, self._buffered_inputs = state["step"], state["buffered_inputs"]
+
+    def _cycle_layout(self) -> list[int]:
+        return [
+            self.args.steps_per_generation,
+            self.num_iterations,
+            self.args.gradient_accumulation_steps,
+            self.accelerator.num_processes,
+        ]
 
     # ---------------------------------------------------------------- generation in rounds (micro-groups)
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, **kwargs):
-        chunk = self.args.pods_generation_chunk_size
+        chunk = self._generation_chunk_size
         if chunk is None or len(prompt_ids) <= chunk:
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, **kwargs)
         completion_ids = []
-        for first in range(0, len(prompt_ids), chunk):  # peak generation memory is set by `chunk`, not by N
-            ids, _ = super()._generate_single_turn(
-                prompt_ids[first : first + chunk], images, multimodal_fields, num_generations, **kwargs
-            )
-            completion_ids.extend(ids)
+        with self._weights_gathered_for_all_rounds():
+            for first in range(0, len(prompt_ids), chunk):  # peak generation memory is set by `chunk`, not by N
+                ids, _ = super()._generate_single_turn(
+                    prompt_ids[first : first + chunk], images, multimodal_fields, num_generations, **kwargs
+                )
+                completion_ids.extend(ids)
         return completion_ids, None
+
+    @contextmanager
+    def _weights_gathered_for_all_rounds(self):
+        """Under DeepSpeed ZeRO-3 with `ds3_gather_for_generation`, TRL gathers the full weights around each
+        `generate` call, which would be once per round: gather them once for all rounds instead, as TRL does, and
+        let each round generate on them."""
+        if not (self._dist.is_zero3 and self.args.ds3_gather_for_generation):
+            yield
+            return
+        with unwrap_model_for_generation(
+            self.model_wrapped,
+            self.accelerator,
+            gather_deepspeed3_params=True,
+            gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+        ):
+            self.args.ds3_gather_for_generation = False
+            try:
+                yield
+            finally:
+                self.args.ds3_gather_for_generation = True
 
 
 @contextmanager
