@@ -38,6 +38,12 @@ def run_worker(model_path, out: Path, processes: int, *options: str, timeout: fl
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(processes)]
 
 
+def _ratios(logs: list[dict]) -> list[float]:
+    """The mean vLLM importance-sampling ratio of every logged step."""
+    key = "sampling/importance_sampling_ratio/mean"
+    return [e[key] for e in logs if key in e]
+
+
 @pytest.mark.parametrize("sampler", ["random", "max_variance"])
 def test_two_processes_match_one_process(tiny_model_path, tmp_path, sampler):
     """With identical rollouts (deterministic sampling), 2 processes reproduce a 1-process run over the same global
@@ -68,12 +74,7 @@ def test_vllm_server_mode_with_two_processes(tiny_model_path, tmp_path):
     assert ranks[0]["server_calls"] == [[2, 8], [2, 8]], "2 unique prompts per generation, n = 8 each"
     for rank in ranks:
         assert all(record["prompt_ids_match"] for record in rank["records"])
-        ratios = [
-            e["sampling/importance_sampling_ratio/mean"]
-            for e in rank["logs"]
-            if "sampling/importance_sampling_ratio/mean" in e
-        ]
-        assert ratios == pytest.approx([1.0, 1.0], abs=1e-3)
+        assert _ratios(rank["logs"]) == pytest.approx([1.0, 1.0], abs=1e-3)
     assert ranks[0]["records"][0]["kept"] == ranks[1]["records"][0]["kept"]
 
 
@@ -87,12 +88,7 @@ def test_vllm_colocate_tensor_parallel_engine_is_sized_for_the_tp_group(tiny_mod
         assert rank["engine"]["max_num_seqs"] == 2 * rows
         assert [(c["sequences"], c["waves"]) for c in rank["engine"]["calls"]] == [(2 * rows, 1)] * 2
         assert all(record["prompt_ids_match"] for record in rank["records"])
-        ratios = [
-            e["sampling/importance_sampling_ratio/mean"]
-            for e in rank["logs"]
-            if "sampling/importance_sampling_ratio/mean" in e
-        ]
-        assert ratios == pytest.approx([1.0, 1.0], abs=1e-3)
+        assert _ratios(rank["logs"]) == pytest.approx([1.0, 1.0], abs=1e-3)
 
 
 @pytest.mark.parametrize("option", [["--m-start", "2"], ["--cross-group"]], ids=["m-schedule", "cross-group"])
@@ -145,8 +141,7 @@ def test_adaptive_vllm_with_two_processes(tiny_model_path, tmp_path, generation)
         assert all([(c["requests"], c["n"]) for c in rank["engine"]["calls"]] == [(8, 1)] * 4 for rank in ranks)
     for rank in ranks:
         assert all(record["prompt_ids_match"] for record in rank["records"])
-        key = "sampling/importance_sampling_ratio/mean"
-        assert [e[key] for e in rank["logs"] if key in e] == pytest.approx([1.0, 1.0], abs=1e-3)
+        assert _ratios(rank["logs"]) == pytest.approx([1.0, 1.0], abs=1e-3)
     for r0, r1 in zip(ranks[0]["records"], ranks[1]["records"], strict=True):
         assert r0["kept"] == r1["kept"] and r0["counts"] == r1["counts"]
 
