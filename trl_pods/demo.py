@@ -11,8 +11,8 @@ and at every checkpoint; the run saves the adapter, the metrics, `eval_arithmeti
 report then names the best checkpoint and says so plainly when training ended worse than it started.
 
 CPU threads: all the cores this process may use but one (`cpu_threads`), unless ``OMP_NUM_THREADS`` is set. On a
-2-core machine that is one thread: OpenMP threads that wait for a core another process holds make a step 15-30x
-slower, while one thread on an idle machine costs little (measured in docs/benchmarks.md, "CPU threads").
+2-core machine that is one thread: beside one busy process, 2 threads made a step 2.5x slower than 1 thread, while
+1 thread on an idle machine cost 1.2x (docs/benchmarks.md, "CPU threads").
 """
 
 from __future__ import annotations
