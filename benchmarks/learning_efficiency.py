@@ -22,6 +22,7 @@ and training minutes to the target accuracy (the first checkpoint at or above it
 
     python benchmarks/learning_efficiency.py                     # 3 seeds x 24 steps (about 30 minutes on 2 cores)
     python benchmarks/learning_efficiency.py --seeds 1 --steps 2 --eval_every 1 --smoke   # every method, no files
+    python benchmarks/learning_efficiency.py ... --seeds 5 --keep_runs   # add seeds 3 and 4 to a 3-seed section
 """
 
 from __future__ import annotations
@@ -115,6 +116,17 @@ def plot(runs: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def _saved_runs(raw: Path, args: argparse.Namespace) -> list[dict]:
+    """The runs of an earlier measurement of the same section, which must have used the same settings."""
+    saved = json.loads(raw.read_text())
+    ignored = ("seeds", "keep_runs", "smoke")
+    earlier = {k: v for k, v in saved["args"].items() if k not in ignored}
+    now = {k: v for k, v in vars(args).items() if k not in ignored}
+    if earlier != now:
+        raise SystemExit(f"--keep_runs: {raw} was measured with other settings ({earlier}); drop --keep_runs.")
+    return [r for r in saved["runs"] if r["seed"] < args.seeds and r["method"] in args.methods]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=3)
@@ -126,18 +138,30 @@ def main() -> None:
     parser.add_argument("--prompts_per_step", type=int, default=1, help="prompts per optimizer step (4 kept each)")
     parser.add_argument("--tag", default="", help="suffix of the report section and files, to keep earlier results")
     parser.add_argument("--smoke", action="store_true", help="print the table; write nothing to docs/")
+    parser.add_argument(
+        "--keep_runs",
+        action="store_true",
+        help="reuse the runs in this section's JSON file (same settings) and measure only the missing seeds",
+    )
     args = parser.parse_args()
+    name = "learning_efficiency" + ("" if args.difficulty == "add1" else f"_{args.difficulty}")
+    name += f"_{args.tag}" if args.tag else ""
+    raw = figure_path(f"{name}.json")
+    kept_runs = _saved_runs(raw, args) if args.keep_runs else []
     model = fetch_smollm2()
     base_report = held_out(args.difficulty, model_name_or_path=str(model), output=tempfile.mktemp(suffix=".json"))
     base = base_report["results"][0]["accuracy"]
-    runs = [run(model, method, seed, args, base) for seed in range(args.seeds) for method in args.methods]
+    done = {(r["method"], r["seed"]) for r in kept_runs}
+    runs = kept_runs + [
+        run(model, method, seed, args, base)
+        for seed in range(args.seeds)
+        for method in args.methods
+        if (method, seed) not in done
+    ]
     if args.smoke:
         print(summarise(runs, args.target))
         print("smoke run: nothing written")
         return
-    name = "learning_efficiency" + ("" if args.difficulty == "add1" else f"_{args.difficulty}")
-    name += f"_{args.tag}" if args.tag else ""
-    raw = figure_path(f"{name}.json")
     raw.write_text(json.dumps({"args": vars(args), "base_accuracy": base, "runs": runs}, indent=1) + "\n")
     plot(runs, figure_path(f"{name}.png"))
     defaults = vars(parser.parse_args([]))
