@@ -169,7 +169,7 @@ def main() -> None:
         part
         for key, value in vars(args).items()
         if value != defaults[key]
-        for part in (f"--{key}", *(value if isinstance(value, list) else [value]))
+        for part in (f"--{key}", *([] if value is True else value if isinstance(value, list) else [value]))
     ]
     command = shlex.join(["python", "benchmarks/learning_efficiency.py", *map(str, flags)])
     write_section(
