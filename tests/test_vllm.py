@@ -11,7 +11,7 @@ from test_trainer import SpyTrainer
 from vllm_standin import FakeVLLMGeneration, install
 
 from trl_pods import PODSGRPOTrainer
-from trl_pods.vllm_sizing import TRL_COLOCATE_MAX_NUM_BATCHED_TOKENS, colocate_rows_per_engine
+from trl_pods.vllm_engine import TRL_COLOCATE_MAX_NUM_BATCHED_TOKENS, colocate_rows_per_engine
 
 
 def _ratios(trainer) -> list[float]:

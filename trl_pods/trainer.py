@@ -49,7 +49,7 @@ from .down_sampling import get_down_sampler, max_variance_across_groups
 from .losses import SEQUENCE_AVERAGE_LOSSES, entropy_bonus, optimizer_step_totals, sequence_average_scale
 from .schedules import kept_per_prompt, scheduled_value
 from .token_selection import TOKEN_LEVEL_LOSSES, normaliser_weights, select_top_tokens, token_scores
-from .vllm_sizing import TRL_COLOCATE_MAX_NUM_BATCHED_TOKENS, colocate_rows_per_engine
+from .vllm_engine import colocate_engine, engine_awake
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class _SlotLayout:
     def __init__(self, rows: int):
         self.rows = rows
         self.items: list = [None] * 8  # the 8-tuple of `_generate`
-        self.targets: list[int | None] = []  # the slot of every generated row, in call order
+        self.extra: dict[str, list[list]] = {}  # log_extra column -> one block of rows per reward function
 
     def add(self, generation: tuple, targets: list[int | None]) -> None:
         for i, values in enumerate(generation):
@@ -88,17 +88,21 @@ class _SlotLayout:
                 for value, target in zip(values, targets, strict=True):
                     if target is not None:
                         self.items[i][target] = value
-        self.targets.extend(targets)
 
-    def reorder(self, columns: dict[str, list]) -> None:
-        """Reward functions' `log_extra` columns, one value per generated row in call order, into slot layout."""
+    def add_extra(self, columns: dict[str, list], scored: int, targets: list[int]) -> None:
+        """A wave's `log_extra` columns. Each holds one block of ``scored`` values per reward function that logged
+        it; the first ``len(targets)`` rows of a block are the rollouts of those slots (the rest is padding)."""
         for column, values in columns.items():
-            if len(values) == len(self.targets):
-                ordered = [None] * self.rows
-                for value, target in zip(values, self.targets, strict=True):
-                    if target is not None:
-                        ordered[target] = value
-                columns[column] = ordered
+            blocks = self.extra.setdefault(column, [])
+            for b in range(len(values) // scored):
+                if b == len(blocks):
+                    blocks.append([None] * self.rows)
+                for value, target in zip(values[b * scored : b * scored + len(targets)], targets, strict=True):
+                    blocks[b][target] = value
+
+    def extra_columns(self) -> dict[str, list]:
+        """The `log_extra` columns in slot layout: one block of ``rows`` values per reward function that logged it."""
+        return {column: [value for block in blocks for value in block] for column, blocks in self.extra.items()}
 
 
 class PODSGRPOTrainer(GRPOTrainer):
@@ -137,7 +141,7 @@ class PODSGRPOTrainer(GRPOTrainer):
                 f"PODSGRPOTrainer does not support {', '.join(unsupported)}: multi-turn rollouts change the rows "
                 "between generation and scoring. Use trl.GRPOTrainer for tool or environment training."
             )
-        with _colocate_engine_sized_for_generation(args):
+        with colocate_engine(args, grpo_trainer_module):
             super().__init__(model, reward_funcs, args, *trainer_args, **trainer_kwargs)
         if self._is_vlm:
             raise ValueError("PODSGRPOTrainer does not support vision-language models; use trl.GRPOTrainer.")
@@ -289,9 +293,10 @@ class PODSGRPOTrainer(GRPOTrainer):
 
     def _generate_in_waves(self, inputs: list[dict[str, Any]]) -> tuple[tuple, torch.Tensor, torch.Tensor]:
         """`_generate_and_score` for ``pods_generation="adaptive"``: waves decided by `top_up_waves` from the gathered
-        rewards, so identical on every rank. In each wave every process generates and scores the same number of
-        rows (its own waiting groups, then copies of one of its prompts as padding), since TRL's generation and
-        reward gathers, vLLM server mode and tensor-parallel vLLM need equal rows on all processes."""
+        rewards, so identical on every rank. In each wave every process generates the same number of rows (its own
+        waiting groups, then copies of one of its prompts as padding), since TRL's generation gathers, vLLM server
+        mode and tensor-parallel vLLM need equal rows on all processes; only its own rows are scored. The waves share
+        one weight load (`_one_weight_load_per_generation`)."""
         n, local_rows = self.pods_n, len(inputs)
         groups_per_process = local_rows // n
         processes = self.accelerator.num_processes
@@ -306,12 +311,11 @@ class PODSGRPOTrainer(GRPOTrainer):
             own = own.tolist()
             padded = own + [own[0] if own else 0] * (lockstep - len(own))
             rows = [inputs[group * n] for group in padded for _ in range(size)]
-            prompts = [row["prompt"] for row in rows]
             with self._group_size(size):  # server mode: one request per prompt with n = size
-                generation = self._generate(prompts)
-            wave_rewards = self._calculate_rewards(rows, prompts, generation[3], generation[1])  # [P * rows, F]
+                generation = self._generate([row["prompt"] for row in rows])
             targets = [group * n + first_slot + j for group in own for j in range(size)]
             layout.add(generation, targets + [None] * (len(rows) - len(targets)))
+            wave_rewards = self._score_own_rows(rows, generation, targets, layout)  # [P * rows, F]
             ours = wave_rewards[gathered_rows(groups, groups_per_process, lockstep, size).to(wave_rewards.device)]
             if rewards_per_func is None:
                 rewards_per_func = wave_rewards.new_full((groups_per_process * processes * n, ours.size(1)), torch.nan)
@@ -320,10 +324,33 @@ class PODSGRPOTrainer(GRPOTrainer):
             per_func = ours.view(-1, size, ours.size(1)).detach().cpu()  # [A, size, F]
             return group_objective(per_func, self.reward_weights, "sum_then_normalize")  # [A, size], TRL's reward
 
-        waves = top_up_waves(groups_per_process * processes, self.args.pods_n_initial, n, wave)
-        layout.reorder(self._pending_extra_logs)
+        with self._one_weight_load_per_generation():
+            waves = top_up_waves(groups_per_process * processes, self.args.pods_n_initial, n, wave)
+        self._pending_extra_logs.update(layout.extra_columns())
         self._log_lengths_once(waves.waves, layout.items[1])
         return tuple(layout.items), rewards_per_func, waves.counts
+
+    def _score_own_rows(self, rows: list[dict], generation: tuple, targets: list[int], layout: _SlotLayout):
+        """Score a wave's own rows, not its padding, and gather them: ``[P * len(rows), F]``, NaN on padding rows.
+
+        Reward functions see the process's rows that have a slot (``targets``), or its first padding row when it has
+        none, so every process calls them once per wave (a reward model under ZeRO-3 needs every process). What they
+        log then describes real rollouts: `log_extra` values go to their slots, and each `log_metric` value counts
+        once per rollout scored, so TRL's average over the step is per rollout, as without waves.
+        """
+        real = len(targets)
+        scored = max(real, 1)
+        extra_before = {column: len(values) for column, values in self._pending_extra_logs.items()}
+        metrics_before = {name: len(values) for name, values in self._pending_metrics.items()}
+        prompts = [row["prompt"] for row in rows[:scored]]
+        with _rewards_not_gathered():
+            local = self._calculate_rewards(rows[:scored], prompts, generation[3][:scored], generation[1][:scored])
+        layout.add_extra(_take_new(self._pending_extra_logs, extra_before), scored, targets)
+        for name, values in _take_new(self._pending_metrics, metrics_before).items():
+            self._pending_metrics[name].extend(value for value in values for _ in range(real))
+        padded = local.new_full((len(rows), local.size(1)), torch.nan)  # [rows, F]
+        padded[:real] = local[:real]
+        return self.accelerator.gather(padded)
 
     def _log_lengths_once(self, calls: int, completion_ids: list) -> None:
         """TRL's `_generate` logged the completion-length metrics once per wave; averaged, they would weigh a small
@@ -735,7 +762,7 @@ class PODSGRPOTrainer(GRPOTrainer):
         if chunk is None or len(prompt_ids) <= chunk:
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, **kwargs)
         completion_ids = []
-        with self._weights_gathered_for_all_rounds():
+        with self._one_weight_load_per_generation():
             for first in range(0, len(prompt_ids), chunk):  # peak generation memory is set by `chunk`, not by N
                 ids, _ = super()._generate_single_turn(
                     prompt_ids[first : first + chunk], images, multimodal_fields, num_generations, **kwargs
@@ -744,10 +771,17 @@ class PODSGRPOTrainer(GRPOTrainer):
         return completion_ids, None
 
     @contextmanager
-    def _weights_gathered_for_all_rounds(self):
-        """Under DeepSpeed ZeRO-3 with `ds3_gather_for_generation`, TRL gathers the full weights around each
-        `generate` call, which would be once per round: gather them once for all rounds instead, as TRL does, and
-        let each round generate on them."""
+    def _one_weight_load_per_generation(self):
+        """Within the block, the generation calls of one generation (rounds, adaptive waves) share one weight load.
+
+        vLLM colocate with sleep mode: the engine stays awake between the calls (`engine_awake`), so the weights are
+        pushed once. HF generate under DeepSpeed ZeRO-3 with `ds3_gather_for_generation`: TRL gathers the full weights
+        around each `generate` call; they are gathered once for the block instead, as TRL does for one call.
+        """
+        if self.use_vllm:
+            with engine_awake(getattr(self, "vllm_generation", None), self._sync_engine_weights):
+                yield
+            return
         if not (self._dist.is_zero3 and self.args.ds3_gather_for_generation):
             yield
             return
@@ -763,46 +797,10 @@ class PODSGRPOTrainer(GRPOTrainer):
             finally:
                 self.args.ds3_gather_for_generation = True
 
-
-@contextmanager
-def _colocate_engine_sized_for_generation(args: PODSConfig):
-    """Within the block, TRL builds its colocate vLLM engine with room for every rollout of a generation batch.
-
-    TRL passes ``max_num_seqs = per_device_train_batch_size x tensor_parallel x steps_per_generation`` (the kept
-    rows); PODS sends ``pods_n / pods_m`` times more sequences per ``llm.generate`` call, which such an engine would
-    decode in as many sequential waves. Only the ``max_num_seqs`` keyword of TRL's ``VLLMGeneration(...)`` call
-    changes; everything else is TRL's.
-    """
-    if not (args.use_vllm and args.vllm_mode == "colocate"):
-        yield
-        return
-    rows = colocate_rows_per_engine(
-        args.per_device_train_batch_size,
-        args.steps_per_generation,
-        args.vllm_tensor_parallel_size,
-        args.pods_m,
-        args.pods_n,
-    )
-    # vLLM refuses max_num_seqs above max_num_batched_tokens, which TRL fixes for the colocate engine.
-    max_num_seqs = min(rows, TRL_COLOCATE_MAX_NUM_BATCHED_TOKENS)
-    if rows > max_num_seqs:
-        logger.warning(
-            "Each colocate vLLM engine generates %d rollouts per generation batch, more than TRL's "
-            "max_num_batched_tokens (%d) lets it decode at once, so it decodes them in several waves. Lower pods_n "
-            "or the rows per process (per_device_train_batch_size x steps_per_generation), or use vllm_mode='server'.",
-            rows,
-            max_num_seqs,
-        )
-    build = grpo_trainer_module.VLLMGeneration
-
-    def sized(*build_args, **build_kwargs):
-        return build(*build_args, **{**build_kwargs, "max_num_seqs": max_num_seqs})
-
-    grpo_trainer_module.VLLMGeneration = sized
-    try:
-        yield
-    finally:
-        grpo_trainer_module.VLLMGeneration = build
+    def _sync_engine_weights(self) -> None:
+        """Push the weights to the vLLM engine, as TRL's generation does once per optimizer step."""
+        self.vllm_generation.sync_weights()
+        self._last_loaded_step = self.state.global_step
 
 
 def _digest(value: Any) -> str:
@@ -814,3 +812,25 @@ def _constant_rows(rewards: torch.Tensor) -> torch.Tensor:
     high = torch.nan_to_num(rewards, nan=-torch.inf).amax(1)
     low = torch.nan_to_num(rewards, nan=torch.inf).amin(1)
     return (high - low).nan_to_num(0.0) <= 0
+
+
+@contextmanager
+def _rewards_not_gathered():
+    """Within the block, TRL's `_calculate_rewards` returns this process's rewards (it skips its final gather)."""
+    gather = grpo_trainer_module.gather
+    grpo_trainer_module.gather = lambda tensor: tensor
+    try:
+        yield
+    finally:
+        grpo_trainer_module.gather = gather
+
+
+def _take_new(pending: dict[str, list], before: dict[str, int]) -> dict[str, list]:
+    """Remove and return what was appended to each list of ``pending`` since the lengths ``before`` were taken."""
+    new = {}
+    for key, values in pending.items():
+        start = before.get(key, 0)
+        if len(values) > start:
+            new[key] = values[start:]
+            del values[start:]
+    return new
