@@ -18,7 +18,8 @@ second.
 `--drop-constant` makes the groups of even prompts constant and drops them (prompts in order, so with 2 processes
 rank 0 holds only dropped rows), recording each micro-batch's loss against TRL's; `--token-fraction` turns on token
 selection and records the tokens each rank keeps; `--chunk-size` generates in rounds and records how many times
-DeepSpeed ZeRO-3 gathered the weights for each generation (launch it with accelerate and a ZeRO-3 config).
+DeepSpeed ZeRO-3 gathered the weights for each generation, over all its rounds or waves (launch it with accelerate
+and a ZeRO-3 config).
 """
 
 import argparse
@@ -56,15 +57,16 @@ class RecordingTrainer(DroppedLossRecorder):
             self.token_counts.append(dict(kept=int((weights > 0).sum()), valid=int(mask.sum())))
         return weights
 
+    def _generate_and_score(self, inputs):
+        if not self.is_deepspeed_enabled:
+            return super()._generate_and_score(inputs)
+        with _counting_weight_gathers() as gathers:  # over every generation call (round, wave) of a generation
+            result = super()._generate_and_score(inputs)
+        self.weight_gathers.append(len(gathers))
+        return result
+
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, **kwargs):
-        if self.is_deepspeed_enabled:
-            with _counting_weight_gathers() as gathers:
-                result = super()._generate_single_turn(
-                    prompt_ids, images, multimodal_fields, num_generations, **kwargs
-                )
-            self.weight_gathers.append(len(gathers))
-            return result
-        if not self.deterministic:
+        if self.is_deepspeed_enabled or not self.deterministic:
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, **kwargs)
         completions, copies = [], {}
         for ids in prompt_ids:

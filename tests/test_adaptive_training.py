@@ -9,7 +9,7 @@ from collections import Counter, defaultdict
 
 import pytest
 import torch
-from helpers import load, pods_config, prompts_dataset
+from helpers import constant_for_even_prompts, load, pods_config, prompts_dataset
 from test_trainer import SpyTrainer
 from trl import GRPOTrainer
 from vllm_standin import FakeVLLMGeneration, install
@@ -174,6 +174,21 @@ def test_vllm_waves(tiny_model_path, tmp_path, monkeypatch, mode):
     assert ratios == pytest.approx([1.0, 1.0], abs=1e-3)
 
 
+def test_sleep_mode_engine_takes_one_weight_push_per_adaptive_generation(tiny_model_path, tmp_path, monkeypatch):
+    """With vllm_enable_sleep_mode, TRL puts the colocate engine to sleep (level 2: weights discarded) after every
+    generate call and pushes the full weights again before the next: 3 waves x 2 steps cost 6 pushes. The engine
+    stays awake across the waves of one generation: one push per generation, and the engine still samples from the
+    current weights (IS ratio 1)."""
+    install(monkeypatch)
+    trainer = _train(tiny_model_path, tmp_path, RoleReward(), WaveSpy, use_vllm=True, vllm_enable_sleep_mode=True)
+    llm = FakeVLLMGeneration.instances[-1].llm
+    assert len(llm.calls) == 6, "3 waves per generation"
+    assert llm.prefix_cache_resets == 2, "weights pushed once per generation"
+    assert llm.events[-1] == "sleep2", "asleep between generations"
+    key = "sampling/importance_sampling_ratio/mean"
+    assert [e[key] for e in trainer.state.log_history if key in e] == pytest.approx([1.0, 1.0], abs=1e-3)
+
+
 def test_selection_log_records_rollouts_per_group_and_same_seed_reproduces(tiny_model_path, tmp_path):
     """The selection log records how many rollouts each group got; a second run with the same seed reproduces the
     waves (counts), rewards and selections line by line."""
@@ -230,3 +245,47 @@ def test_rejects_a_user_rule_that_keeps_an_unfilled_slot(tiny_model_path, tmp_pa
 
     with pytest.raises(ValueError, match="'test_last_slots' kept a slot that was never generated"):
         _train(tiny_model_path, tmp_path, RoleReward(), PODSGRPOTrainer, pods_down_sampler="test_last_slots")
+
+
+def _logging_reward(name: str):
+    """`constant_for_even_prompts` (even prompts' groups are constant, so they are topped up in waves) that logs each
+    completion's text to the column "text" (every function to the same one) and to a column of its own, and the mean
+    reward of each call with `log_metric`."""
+
+    def reward(prompts, completions, completion_ids, log_extra, log_metric, **kwargs):
+        texts = [c[0]["content"] for c in completions]
+        log_extra("text", texts)
+        log_extra(f"text_{name}", texts)
+        rewards = constant_for_even_prompts(prompts, completion_ids)
+        log_metric(f"mean_{name}", sum(rewards) / len(rewards))
+        return rewards
+
+    reward.__name__ = name
+    return reward
+
+
+def test_wave_logs_follow_their_rollouts(tiny_model_path, tmp_path):
+    """Adaptive waves call the reward functions once per wave. A column that two functions log lands on the
+    completions-table rows of its own rollouts (it was mis-ordered across waves), and a `log_metric` value counts
+    once per rollout it describes, so the logged mean over waves of 2, 2 and 4 rollouts equals the mean over every
+    rollout generated (a per-call average weighed a small wave like a large one)."""
+    import pandas as pd
+
+    trainer = _train(
+        tiny_model_path,
+        tmp_path,
+        [_logging_reward("first"), _logging_reward("second")],
+        PODSGRPOTrainer,
+        max_steps=1,
+        log_completions=True,
+        pods_log_all_rollouts=False,
+        reward_weights=[1.0, 0.0],
+    )
+    entry = next(e for e in trainer.state.log_history if "pods/waves" in e)
+    assert entry["pods/waves"] == 3.0
+    assert entry["mean_first"] == pytest.approx(entry["pods/reward_mean_all"], abs=1e-6)
+    table = pd.read_parquet(tmp_path / "completions" / "completions_00001.parquet")
+    completions = [c[0]["content"] for c in table["completion"]]
+    assert len(completions) == 4 * M
+    for column in ("text", "text_first", "text_second"):
+        assert table[column].tolist() == completions, column

@@ -78,17 +78,23 @@ def test_zero3_adaptive_generation_with_one_rank_topping_up(tiny_model_path, tmp
     assert any(sorted(s["generated"]) == [4, 8] for s in selections), [s["generated"] for s in selections]
 
 
-def test_generation_in_rounds_gathers_zero3_weights_once(tiny_model_path, tmp_path):
-    """ZeRO-3 with pods_generation_chunk_size: TRL gathers the full weights around each generate call, so rounds of
-    4 sequences out of 16 gathered them 4 times per generation; they are gathered once, and training still works."""
+@pytest.mark.parametrize("layout", ["rounds", "waves"])
+def test_zero3_gathers_weights_once_per_generation(tiny_model_path, tmp_path, layout):
+    """ZeRO-3: TRL gathers the full weights around each generate call, so rounds of 4 sequences out of 16
+    (pods_generation_chunk_size) gathered them 4 times per generation, and adaptive waves once per wave. They are
+    gathered once per generation, and training still works."""
+    options = ["--chunk-size", "4"] if layout == "rounds" else ["--adaptive", "--reward", "sevens-constant"]
     command = [
         sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(RECIPES / "zero3.yaml"),
         "--num_processes", "1", "--mixed_precision", "no", "--main_process_port", str(29900 + os.getpid() % 90),
-        str(Path(__file__).with_name("multiprocess_run.py")), str(tiny_model_path), str(tmp_path), "--chunk-size", "4",
+        str(Path(__file__).with_name("multiprocess_run.py")), str(tiny_model_path), str(tmp_path), *options,
     ]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     record = json.loads((tmp_path / "rank0.json").read_text())
     assert len(record["records"]) == 2, "two generations of 2 prompts x 8 rollouts"
+    if layout == "waves":
+        waves = [entry["pods/waves"] for entry in record["logs"] if "pods/waves" in entry]
+        assert max(waves) > 1, "a generation with top-up waves"
     assert record["weight_gathers"] == [1, 1]
