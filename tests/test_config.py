@@ -156,3 +156,23 @@ def test_rejects_inconsistent_adaptive_generation_options(options, message):
     """Each inconsistent adaptive-generation / observability setting fails with a message naming the fix."""
     with pytest.raises(ValueError, match=message):
         make(pods_m=4, pods_n=16, **options)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(use_vllm=True, generation_kwargs={"seed": 7}),
+        dict(temperature=0.0),
+        dict(top_k=1),
+        dict(generation_kwargs={"do_sample": False}),
+        dict(generation_kwargs={"temperature": 0}),
+    ],
+    ids=["vllm-seed", "temperature-0", "top_k-1", "do_sample-false", "kwargs-temperature-0"],
+)
+def test_settings_that_make_a_prompts_rollouts_identical_are_refused(options):
+    """A fixed vLLM seed in generation_kwargs (the real engine then returns N identical rollouts; see
+    test_vllm_engine.py) or greedy decoding makes a prompt's N rollouts identical: no signal to down-sample."""
+    with pytest.raises(ValueError, match="identical"):
+        PODSConfig(
+            "/tmp/unused", use_cpu=True, bf16=False, pods_n=8, pods_m=4, per_device_train_batch_size=4, **options
+        )

@@ -205,6 +205,7 @@ class PODSConfig(GRPOConfig):
         get_down_sampler(self.pods_down_sampler)  # raises with the list of known names
         self._check_d3s()
         self._check_adaptive_generation()
+        self._check_rollouts_can_differ()
         if self.pods_advantage_scope not in ADVANTAGE_SCOPES:
             raise ValueError(
                 f"pods_advantage_scope must be one of {ADVANTAGE_SCOPES}; got {self.pods_advantage_scope!r}."
@@ -278,6 +279,28 @@ class PODSConfig(GRPOConfig):
             raise ValueError(
                 "pods_log_all_rollouts adds rows to the completions table, which is only kept with "
                 "log_completions=True: set it, or unset pods_log_all_rollouts."
+            )
+
+    def _check_rollouts_can_differ(self) -> None:
+        """Refuse sampling settings that make the rollouts of a prompt identical: its group would carry no signal
+        however many rollouts are generated, and down-sampling would have nothing to choose from."""
+        kwargs = self.generation_kwargs or {}
+        if self.use_vllm and kwargs.get("seed") is not None:
+            raise ValueError(
+                f"generation_kwargs sets seed={kwargs['seed']!r}: vLLM then samples every rollout of a prompt with "
+                "the same seed, so the pods_n rollouts are identical (measured on a real engine). Remove the seed; "
+                "the training seed (`seed`) already makes runs reproducible."
+            )
+        greedy = {
+            "do_sample=False": kwargs.get("do_sample") is False,
+            "temperature=0": self.temperature == 0 or kwargs.get("temperature") == 0,
+            "top_k=1": self.top_k == 1 or kwargs.get("top_k") == 1,
+        }
+        chosen = [setting for setting, is_set in greedy.items() if is_set]
+        if chosen:
+            raise ValueError(
+                f"{', '.join(chosen)} makes generation greedy, so the pods_n rollouts of a prompt are identical and "
+                "carry no signal. Sample (do_sample, temperature > 0, top_k != 1)."
             )
 
     def _check_dropping(self) -> None:
