@@ -6,9 +6,11 @@ count, so the test can compare ranks with each other and with a 1-process run.
 
 `--generation deterministic` replaces only the sampling step by a deterministic function of (prompt, generation
 call within the phase, index among the call's copies of the prompt), so a 1-process and a K-process run see identical
-rollouts; `--generation vllm-server` generates through the vLLM stand-in in server mode (rank 0 calls the engine;
-TRL's real code gathers, deduplicates and scatters), `--generation vllm-colocate-tp2` in colocate mode with tensor
-parallel size 2 (TRL's real all-gather and slicing within the TP group).
+rollouts; `--generation real-vllm-colocate` / `real-vllm-server` (with `--server-port`) generate on a real vLLM
+engine (the vLLM test environment; see tests/vllm_real.py); `--generation vllm-server` generates through the vLLM
+stand-in in server mode (rank 0 calls the engine; TRL's real code gathers, deduplicates and scatters),
+`--generation vllm-colocate-tp2` in colocate mode with tensor parallel size 2 (TRL's real all-gather and slicing
+within the TP group).
 
 `--adaptive` generates in waves (pods_n_initial 4, pods_n 8); `--reward sevens-constant` gives the prompts numbered 0
 and 7 a constant reward, so their groups are topped up to 8 while the others stop after the first wave. With seed 0
@@ -133,8 +135,18 @@ def main() -> None:
     parser.add_argument("out")
     parser.add_argument("--sampler", default="random")
     parser.add_argument(
-        "--generation", default="model", choices=["model", "deterministic", "vllm-server", "vllm-colocate-tp2"]
+        "--generation",
+        default="model",
+        choices=[
+            "model",
+            "deterministic",
+            "vllm-server",
+            "vllm-colocate-tp2",
+            "real-vllm-colocate",
+            "real-vllm-server",
+        ],
     )
+    parser.add_argument("--server-port", type=int, help="port of the real `trl vllm-serve` (real-vllm-server)")
     parser.add_argument("--m-start", type=int, help="ramp the kept count from this value to 4 (linear schedule)")
     parser.add_argument("--cross-group", action="store_true", help="D3S cross-group selection")
     parser.add_argument("--adaptive", action="store_true", help="adaptive over-generation: 4 first, up to 8")
@@ -155,6 +167,14 @@ def main() -> None:
         extra = dict(use_vllm=True, vllm_mode=args.generation.split("-")[1], temperature=1.0)
         if args.generation == "vllm-colocate-tp2":
             extra.update(vllm_tensor_parallel_size=2)
+    syncs = []
+    if args.generation.startswith("real-vllm"):
+        from vllm_real import MAX_MODEL_LENGTH, replace_nccl_weight_transfer
+
+        extra = dict(use_vllm=True, vllm_mode=args.generation.split("-")[2], vllm_max_model_length=MAX_MODEL_LENGTH)
+        if args.server_port:
+            replace_nccl_weight_transfer(setattr, syncs)
+            extra.update(vllm_server_base_url=f"http://127.0.0.1:{args.server_port}")
     if args.m_start:
         extra.update(pods_m_start=args.m_start, pods_schedule="linear")
     if args.cross_group:
@@ -203,6 +223,7 @@ def main() -> None:
         "loss_records": getattr(trainer, "loss_records", []),
         "token_counts": trainer.token_counts,
         "weight_gathers": trainer.weight_gathers,
+        "server_syncs": len(syncs),
     }
     if args.generation.startswith("vllm"):
         from vllm_standin import FakeVLLMGeneration

@@ -9,13 +9,17 @@ ALIGNED bounds that noise, far below the gap a stale engine or a mis-aligned row
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 from helpers import load, pods_config, prompts_dataset, rare_reward, token_sum_reward
 from peft import LoraConfig
-from vllm_real import MAX_MODEL_LENGTH
+from vllm_real import MAX_MODEL_LENGTH, VLLMServer, replace_nccl_weight_transfer
 
 from trl_pods import PODSConfig, PODSGRPOTrainer
 
@@ -211,3 +215,105 @@ def test_lora_adapters_are_merged_into_the_colocate_engine(vllm_model_path, tmp_
     assert len(gaps) == 3 and max(gaps) < ALIGNED, gaps
     gap, initial_gap = _engine_follows(trainer, vllm_model_path)
     assert gap < ALIGNED < initial_gap, (gap, initial_gap)
+
+
+@pytest.fixture(scope="module")
+def vllm_server(vllm_model_path, tmp_path_factory):
+    """One real `trl vllm-serve` for the module's server tests, stopped by its PID."""
+    server = VLLMServer(vllm_model_path, tmp_path_factory.mktemp("server") / "vllm-serve.log")
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize("generation", ["fixed", "adaptive"])
+def test_server_mode_on_a_real_trl_vllm_serve(vllm_model_path, vllm_server, tmp_path, monkeypatch, generation):
+    """Generation through a real `trl vllm-serve` (TRL deduplicates the prompts and asks for n per prompt; adaptive
+    waves ask for each wave's size). Only the NCCL weight transfer is replaced (CUDA-only; tests/vllm_real.py), so the
+    server keeps its initial weights: its log-probs match the trainer's on the first step, before training moves the
+    trainer's weights. The sync still runs once per optimizer step."""
+    syncs = []
+    replace_nccl_weight_transfer(monkeypatch.setattr, syncs)
+    options = dict(pods_generation="adaptive", pods_n_initial=M) if generation == "adaptive" else {}
+    trainer = _train(
+        vllm_model_path,
+        tmp_path,
+        rare_reward if generation == "adaptive" else token_sum_reward,
+        steps=2,
+        vllm_mode="server",
+        vllm_server_base_url=f"http://127.0.0.1:{vllm_server.port}",
+        **options,
+    )
+    assert _logp_gaps(trainer)[0] < ALIGNED
+    assert len(syncs) == 2 and all(len(names) > 0 for names in syncs)
+    generated = [sum(ids is not None for ids in g) for g in trainer.generations]
+    if generation == "adaptive":
+        waves = [e["pods/waves"] for e in trainer.state.log_history if "pods/waves" in e]
+        assert generated == [e["pods/rollouts_generated"] for e in trainer.state.log_history if "pods/waves" in e]
+        assert max(waves) > 1 or min(generated) == 2 * M, waves
+    else:
+        assert generated == [2 * N, 2 * N]
+    for g in trainer.generations:
+        rollouts = [tuple(ids) for ids in g[:N] if ids is not None]
+        assert len(set(rollouts)) > 1, "n rollouts per prompt from the server, not copies"
+
+
+def _run_worker(launcher: list[str], model: Path, out: Path, *options: str) -> list[dict]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    result = subprocess.run(
+        [*launcher, WORKER, str(model), str(out), *options], env=env, capture_output=True, text=True, timeout=900
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(2)]
+
+
+def _first_step_gaps(record: dict) -> list[float]:
+    return [entry[LOGP_GAP] for entry in record["logs"] if LOGP_GAP in entry]
+
+
+def test_two_processes_share_a_real_server(vllm_model_path, vllm_server, tmp_path):
+    """Two training processes (torchrun) share one real server: TRL gathers both ranks' prompts to rank 0,
+    deduplicates them and scatters the completions back. Each rank gets its own prompt's rollouts, both ranks select
+    from the same gathered rewards, and vLLM's log-probs line up with each rank's kept rows on the first step."""
+    port = str(29500 + os.getpid() % 400)
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", port]
+    ranks = _run_worker(
+        launcher, vllm_model_path, tmp_path, "--generation", "real-vllm-server", "--server-port", str(vllm_server.port)
+    )
+    for first, second in zip(ranks[0]["records"], ranks[1]["records"], strict=True):
+        assert first["rewards"] == second["rewards"], "the same gathered rewards on both ranks"
+        assert set(first["prompts"]).isdisjoint(second["prompts"]), "each rank its own prompt group"
+    assert all(_first_step_gaps(rank)[0] < ALIGNED for rank in ranks)
+    assert ranks[0]["server_syncs"] == 2, "rank 0 streams the weights once per optimizer step"
+
+
+def test_zero3_colocate_on_two_processes(vllm_model_path, tmp_path):
+    """The 8-GPU full fine-tuning path on 2 CPU processes: DeepSpeed ZeRO-3 (accelerate launch) with a colocate
+    engine per process. TRL's sync gathers the sharded parameters into each engine, so vLLM's log-probs stay aligned
+    with the trainer's at every step on both ranks."""
+    launcher = [
+        sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(RECIPES / "zero3.yaml"),
+        "--num_processes", "2", "--mixed_precision", "no", "--main_process_port", str(29100 + os.getpid() % 400),
+    ]  # fmt: skip
+    ranks = _run_worker(launcher, vllm_model_path, tmp_path, "--generation", "real-vllm-colocate")
+    for rank in ranks:
+        gaps = _first_step_gaps(rank)
+        assert len(gaps) == 2 and max(gaps) < ALIGNED, gaps
+        assert len(rank["records"]) == 2
+
+
+def test_trl_pods_eval_with_vllm(vllm_model_path, tmp_path):
+    """`trl-pods eval --use_vllm true` samples and scores with a real vLLM engine."""
+    data = Path(__file__).with_name("data") / "gsm8k_sample.jsonl"
+    output = tmp_path / "eval.json"
+    command = [
+        sys.executable, "-m", "trl_pods.cli", "eval", "--model_name_or_path", str(vllm_model_path), "--task", "gsm8k",
+        "--dataset_path", str(data), "--max_problems", "2", "--num_samples", "3", "--max_new_tokens", "8",
+        "--temperature", "1.0", "--use_vllm", "true", "--output", str(output),
+    ]  # fmt: skip
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"}
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    (report,) = json.loads(output.read_text())["results"]
+    assert report["num_problems"] == 2 and report["num_samples"] == 3
+    assert report["tokens_generated"] > 0

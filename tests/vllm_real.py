@@ -29,8 +29,9 @@ def build_vllm_model(path: str | Path) -> Path:
     return build_tiny_model(path, hidden_size=64, num_attention_heads=2, num_key_value_heads=1)
 
 
-def replace_nccl_weight_transfer(syncs: list | None = None) -> None:
-    """Replace `VLLMClient`'s NCCL weight transfer (see the module docstring) for the rest of this process."""
+def replace_nccl_weight_transfer(setattr_, syncs: list) -> None:
+    """Replace `VLLMClient`'s NCCL weight transfer (see the module docstring) through ``setattr_`` (`setattr`, or
+    pytest's ``monkeypatch.setattr``); each sync appends the names of the parameters it walked to ``syncs``."""
     from trl.generation.vllm_client import VLLMClient
 
     def init_communicator(self, device=0):
@@ -38,11 +39,10 @@ def replace_nccl_weight_transfer(syncs: list | None = None) -> None:
 
     def update_named_params(self, metadata, named_params):
         names = [name for name, _ in named_params]  # consumes the iterator: its gathers are collectives
-        if syncs is not None:
-            syncs.append(names)
+        syncs.append(names)
 
-    VLLMClient.init_communicator = init_communicator
-    VLLMClient.update_named_params = update_named_params
+    setattr_(VLLMClient, "init_communicator", init_communicator)
+    setattr_(VLLMClient, "update_named_params", update_named_params)
 
 
 def free_port() -> int:

@@ -302,7 +302,7 @@ def _generate_hf(
 
 
 def _generate_vllm(model_path: str, prompts: list[list[int]], args: EvalArguments) -> tuple[list[list[str]], int]:
-    """As `_generate_hf`, with vLLM. Untested here: vLLM cannot be installed in the development environment."""
+    """As `_generate_hf`, with vLLM (tested on vLLM's CPU build: tests/test_vllm_engine.py)."""
     import gc
 
     from vllm import LLM, SamplingParams
