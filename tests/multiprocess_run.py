@@ -197,6 +197,8 @@ def main() -> None:
     result = {
         "records": trainer.records,
         "logs": logs,
+        "losses": [e["loss"] for e in trainer.state.log_history if "loss" in e],
+        "grad_norms": [e["grad_norm"] for e in trainer.state.log_history if "grad_norm" in e],
         "world": world,
         "loss_records": getattr(trainer, "loss_records", []),
         "token_counts": trainer.token_counts,
