@@ -20,7 +20,8 @@ so it cannot be re-run by ``torch.utils.benchmark.Timer``:
 
 * generation: ``_generate`` in phase 1 (in phase 2 it only returns the cached phase-1 result, not timed);
 * scoring: ``_calculate_rewards`` in phase 1 (same);
-* selection: ``_select`` (trivial for the two GRPO variants, which keep every rollout);
+* selection: `trl_pods.phase1.select`, as the trainer times it (`pods/selection_time`; trivial for the two GRPO
+  variants, which keep every rollout);
 * old / ref log-probs: ``_get_per_token_logps_and_entropies`` under ``no_grad``, split by model;
 * update: ``compute_loss`` (forward with grad and loss) + ``accelerator.backward`` + the optimizer: from the end of
   ``training_step`` to ``on_step_end`` (gradient clipping, ``optimizer.step``, scheduler, ``zero_grad``);
@@ -135,9 +136,11 @@ class PhaseTimedTrainer(PODSGRPOTrainer):
         with self._phase("scoring", len(prompts)):
             return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
 
-    def _select(self, rewards, *args, **kwargs):
-        with self._phase("selection", rewards.numel()):
-            return super()._select(rewards, *args, **kwargs)
+    def _generate_score_and_select(self, inputs):
+        phase1 = super()._generate_score_and_select(inputs)  # times its selection rule: pods/selection_time
+        self.seconds["selection"] += self._metrics["train"]["pods/selection_time"][-1]
+        self.sequences["selection"] += phase1["rewards"].numel()
+        return phase1
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, *args, **kwargs):
         if torch.is_grad_enabled():  # the forward of the update: timed by compute_loss

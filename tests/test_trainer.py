@@ -247,11 +247,15 @@ def test_rejects_multi_turn_features(tiny_model_path, tmp_path, feature):
 def test_rejects_image_rows(tiny_model_path, tmp_path):
     """Vision inputs are refused with a clear message instead of silently mis-sliced, also an image column of Nones:
     GRPOTrainer treats it as vision inputs too (a text model then fails on missing pixel values), so the message
-    says to remove the column."""
+    says to remove the column. A `datasets.Dataset` is refused at construction; an iterable dataset, whose rows are
+    seen only when read, at the first training step."""
     model, tokenizer = load(tiny_model_path)
     dataset = prompts_dataset().add_column("image", [None] * 8)
     config = pods_config(tmp_path, pods_n=8, pods_m=4, per_device_train_batch_size=4, max_steps=1)
-    trainer = PODSGRPOTrainer(model, token_sum_reward, config, train_dataset=dataset, processing_class=tokenizer)
+    with pytest.raises(ValueError, match="image inputs.*Remove the column"):
+        PODSGRPOTrainer(model, token_sum_reward, config, train_dataset=dataset, processing_class=tokenizer)
+    streamed = dataset.to_iterable_dataset()
+    trainer = PODSGRPOTrainer(model, token_sum_reward, config, train_dataset=streamed, processing_class=tokenizer)
     with pytest.raises(ValueError, match="image inputs.*Remove the column"):
         trainer.train()
 

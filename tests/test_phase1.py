@@ -1,0 +1,177 @@
+"""Phase 1's orchestration (`trl_pods.phase1`) driven without a model: fake generate and score steps record their
+calls, so the tests see which rows each step received, the slot layout, the NaN padding and the selection."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from trl_pods.down_sampling import get_down_sampler
+from trl_pods.phase1 import (
+    GenerationSteps,
+    Phase1Settings,
+    generate_and_score,
+    kept_generation,
+    select_rollouts,
+    selection_seed,
+)
+
+
+def _inputs(groups: list[str], n: int) -> list[dict]:
+    return [{"prompt": prompt} for prompt in groups for _ in range(n)]
+
+
+def _settings(n: int, n_initial: int | None = None, processes: int = 1, **overrides) -> Phase1Settings:
+    defaults = dict(down_sampler=get_down_sampler("max_variance"), down_sampler_name="max_variance")
+    return Phase1Settings(
+        n=n,
+        n_initial=n_initial,
+        process_index=0,
+        processes=processes,
+        reward_weights=torch.ones(1),
+        aggregation="sum_then_normalize",
+        **{**defaults, **overrides},
+    )
+
+
+class FakeSteps:
+    """Generation and scoring without a model. A completion is ``[call, copy]`` (the generation call and the row's
+    index among that call's copies of its prompt); its reward comes from ``rewards[prompt]``, a list consumed in
+    order (one reward per rollout scored). ``others`` plays the other processes: per wave, the rewards their rows
+    add to the gathered tensor."""
+
+    def __init__(self, rewards: dict[str, list[float]], others: list[list[float]] | None = None):
+        self.rewards = {prompt: list(values) for prompt, values in rewards.items()}
+        self.others = list(others or [])
+        self.calls: list[tuple] = []
+
+    def _generation(self, rows: list[dict]) -> tuple:
+        call, copies = sum(c[0].startswith("generate") for c in self.calls) - 1, {}
+        completions = []
+        for row in rows:
+            copies[row["prompt"]] = copies.get(row["prompt"], -1) + 1
+            completions.append([call, copies[row["prompt"]]])
+        prompts = [[ord(row["prompt"][0])] for row in rows]
+        return prompts, completions, None, [str(c) for c in completions], None, {}, None, []
+
+    def _score_rows(self, rows: list[dict]) -> torch.Tensor:
+        return torch.tensor([self.rewards[row["prompt"]].pop(0) for row in rows]).view(-1, 1)  # [rows, 1]
+
+    def generate(self, rows: list[dict]) -> tuple:
+        self.calls.append(("generate", [row["prompt"] for row in rows]))
+        return self._generation(rows)
+
+    def score(self, rows: list[dict], generation: tuple) -> torch.Tensor:
+        self.calls.append(("score", [row["prompt"] for row in rows]))
+        return self._score_rows(rows)
+
+    def generate_wave(self, rows: list[dict], size: int) -> tuple:
+        self.calls.append(("generate_wave", [row["prompt"] for row in rows], size))
+        return self._generation(rows)
+
+    def score_wave(self, rows: list[dict], generation: tuple, real: int) -> tuple[torch.Tensor, dict]:
+        self.calls.append(("score_wave", len(rows), real))
+        local = torch.full((len(rows), 1), torch.nan)
+        local[:real] = self._score_rows(rows[:real])
+        others = [torch.tensor(values).view(-1, 1) for values in self.others.pop(0)] if self.others else []
+        return torch.cat([local, *others]), {"note": [f"r{i}" for i in range(max(real, 1))]}
+
+    def steps(self) -> GenerationSteps:
+        return GenerationSteps(self.generate, self.score, self.generate_wave, self.score_wave)
+
+
+def test_fixed_generation_generates_and_scores_every_row_once_then_keeps_m():
+    """Fixed: one generate call and one score call, each with every row (N copies of each prompt in a row); every
+    slot is generated; max variance keeps the extremes of each group, and the kept generation holds those rows."""
+    fake = FakeSteps({"a": [0.0, 3.0, 1.0, 2.0], "b": [5.0, 5.0, 4.0, 6.0]})
+    settings = _settings(n=4)
+    inputs = _inputs(["a", "b"], 4)
+    rollouts = generate_and_score(inputs, settings, fake.steps())
+    assert fake.calls == [("generate", ["a"] * 4 + ["b"] * 4), ("score", ["a"] * 4 + ["b"] * 4)]
+    assert rollouts.counts.tolist() == [4, 4] and rollouts.waves == 0 and rollouts.extra_columns == {}
+    selection = select_rollouts(rollouts.rewards_per_func, rollouts.counts, len(inputs), 2, 0, settings)
+    assert selection.kept.tolist() == [[True, True, False, False], [False, False, True, True]]
+    assert selection.local == [0, 1, 6, 7] and selection.kept_rows.tolist() == [0, 1, 6, 7]
+    kept = kept_generation(rollouts.generation, selection, drop_constant_groups=False)
+    assert kept[1] == [[0, 0], [0, 1], [0, 2], [0, 3]] and kept[2] is None and kept[5] == {} and kept[7] == []
+
+
+def test_adaptive_waves_top_up_groups_without_contrast_into_their_slots():
+    """Adaptive, one process: the first wave gives each prompt n_initial rollouts; only the prompt without contrast
+    is topped up (doubling up to N); rows land in slot layout (row g * N + s), unfilled slots are None with NaN
+    rewards, log_extra values go to their slots, and selection keeps only generated slots."""
+    fake = FakeSteps({"a": [0.0, 1.0], "b": [2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 9.0, 2.0]})
+    settings = _settings(n=8, n_initial=2)
+    inputs = _inputs(["a", "b"], 8)
+    rollouts = generate_and_score(inputs, settings, fake.steps())
+    assert fake.calls == [
+        ("generate_wave", ["a", "a", "b", "b"], 2),
+        ("score_wave", 4, 4),
+        ("generate_wave", ["b", "b"], 2),
+        ("score_wave", 2, 2),
+        ("generate_wave", ["b"] * 4, 4),
+        ("score_wave", 4, 4),
+    ]
+    assert rollouts.counts.tolist() == [2, 8] and rollouts.waves == 3
+    completions = rollouts.generation[1]
+    assert completions[:8] == [[0, 0], [0, 1]] + [None] * 6
+    assert completions[8:] == [[0, 0], [0, 1], [1, 0], [1, 1], [2, 0], [2, 1], [2, 2], [2, 3]]
+    rewards = rollouts.rewards_per_func[:, 0]
+    assert rewards[:2].tolist() == [0.0, 1.0] and rewards[2:8].isnan().all()
+    assert rewards[8:].tolist() == [2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 9.0, 2.0]
+    assert rollouts.extra_columns["note"] == ["r0", "r1", *[None] * 6, "r2", "r3", "r0", "r1", "r0", "r1", "r2", "r3"]
+    selection = select_rollouts(rollouts.rewards_per_func, rollouts.counts, len(inputs), 2, 0, settings)
+    assert selection.kept[0].nonzero().squeeze(1).tolist() == [0, 1], "only generated slots"
+    assert selection.kept[1, 6] and selection.kept[1].sum() == 2
+
+
+def test_adaptive_process_without_a_waiting_group_pads_its_wave():
+    """Two processes: when only the other process's group waits, this one generates as many rows (copies of its
+    first prompt) so the processes stay in step, scores none of them as real (NaN padding), and keeps its slots
+    empty; the gathered rewards place the other process's top-up in its slots."""
+    fake = FakeSteps({"a": [0.0, 1.0]}, others=[[1.0, 1.0], [1.0, 0.0]])
+    settings = _settings(n=4, n_initial=2, processes=2)
+    inputs = _inputs(["a"], 4)
+    rollouts = generate_and_score(inputs, settings, fake.steps())
+    assert fake.calls == [
+        ("generate_wave", ["a", "a"], 2),
+        ("score_wave", 2, 2),
+        ("generate_wave", ["a", "a"], 2),
+        ("score_wave", 2, 0),
+    ]
+    assert rollouts.counts.tolist() == [2, 4]
+    assert rollouts.generation[1] == [[0, 0], [0, 1], None, None], "padding rows are not kept"
+    rewards = rollouts.rewards_per_func[:, 0]
+    assert rewards[:2].tolist() == [0.0, 1.0] and rewards[2:4].isnan().all()
+    assert rewards[4:].tolist() == [1.0, 1.0, 1.0, 0.0]
+
+
+def test_cross_group_and_dropped_groups_selection():
+    """Cross-group selection spends one budget of groups x M over the process's groups; with dropped constant
+    groups the kept rows of a constant group get a zero loss mask."""
+    fake = FakeSteps({"a": [0.0, 0.0, 0.0, 0.0], "b": [0.0, 1.0, 2.0, 3.0]})
+    settings = _settings(n=4, cross_group=True, advantage_scope="all", drop_constant_groups=True)
+    inputs = _inputs(["a", "b"], 4)
+    rollouts = generate_and_score(inputs, settings, fake.steps())
+    selection = select_rollouts(rollouts.rewards_per_func, rollouts.counts, len(inputs), 2, 0, settings)
+    assert selection.kept.sum() == 4
+    assert selection.dropped.tolist() == [True] * int(selection.kept[0].sum()) + [False] * int(selection.kept[1].sum())
+    kept = kept_generation(rollouts.generation, selection, drop_constant_groups=True)
+    assert [mask[0] for mask in kept[2]] == [0 if drop else 1 for drop in selection.local_dropped.tolist()]
+
+
+def test_a_rule_returning_wrong_indices_is_refused():
+    """A down-sampler must return distinct in-range indices of shape [G, M]; anything else fails loudly."""
+
+    def duplicates(rewards, m, generator=None):
+        return torch.zeros(rewards.size(0), m, dtype=torch.long)
+
+    settings = _settings(n=4, down_sampler=duplicates, down_sampler_name="duplicates")
+    with pytest.raises(ValueError, match="distinct indices"):
+        select_rollouts(torch.arange(8.0).view(8, 1), torch.tensor([4, 4]), 8, 2, 0, settings)
+
+
+def test_selection_seed_depends_on_the_step_and_the_generation_within_it():
+    """The per-group rule's seed is the same on every process and differs between generations."""
+    seeds = {selection_seed(0, step, micro, 2) for step in range(3) for micro in range(2)}
+    assert len(seeds) == 6 and selection_seed(0, 1, 3, 2) == selection_seed(0, 1, 1, 2)
