@@ -257,6 +257,36 @@ def test_server_mode_on_a_real_trl_vllm_serve(vllm_model_path, vllm_server, tmp_
         assert len(set(rollouts)) > 1, "n rollouts per prompt from the server, not copies"
 
 
+def test_server_stand_in_returns_what_the_real_server_returns(vllm_model_path, vllm_server):
+    """The stand-in client (tests/vllm_standin.py) answers `VLLMClient.generate` as a real `trl vllm-serve` does:
+    the same keys, n completions per prompt in prompt order, one log-prob entry (the sampled token) per token."""
+    from trl.generation.vllm_client import VLLMClient
+    from vllm_standin import FakeVLLMClient
+
+    tokenizer = load(vllm_model_path)[1]
+    prompts = [tokenizer(text)["input_ids"] for text in ("What is 1 plus 2?", "What is 3 plus 4?")]
+    settings = dict(n=3, max_tokens=6, temperature=1.0, logprobs=0)
+    real = VLLMClient(base_url=f"http://127.0.0.1:{vllm_server.port}").generate(prompts, **settings)
+    fake = FakeVLLMClient(str(vllm_model_path)).generate(prompts, **settings)
+
+    def structure(response):
+        tokens = [len(ids) for ids in response["completion_ids"]]
+        return (
+            [list(p) for p in response["prompt_ids"]],
+            len(tokens),
+            [[len(entry) for entry in row] for row in response["logprobs"]],
+            [len(row) for row in response["logprobs"]] == tokens,
+            [len(row) for row in response["logprob_token_ids"]] == tokens,
+        )
+
+    assert set(fake) <= set(real), "the stand-in's keys exist in the real response"
+    real_structure, fake_structure = structure(real), structure(fake)
+    assert real_structure[0] == fake_structure[0] == prompts
+    assert real_structure[1] == fake_structure[1] == 6, "n completions per prompt"
+    assert real_structure[3:] == fake_structure[3:] == (True, True), "one entry per generated token"
+    assert all(set(row) <= {1} for row in real_structure[2] + fake_structure[2]), "the sampled token's log-prob"
+
+
 def _run_worker(launcher: list[str], model: Path, out: Path, *options: str) -> list[dict]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
     result = subprocess.run(
