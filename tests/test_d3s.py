@@ -378,8 +378,8 @@ def test_generation_in_rounds_gives_the_same_rollouts(tiny_model_path, tmp_path)
             pods_m=2,
             per_device_train_batch_size=4,
             pods_generation_chunk_size=chunk,
-            generation_kwargs={"do_sample": False},
         )
+        config.generation_kwargs = {"do_sample": False}  # greedy, to compare rounds exactly (refused for training)
         trainer = PODSGRPOTrainer(
             model, token_sum_reward, config, train_dataset=prompts_dataset(), processing_class=tokenizer
         )
