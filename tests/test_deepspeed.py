@@ -34,10 +34,11 @@ def _launch(model, out: Path, stage: int, processes: int, *options: str) -> None
 
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
-@pytest.mark.parametrize("processes", [1, 2])
 @pytest.mark.parametrize("stage", [2, 3])
-def test_zero_training_saves_a_model_that_reloads_and_generates(tiny_model_path, tmp_path, stage, processes, lora):
-    """accelerate launch --config_file recipes/accelerate/zero{2,3}.yaml trains PODS; weights change; reload works."""
+def test_zero_training_saves_a_model_that_reloads_and_generates(tiny_model_path, tmp_path, stage, lora):
+    """accelerate launch --config_file recipes/accelerate/zero{2,3}.yaml on 2 processes (the recipes' multi-process
+    setting; 1-process ZeRO-3 runs in the tests below) trains PODS; weights change; the saved model reloads."""
+    processes = 2
     out = tmp_path / "run"
     lora_options = ["--use_peft", "--lora_r", "4", "--lora_target_modules", "q_proj", "v_proj"] if lora else []
     _launch(tiny_model_path, out, stage, processes, "--reward_funcs", "helpers.token_sum_reward", "--max_steps", "2",
@@ -78,23 +79,40 @@ def test_zero3_adaptive_generation_with_one_rank_topping_up(tiny_model_path, tmp
     assert any(sorted(s["generated"]) == [4, 8] for s in selections), [s["generated"] for s in selections]
 
 
-@pytest.mark.parametrize("layout", ["rounds", "waves"])
+LAYOUTS = {  # process count and options of tests/multiprocess_run.py
+    "rounds": (1, ["--chunk-size", "4"]),
+    "waves": (1, ["--adaptive", "--reward", "sevens-constant"]),
+    "budgeted-2-processes": (2, ["--budgeted", "--reward", "zero-solved", "--prompts", "2", "--steps", "3"]),
+}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_zero3_gathers_weights_once_per_generation(tiny_model_path, tmp_path, layout):
     """ZeRO-3: TRL gathers the full weights around each generate call, so rounds of 4 sequences out of 16
     (pods_generation_chunk_size) gathered them 4 times per generation, and adaptive waves once per wave. They are
-    gathered once per generation, and training still works."""
-    options = ["--chunk-size", "4"] if layout == "rounds" else ["--adaptive", "--reward", "sevens-constant"]
+    gathered once per generation, and training still works. Budgeted generation on 2 processes: once prompt 0's
+    history shows it always solved, it gets 4 rollouts and the other prompt 8, so one rank pads its generate call
+    (a collective under ZeRO-3) to the other's rows; both ranks agree on every allocation."""
+    processes, options = LAYOUTS[layout]
     command = [
         sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(RECIPES / "zero3.yaml"),
-        "--num_processes", "1", "--mixed_precision", "no", "--main_process_port", str(29900 + os.getpid() % 90),
-        str(Path(__file__).with_name("multiprocess_run.py")), str(tiny_model_path), str(tmp_path), *options,
+        "--num_processes", str(processes), "--mixed_precision", "no",
+        "--main_process_port", str(29900 + os.getpid() % 90), str(Path(__file__).with_name("multiprocess_run.py")),
+        str(tiny_model_path), str(tmp_path), *options,
     ]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
-    record = json.loads((tmp_path / "rank0.json").read_text())
-    assert len(record["records"]) == 2, "two generations of 2 prompts x 8 rollouts"
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(processes)]
+    steps = 3 if layout.startswith("budgeted") else 2
+    for record in ranks:
+        assert len(record["records"]) == steps, "one generation of 2 prompts per step"
+        assert record["weight_gathers"] == [1] * steps
     if layout == "waves":
-        waves = [entry["pods/waves"] for entry in record["logs"] if "pods/waves" in entry]
+        waves = [entry["pods/waves"] for entry in ranks[0]["logs"] if "pods/waves" in entry]
         assert max(waves) > 1, "a generation with top-up waves"
-    assert record["weight_gathers"] == [1, 1]
+    if layout.startswith("budgeted"):
+        counts = [[record["counts"] for record in rank["records"]] for rank in ranks]
+        assert counts[0] == counts[1] and counts[0][0] == [6, 6] and sorted(counts[0][2]) == [4, 8]
+        padding = [e["pods/rollouts_padding"] for e in ranks[0]["logs"] if "pods/rollouts_padding" in e]
+        assert padding[2] == 4.0, "the rank with 4 rollouts generated 8 rows, in step with the other"
