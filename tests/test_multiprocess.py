@@ -146,6 +146,50 @@ def test_adaptive_vllm_with_two_processes(tiny_model_path, tmp_path, generation)
         assert r0["kept"] == r1["kept"] and r0["counts"] == r1["counts"]
 
 
+BUDGETED = ("--budgeted", "--reward", "zero-solved", "--prompts", "2", "--steps", "3")
+
+
+def test_budgeted_two_processes_match_one_process(tiny_model_path, tmp_path):
+    """Budgeted generation with identical rollouts on 1 and 2 processes (one prompt per rank, both prompts every
+    step): the same allocation, rewards, selections and advantages. Prompt 0 is always solved, so once its history
+    shows it, it gets 4 and the other prompt (a coin flip) 8: the rank holding prompt 0 pads its call to 8 rows,
+    nothing hangs, and the logged metrics agree across ranks."""
+    options = ("--generation", "deterministic", *BUDGETED)
+    ranks = run_worker(tiny_model_path, tmp_path / "two", 2, *options, timeout=300)
+    (single,) = run_worker(tiny_model_path, tmp_path / "one", 1, *options, timeout=300)
+    for one, r0, r1 in zip(single["records"], ranks[0]["records"], ranks[1]["records"], strict=True):
+        assert r0["counts"] == r1["counts"] == one["counts"]
+        assert json.dumps(r0["rewards"]) == json.dumps(r1["rewards"]) == json.dumps(one["rewards"])  # NaN-padded
+        assert r0["kept"] == r1["kept"] == one["kept"]
+        assert r0["advantages"] + r1["advantages"] == pytest.approx(one["advantages"], abs=1e-6)
+    first = [one["prompts"][0] for one in single["records"]]  # group 0's prompt of each step
+    zero = [0 if prompt.startswith("What is 0 ") else 1 for prompt in first]
+    counts = [record["counts"] for record in single["records"]]
+    assert counts[0] == [6, 6], "no history yet: the budget spread evenly"
+    assert [c[z] for c, z in zip(counts[1:], zero[1:], strict=True)] == [4, 4], "prompt 0 never shows contrast"
+    assert all(sum(c) == 12 for c in counts)
+    logs = [[{k: v for k, v in e.items() if k != "pods/selection_time"} for e in rank["logs"]] for rank in ranks]
+    assert logs[0] == logs[1], "logged metrics differ across ranks"
+    padding = [e["pods/rollouts_padding"] for e in logs[0] if "pods/rollouts_padding" in e]
+    assert padding == [0.0, 4.0, 4.0], "the rank with 4 rollouts pads the call to the other rank's 8"
+    assert all(e["pods/rollouts_padding"] == 0.0 for e in single["logs"] if "pods/rollouts_padding" in e)
+
+
+def test_budgeted_vllm_server_with_two_processes(tiny_model_path, tmp_path):
+    """vLLM server mode (stand-in; TRL's real gather, dedup by group size and scatter) with budgeted generation on 2
+    ranks: one call per distinct count, equal rows from each rank in every call (the rank without a group of that
+    count pads), completions back in the right rows (prompt ids match, importance-sampling ratio 1)."""
+    ranks = run_worker(tiny_model_path, tmp_path, 2, "--generation", "vllm-server", *BUDGETED, timeout=300)
+    counts = [record["counts"] for record in ranks[0]["records"]]
+    assert counts[0] == [6, 6] and sorted(counts[1]) == sorted(counts[2]) == [4, 8]
+    assert ranks[0]["server_calls"] == [[2, 6], [2, 4], [2, 8], [2, 4], [2, 8]], "both ranks' rows, deduplicated"
+    for rank in ranks:
+        assert all(record["prompt_ids_match"] for record in rank["records"])
+        assert _ratios(rank["logs"]) == pytest.approx([1.0] * 3, abs=1e-3)
+    for r0, r1 in zip(ranks[0]["records"], ranks[1]["records"], strict=True):
+        assert r0["kept"] == r1["kept"] and r0["counts"] == r1["counts"]
+
+
 def test_dropped_groups_are_counted_over_all_processes(tiny_model_path, tmp_path):
     """Dropping constant groups with a sequence-averaged loss (grpo, with KL), 2 processes x 2 accumulation steps:
     rank 0 holds only dropped rows, rank 1 none. The optimizer step's loss (mean over ranks of the summed

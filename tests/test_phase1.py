@@ -22,7 +22,11 @@ def _inputs(groups: list[str], n: int) -> list[dict]:
 
 
 def _settings(n: int, n_initial: int | None = None, processes: int = 1, **overrides) -> Phase1Settings:
-    defaults = dict(down_sampler=get_down_sampler("max_variance"), down_sampler_name="max_variance")
+    defaults = dict(
+        down_sampler=get_down_sampler("max_variance"),
+        down_sampler_name="max_variance",
+        generation="fixed" if n_initial is None else "adaptive",
+    )
     return Phase1Settings(
         n=n,
         n_initial=n_initial,
@@ -76,8 +80,9 @@ class FakeSteps:
         others = [torch.tensor(values).view(-1, 1) for values in self.others.pop(0)] if self.others else []
         return torch.cat([local, *others]), {"note": [f"r{i}" for i in range(max(real, 1))]}
 
-    def steps(self) -> GenerationSteps:
-        return GenerationSteps(self.generate, self.score, self.generate_wave, self.score_wave)
+    def steps(self, allocation: list[int] | None = None) -> GenerationSteps:
+        allocate = None if allocation is None else lambda: torch.tensor(allocation)
+        return GenerationSteps(self.generate, self.score, self.generate_wave, self.score_wave, allocate=allocate)
 
 
 def test_fixed_generation_generates_and_scores_every_row_once_then_keeps_m():
@@ -144,6 +149,34 @@ def test_adaptive_process_without_a_waiting_group_pads_its_wave():
     rewards = rollouts.rewards_per_func[:, 0]
     assert rewards[:2].tolist() == [0.0, 1.0] and rewards[2:4].isnan().all()
     assert rewards[4:].tolist() == [1.0, 1.0, 1.0, 0.0]
+
+
+@pytest.mark.parametrize("one_size_per_call", [False, True], ids=["one-call", "per-size"])
+def test_budgeted_generation_fills_the_allocated_slots_in_independent_calls(one_size_per_call):
+    """Budgeted, two processes (this one holds groups 0 and 1 of 4, allocated 2, 4, 3, 2): without a group size per
+    call, one call with every allocated row (the other process pads to the busiest's 6 rows); with one (vLLM server),
+    one call per distinct count, in which a process without a group of that count pads whole groups. Rows land in slot
+    layout, the gathered rewards of the other process in its slots."""
+    others = [[9.0, 9.0], [7.0, 7.0, 7.0], [0.0] * 4] if one_size_per_call else [[7.0, 7.0, 7.0, 9.0, 9.0, 0.0]]
+    fake = FakeSteps({"a": [0.0, 1.0], "b": [2.0, 3.0, 4.0, 5.0]}, others=others)
+    settings = _settings(n=4, processes=2, generation="budgeted", one_size_per_call=one_size_per_call)
+    inputs = _inputs(["a", "b"], 4)
+    rollouts = generate_and_score(inputs, settings, fake.steps(allocation=[2, 4, 3, 2]))
+    if one_size_per_call:  # counts 2 (groups 0 and 3, one per process), 3 (group 2), 4 (group 1)
+        assert fake.calls == [
+            ("generate_wave", ["a", "a"], 2),
+            ("score_wave", 2, 2),
+            ("generate_wave", ["a"] * 3, 3),  # padding only: group 2 lives on the other process
+            ("score_wave", 3, 0),
+            ("generate_wave", ["b"] * 4, 4),
+            ("score_wave", 4, 4),
+        ]
+    else:  # this process needs 2 + 4 rows, the other 3 + 2 (it pads one)
+        assert fake.calls == [("generate_wave", ["a", "a", "b", "b", "b", "b"], 1), ("score_wave", 6, 6)]
+    assert rollouts.counts.tolist() == [2, 4, 3, 2] and rollouts.waves == (3 if one_size_per_call else 1)
+    assert rollouts.generation[1][2:4] == [None, None], "group 0 holds 2 slots"
+    rewards = rollouts.rewards_per_func[:, 0].nan_to_num(-1).tolist()
+    assert rewards == [0.0, 1.0, -1, -1, 2.0, 3.0, 4.0, 5.0, 7.0, 7.0, 7.0, -1, 9.0, 9.0, -1, -1]
 
 
 def test_cross_group_and_dropped_groups_selection():

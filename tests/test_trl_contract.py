@@ -35,6 +35,20 @@ def test_overridden_methods_exist_with_the_expected_signatures():
     assert params["_generate_and_score_completions"] == ["self", "inputs"]
     assert "is_training" in inspect.signature(Trainer._get_dataloader).parameters
     assert {"tools", "rollout_func", "environment_factory"} <= set(inspect.signature(GRPOTrainer).parameters)
+    assert params["_get_train_sampler"] == ["self", "dataset"]
+
+
+def test_repeat_sampler_draws_one_permutation_per_pass_from_its_seeded_generator():
+    """`resume.EpochReplay` replays the earlier epochs' permutations: it relies on RepeatSampler keeping its seed,
+    shuffle flag, row count and generator as attributes and drawing exactly one randperm per pass."""
+    from trl.trainer.utils import RepeatSampler
+
+    sampler = RepeatSampler(list(range(5)), mini_repeat_count=1, batch_size=5, seed=3)
+    assert (sampler.seed, sampler.shuffle, sampler.num_samples) == (3, True, 5)
+    first = list(sampler)
+    generator = torch.Generator().manual_seed(3)
+    assert first == torch.randperm(5, generator=generator).tolist()
+    assert list(sampler) == torch.randperm(5, generator=generator).tolist()
 
 
 def _trainer(path, tmp_path, **kwargs):

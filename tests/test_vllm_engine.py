@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import load, pods_config, prompts_dataset, rare_reward, token_sum_reward
+from helpers import load, pods_config, prompts_dataset, rare_reward, token_sum_reward, zero_solved_reward
 from peft import LoraConfig
 from vllm_real import MAX_MODEL_LENGTH, VLLMServer, replace_nccl_weight_transfer
 
@@ -53,7 +53,7 @@ class Recorder(PODSGRPOTrainer):
         return generation, rewards_per_func, counts
 
 
-def _train(model_path, out, reward=token_sum_reward, steps=3, peft_config=None, **options) -> Recorder:
+def _train(model_path, out, reward=token_sum_reward, steps=3, peft_config=None, prompts=8, **options) -> Recorder:
     model, tokenizer = load(model_path)
     config = pods_config(
         out,
@@ -66,7 +66,12 @@ def _train(model_path, out, reward=token_sum_reward, steps=3, peft_config=None, 
         **{"vllm_mode": "colocate", **options},
     )
     trainer = Recorder(
-        model, reward, config, train_dataset=prompts_dataset(), processing_class=tokenizer, peft_config=peft_config
+        model,
+        reward,
+        config,
+        train_dataset=prompts_dataset(prompts),
+        processing_class=tokenizer,
+        peft_config=peft_config,
     )
     trainer.train()
     return trainer
@@ -204,6 +209,29 @@ def test_adaptive_waves_on_colocate_engine(vllm_model_path, tmp_path):
     assert gap < ALIGNED < initial_gap, (gap, initial_gap)
 
 
+BUDGETED = dict(pods_generation="budgeted", pods_budget=6, prompts=2)  # both prompts every step, 4 to 8 rollouts each
+
+
+def _allocations(trainer) -> list[list[int]]:
+    """Rollouts generated per prompt (slot layout: N slots per prompt) of every generation."""
+    return [[sum(ids is not None for ids in g[i : i + N]) for i in range(0, len(g), N)] for g in trainer.generations]
+
+
+def test_budgeted_generation_on_colocate_engine(vllm_model_path, tmp_path):
+    """Budgeted generation on the real engine: 6 rollouts per prompt while nothing is known, then 4 for the prompt
+    always solved and 8 for the coin flip, in one engine call and one weight sync per generation; vLLM log-probs
+    aligned with the kept rows through the slot layout, and the engine follows training."""
+    trainer = _train(vllm_model_path, tmp_path, zero_solved_reward, learning_rate=1e-2, **BUDGETED)
+    allocations = _allocations(trainer)
+    assert allocations[0] == [6, 6] and [sorted(a) for a in allocations[1:]] == [[4, 8], [4, 8]], allocations
+    calls = [e["pods/generation_calls"] for e in trainer.state.log_history if "pods/generation_calls" in e]
+    assert calls == [1.0, 1.0, 1.0] and trainer.syncs == 3
+    gaps = _logp_gaps(trainer)
+    assert len(gaps) == 3 and max(gaps) < ALIGNED, gaps
+    gap, initial_gap = _engine_follows(trainer, vllm_model_path)
+    assert gap < ALIGNED < initial_gap, (gap, initial_gap)
+
+
 def test_lora_adapters_are_merged_into_the_colocate_engine(vllm_model_path, tmp_path):
     """LoRA + colocate (the single-GPU recipes): TRL's sync merges the adapters into the weights it pushes, so vLLM's
     log-probs match the adapted policy at every step, and after a final sync the engine follows it."""
@@ -225,19 +253,24 @@ def vllm_server(vllm_model_path, tmp_path_factory):
     server.stop()
 
 
-@pytest.mark.parametrize("generation", ["fixed", "adaptive"])
+@pytest.mark.parametrize("generation", ["fixed", "adaptive", "budgeted"])
 def test_server_mode_on_a_real_trl_vllm_serve(vllm_model_path, vllm_server, tmp_path, monkeypatch, generation):
     """Generation through a real `trl vllm-serve` (TRL deduplicates the prompts and asks for n per prompt; adaptive
-    waves ask for each wave's size). Only the NCCL weight transfer is replaced (CUDA-only; tests/vllm_real.py), so the
-    server keeps its initial weights: its log-probs match the trainer's on the first step, before training moves the
-    trainer's weights. The sync still runs once per optimizer step."""
+    waves ask for each wave's size, budgeted generation for each distinct count). Only the NCCL weight transfer is
+    replaced (CUDA-only; tests/vllm_real.py), so the server keeps its initial weights: its log-probs match the
+    trainer's on the first step, before training moves the trainer's weights. The sync still runs once per optimizer
+    step."""
     syncs = []
     replace_nccl_weight_transfer(monkeypatch.setattr, syncs)
-    options = dict(pods_generation="adaptive", pods_n_initial=M) if generation == "adaptive" else {}
+    options, reward = {}, token_sum_reward
+    if generation == "adaptive":
+        options, reward = dict(pods_generation="adaptive", pods_n_initial=M), rare_reward
+    if generation == "budgeted":
+        options, reward = BUDGETED, zero_solved_reward
     trainer = _train(
         vllm_model_path,
         tmp_path,
-        rare_reward if generation == "adaptive" else token_sum_reward,
+        reward,
         steps=2,
         vllm_mode="server",
         vllm_server_base_url=f"http://127.0.0.1:{vllm_server.port}",
@@ -250,6 +283,10 @@ def test_server_mode_on_a_real_trl_vllm_serve(vllm_model_path, vllm_server, tmp_
         waves = [e["pods/waves"] for e in trainer.state.log_history if "pods/waves" in e]
         assert generated == [e["pods/rollouts_generated"] for e in trainer.state.log_history if "pods/waves" in e]
         assert max(waves) > 1 or min(generated) == 2 * M, waves
+    elif generation == "budgeted":  # the second generation: one server call for n = 4, one for n = 8
+        assert [sorted(a) for a in _allocations(trainer)] == [[6, 6], [4, 8]]
+        calls = [e["pods/generation_calls"] for e in trainer.state.log_history if "pods/generation_calls" in e]
+        assert calls == [1.0, 2.0]
     else:
         assert generated == [2 * N, 2 * N]
     for g in trainer.generations:

@@ -20,7 +20,7 @@ rules keep scored rollouts first, then unscorable ones by index, an unfilled slo
 Every decision is a function of the gathered reward matrix, so all processes take the same ones. All processes take
 part in every wave with the same number of rows (TRL gathers rewards and lengths, vLLM server mode slices the
 broadcast by rank, tensor-parallel vLLM and ZeRO-3 generate collectively): each process generates for as many
-groups as the busiest one (`lockstep_groups`), padding with copies of its own prompts whose rollouts are
+rows as the busiest one (`lockstep_rows`), padding with copies of its own prompts whose rollouts are
 discarded (`wave_metrics` counts them).
 
 This module imports only torch.
@@ -39,7 +39,7 @@ __all__ = [
     "gathered_rows",
     "generated_slots",
     "has_contrast",
-    "lockstep_groups",
+    "lockstep_rows",
     "top_up_waves",
     "wave_metrics",
 ]
@@ -127,29 +127,31 @@ def top_up_waves(n_groups: int, n_initial: int, n_max: int, generate: WaveGenera
     return Waves(rewards, counts, waves)
 
 
-def lockstep_groups(groups: torch.Tensor, groups_per_process: int, processes: int) -> int:
-    """Groups every process generates for in a wave: the most that any one process tops up.
+def lockstep_rows(groups: torch.Tensor, sizes: torch.Tensor, groups_per_process: int, processes: int) -> int:
+    """Rows every process generates in a call: the most that any one process needs (the others pad).
 
     Args:
-        groups: ``[A]`` global indices of the wave's groups; process ``r`` owns groups
+        groups: ``[A]`` global indices of the call's groups, ascending; process ``r`` owns groups
             ``r * groups_per_process .. (r + 1) * groups_per_process - 1``.
+        sizes: ``[A]`` rollouts generated for each.
         groups_per_process: groups each process holds.
         processes: number of processes.
     """
-    return int(torch.bincount(groups // groups_per_process, minlength=processes).max())
+    per_process = torch.zeros(processes, dtype=torch.long).index_add_(0, groups // groups_per_process, sizes)
+    return int(per_process.max())
 
 
-def gathered_rows(groups: torch.Tensor, groups_per_process: int, lockstep: int, size: int) -> torch.Tensor:
-    """``[A * size]`` rows of the wave's gathered rewards that belong to ``groups``, group by group.
+def gathered_rows(groups: torch.Tensor, sizes: torch.Tensor, groups_per_process: int, lockstep: int) -> torch.Tensor:
+    """``[sizes.sum()]`` rows of a call's gathered rewards that belong to ``groups``, group by group.
 
-    Each process contributes ``lockstep * size`` rows: its own wave groups first, in ascending order, ``size`` rows
-    each, then its padding.
+    Each process contributes ``lockstep`` rows (`lockstep_rows`): its own groups first, in ascending order,
+    ``sizes[i]`` rows each, then its padding.
     """
     rank = groups // groups_per_process  # [A]
-    first_of_rank = torch.searchsorted(groups, rank * groups_per_process)  # [A]: index in `groups` of rank's first
-    position = torch.arange(groups.numel()) - first_of_rank  # [A]: place among its process's wave groups
-    start = (rank * lockstep + position) * size  # [A]
-    return (start.unsqueeze(1) + torch.arange(size)).flatten()
+    before = sizes.cumsum(0) - sizes  # [A]: rows of all earlier groups of the call
+    first_of_rank = torch.searchsorted(groups, rank * groups_per_process)  # [A]: index of the rank's first group
+    start = rank * lockstep + before - before[first_of_rank]  # [A]
+    return torch.cat([torch.arange(s, s + size) for s, size in zip(start.tolist(), sizes.tolist(), strict=True)])
 
 
 def wave_metrics(
@@ -175,13 +177,13 @@ def wave_metrics(
     sizes = schedule.diff(prepend=schedule.new_zeros(1))  # [W]
     took_part = counts.unsqueeze(0) >= schedule.unsqueeze(1)  # [W, G]: the group was in wave w
     per_process = took_part.view(len(schedule), -1, groups_per_process).sum(dim=2)  # [W, processes]
-    lockstep_rows = (per_process.amax(dim=1) * per_process.size(1) * sizes).sum()
-    padding = float(lockstep_rows - counts.sum())
+    generated = (per_process.amax(dim=1) * per_process.size(1) * sizes).sum()
+    padding = float(generated - counts.sum())
     topped_up = counts > n_initial
     contrast = has_contrast(rewards.cpu())[topped_up]
     return {
         "waves": float(took_part.any(dim=1).sum()),
-        "rollouts_generated": float(lockstep_rows),
+        "rollouts_generated": float(generated),
         "rollouts_padding": padding,
         "frac_groups_topped_up": topped_up.float().mean().item(),
         "frac_topped_up_with_contrast": contrast.float().mean().item() if contrast.numel() else float("nan"),

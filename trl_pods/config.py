@@ -6,12 +6,13 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from .budget import get_allocation_rule
 from .down_sampling import get_down_sampler
 from .losses import MICRO_BATCH_TOKEN_LOSSES, SEQUENCE_AVERAGE_LOSSES
 from .schedules import SCHEDULES
 
 ADVANTAGE_SCOPES = ("kept", "all")
-GENERATION_MODES = ("fixed", "adaptive")
+GENERATION_MODES = ("fixed", "adaptive", "budgeted")
 
 
 @dataclass
@@ -20,7 +21,8 @@ class PODSConfig(GRPOConfig):
     Configuration for [`PODSGRPOTrainer`]: every [`trl.GRPOConfig`] parameter, with its TRL meaning, plus the
     parameters below.
 
-    Each prompt gets `pods_n` rollouts (at most `pods_n` with `pods_generation="adaptive"`); all are scored; only
+    Each prompt gets `pods_n` rollouts (at most `pods_n` with `pods_generation="adaptive"` or `"budgeted"`); all are
+    scored; only
     `pods_m` of them per prompt enter the policy update.
     The update is laid out exactly as `GRPOTrainer`'s with `num_generations = pods_m`: `per_device_train_batch_size`
     counts kept completions per backward micro-batch, and an optimizer step consumes the same number of prompts. So
@@ -68,16 +70,34 @@ class PODSConfig(GRPOConfig):
             Generate with HF `generate` in rounds of at most this many sequences, so that peak generation memory is
             set by it rather than by the number of rollouts (Infinite Sampling's micro-groups).
 
-        > Parameters of adaptive over-generation and observability
+        > Parameters of adaptive and budgeted generation, and observability
 
         pods_generation (`str`, *optional*, defaults to `"fixed"`):
             `"fixed"`: every prompt gets `pods_n` rollouts. `"adaptive"`: every prompt gets `pods_n_initial`, and a
             prompt whose scored rewards are all equal gets more in further waves, its count doubling each wave,
             until its rewards differ or it holds `pods_n` (then the maximum); the down-sampler picks `pods_m` from
-            what each prompt got (`trl_pods.adaptive`).
+            what each prompt got (`trl_pods.adaptive`). `"budgeted"`: before generating, each prompt gets between
+            `pods_m` and `pods_n` rollouts, `pods_budget` per prompt on average, allocated from what its earlier
+            visits showed (`trl_pods.budget`). Adaptive learns which prompts lack contrast by generating for them,
+            in up to `1 + log2(pods_n / pods_n_initial)` dependent waves and with no cap on the total; budgeted
+            spends a fixed budget in independent calls (one; one per distinct count in vLLM server mode), and needs
+            prompts that recur (epochs) to do better than spreading it evenly.
         pods_n_initial (`int`, *optional*):
             Rollouts per prompt in the first wave of adaptive generation (between `pods_m` and `pods_n`). Defaults
             to `pods_m`.
+        pods_budget (`float`, *optional*):
+            Budgeted generation: mean rollouts generated per prompt per generation, over all processes (between
+            `pods_m` and `pods_n`; at most `floor(pods_budget x prompts)` rollouts in all).
+        pods_allocation (`str`, *optional*, defaults to `"expected_signal"`):
+            Budgeted generation: the rule scoring what `n` rollouts of a prompt are worth, maximised under the budget:
+            `"expected_signal"` (probability of contrast x p(1-p)^2, over the history's uncertainty), `"contrast"`,
+            a name registered with `trl_pods.budget.register_allocation_rule`, or a dotted import path.
+        pods_history_size (`int`, *optional*, defaults to `1000000`):
+            Budgeted generation: the most prompts whose reward history is kept (the least recently visited are
+            forgotten first); about 80 bytes per prompt with 0/1 rewards.
+        pods_history_decay (`float`, *optional*, defaults to `0.8`):
+            Budgeted generation: weight of a prompt's earlier outcomes at each new visit (1.0: every visit counts
+            alike), so the history follows the changing policy.
         pods_log_all_rollouts (`bool`, *optional*, defaults to `False`):
             With `log_completions`, the completions table shows every generated rollout of the logged prompts, with
             a `kept` column (discarded rows have no advantage), instead of the kept rows only.
@@ -169,7 +189,8 @@ class PODSConfig(GRPOConfig):
         default="fixed",
         metadata={
             "help": "'fixed': pods_n rollouts per prompt. 'adaptive': pods_n_initial per prompt, then prompts whose "
-            "rewards are all equal get more in waves (doubling, at most pods_n) until their rewards differ.",
+            "rewards are all equal get more in waves (doubling, at most pods_n) until their rewards differ. "
+            "'budgeted': pods_budget per prompt on average, allocated before generating from each prompt's history.",
             "choices": list(GENERATION_MODES),
         },
     )
@@ -178,6 +199,30 @@ class PODSConfig(GRPOConfig):
         metadata={
             "help": "Adaptive generation: rollouts per prompt in the first wave (pods_m <= pods_n_initial <= pods_n). "
             "Defaults to pods_m."
+        },
+    )
+    pods_budget: float | None = field(
+        default=None,
+        metadata={
+            "help": "Budgeted generation: mean rollouts generated per prompt per generation (pods_m <= pods_budget <= "
+            "pods_n)."
+        },
+    )
+    pods_allocation: str = field(
+        default="expected_signal",
+        metadata={
+            "help": "Budgeted generation: rule scoring n rollouts of a prompt: 'expected_signal' (P(contrast) x "
+            "p(1-p)^2 over the history's uncertainty), 'contrast', a registered name or a dotted import path."
+        },
+    )
+    pods_history_size: int = field(
+        default=1_000_000,
+        metadata={"help": "Budgeted generation: the most prompts whose reward history is kept (LRU)."},
+    )
+    pods_history_decay: float = field(
+        default=0.8,
+        metadata={
+            "help": "Budgeted generation: weight of a prompt's earlier outcomes at each new visit (1.0: no decay)."
         },
     )
     pods_log_all_rollouts: bool = field(
@@ -204,8 +249,9 @@ class PODSConfig(GRPOConfig):
         self._check_whole_groups_per_process(self.per_device_train_batch_size * self.steps_per_generation)
         get_down_sampler(self.pods_down_sampler)  # raises with the list of known names
         self._check_d3s()
-        self._check_adaptive_generation()
-        self._check_rollouts_can_differ()
+        _check_adaptive_generation(self)
+        _check_budgeted_generation(self)
+        _check_rollouts_can_differ(self)
         if self.pods_advantage_scope not in ADVANTAGE_SCOPES:
             raise ValueError(
                 f"pods_advantage_scope must be one of {ADVANTAGE_SCOPES}; got {self.pods_advantage_scope!r}."
@@ -258,51 +304,6 @@ class PODSConfig(GRPOConfig):
                     "sequences within their memory budget (max_num_seqs, paged KV cache). Unset it."
                 )
 
-    def _check_adaptive_generation(self) -> None:
-        if self.pods_generation not in GENERATION_MODES:
-            raise ValueError(f"pods_generation must be one of {GENERATION_MODES}; got {self.pods_generation!r}.")
-        if self.pods_generation == "fixed" and self.pods_n_initial is not None:
-            raise ValueError(
-                "pods_n_initial only applies to pods_generation='adaptive' (fixed generation always makes pods_n "
-                "rollouts per prompt): set pods_generation='adaptive' or unset pods_n_initial."
-            )
-        if self.pods_generation == "adaptive":
-            if self.pods_n_initial is None:
-                self.pods_n_initial = self.pods_m
-            if not self.pods_m <= self.pods_n_initial <= self.pods_n:
-                raise ValueError(
-                    f"pods_n_initial ({self.pods_n_initial}) must be between pods_m ({self.pods_m}) and pods_n "
-                    f"({self.pods_n}): the first wave must give every prompt at least the pods_m rollouts it keeps, "
-                    "and pods_n is the most a prompt may get."
-                )
-        if self.pods_log_all_rollouts and not self.log_completions:
-            raise ValueError(
-                "pods_log_all_rollouts adds rows to the completions table, which is only kept with "
-                "log_completions=True: set it, or unset pods_log_all_rollouts."
-            )
-
-    def _check_rollouts_can_differ(self) -> None:
-        """Refuse sampling settings that make the rollouts of a prompt identical: its group would carry no signal
-        however many rollouts are generated, and down-sampling would have nothing to choose from."""
-        kwargs = self.generation_kwargs or {}
-        if self.use_vllm and kwargs.get("seed") is not None:
-            raise ValueError(
-                f"generation_kwargs sets seed={kwargs['seed']!r}: vLLM then samples every rollout of a prompt with "
-                "the same seed, so the pods_n rollouts are identical (measured on a real engine). Remove the seed; "
-                "the training seed (`seed`) already makes runs reproducible."
-            )
-        greedy = {
-            "do_sample=False": kwargs.get("do_sample") is False,
-            "temperature=0": self.temperature == 0 or kwargs.get("temperature") == 0,
-            "top_k=1": self.top_k == 1 or kwargs.get("top_k") == 1,
-        }
-        chosen = [setting for setting, is_set in greedy.items() if is_set]
-        if chosen:
-            raise ValueError(
-                f"{', '.join(chosen)} makes generation greedy, so the pods_n rollouts of a prompt are identical and "
-                "carry no signal. Sample (do_sample, temperature > 0, top_k != 1)."
-            )
-
     def _check_dropping(self) -> None:
         if self.loss_type in MICRO_BATCH_TOKEN_LOSSES:
             raise ValueError(
@@ -350,3 +351,68 @@ class PODSConfig(GRPOConfig):
                 f"pods_n ({self.pods_n}) is smaller than pods_m ({self.pods_m}): a prompt cannot keep more rollouts "
                 "than it generates. Set pods_n >= pods_m (pods_n == pods_m is plain GRPO)."
             )
+
+
+def _check_adaptive_generation(config: PODSConfig) -> None:
+    if config.pods_generation not in GENERATION_MODES:
+        raise ValueError(f"pods_generation must be one of {GENERATION_MODES}; got {config.pods_generation!r}.")
+    if config.pods_generation != "adaptive" and config.pods_n_initial is not None:
+        raise ValueError(
+            f"pods_n_initial only applies to pods_generation='adaptive' (got {config.pods_generation!r}): set "
+            "pods_generation='adaptive' or unset pods_n_initial."
+        )
+    if config.pods_generation == "adaptive":
+        if config.pods_n_initial is None:
+            config.pods_n_initial = config.pods_m
+        if not config.pods_m <= config.pods_n_initial <= config.pods_n:
+            raise ValueError(
+                f"pods_n_initial ({config.pods_n_initial}) must be between pods_m ({config.pods_m}) and pods_n "
+                f"({config.pods_n}): the first wave must give every prompt at least the pods_m rollouts it keeps, "
+                "and pods_n is the most a prompt may get."
+            )
+    if config.pods_log_all_rollouts and not config.log_completions:
+        raise ValueError(
+            "pods_log_all_rollouts adds rows to the completions table, which is only kept with "
+            "log_completions=True: set it, or unset pods_log_all_rollouts."
+        )
+
+
+def _check_budgeted_generation(config: PODSConfig) -> None:
+    if config.pods_generation != "budgeted":
+        if config.pods_budget is not None:
+            raise ValueError("pods_budget only applies to pods_generation='budgeted': set it, or unset pods_budget.")
+        return
+    if config.pods_budget is None or not config.pods_m <= config.pods_budget <= config.pods_n:
+        raise ValueError(
+            f"pods_generation='budgeted' needs pods_budget, the mean rollouts per prompt, between pods_m "
+            f"({config.pods_m}) and pods_n ({config.pods_n}); got {config.pods_budget}. Every prompt gets at least "
+            "the pods_m it keeps and at most pods_n."
+        )
+    get_allocation_rule(config.pods_allocation)  # raises with the list of known names
+    if config.pods_history_size < 1:
+        raise ValueError(f"pods_history_size must be >= 1; got {config.pods_history_size}.")
+    if not 0.0 < config.pods_history_decay <= 1.0:
+        raise ValueError(f"pods_history_decay must be in (0, 1]; got {config.pods_history_decay}.")
+
+
+def _check_rollouts_can_differ(config: PODSConfig) -> None:
+    """Refuse sampling settings that make the rollouts of a prompt identical: its group would carry no signal
+    however many rollouts are generated, and down-sampling would have nothing to choose from."""
+    kwargs = config.generation_kwargs or {}
+    if config.use_vllm and kwargs.get("seed") is not None:
+        raise ValueError(
+            f"generation_kwargs sets seed={kwargs['seed']!r}: vLLM then samples every rollout of a prompt with "
+            "the same seed, so the pods_n rollouts are identical (measured on a real engine). Remove the seed; "
+            "the training seed (`seed`) already makes runs reproducible."
+        )
+    greedy = {
+        "do_sample=False": kwargs.get("do_sample") is False,
+        "temperature=0": config.temperature == 0 or kwargs.get("temperature") == 0,
+        "top_k=1": config.top_k == 1 or kwargs.get("top_k") == 1,
+    }
+    chosen = [setting for setting, is_set in greedy.items() if is_set]
+    if chosen:
+        raise ValueError(
+            f"{', '.join(chosen)} makes generation greedy, so the pods_n rollouts of a prompt are identical and "
+            "carry no signal. Sample (do_sample, temperature > 0, top_k != 1)."
+        )

@@ -3,7 +3,9 @@
 The data loader repeats every prompt N times (`generation_layout`), each process holding whole groups, so a process's
 rows are ``G_local * N``. Rollouts sit in **slot layout**: local row ``g * N + s`` is the ``s``-th rollout of the
 process's group ``g``. With ``pods_generation="fixed"`` one generation call fills every slot; with ``"adaptive"``
-(`trl_pods.adaptive`) waves fill the first slots of each group and leave the rest empty (None, NaN rewards).
+(`trl_pods.adaptive`) waves fill the first slots of each group and leave the rest empty (None, NaN rewards); with
+``"budgeted"`` (`trl_pods.budget`) each group's count is decided before generating and filled in one call (one per
+distinct count in vLLM server mode).
 
 The orchestration takes its steps as callables (`GenerationSteps`: generate, score, and their per-wave variants), so
 it runs without a model; the trainer passes its own `_generate` and `_calculate_rewards`. Selection (`select`) works
@@ -22,8 +24,9 @@ import torch
 import trl.trainer.grpo_trainer as grpo_trainer_module
 from trl.models import unwrap_model_for_generation
 
-from .adaptive import gathered_rows, generated_slots, has_contrast, lockstep_groups, top_up_waves
+from .adaptive import gathered_rows, generated_slots, has_contrast, lockstep_rows, top_up_waves
 from .advantages import full_group_advantages, group_objective
+from .budget import generation_calls, prompt_key
 from .down_sampling import max_variance_across_groups
 from .schedules import kept_per_prompt, scheduled_value
 from .vllm_engine import engine_awake
@@ -38,7 +41,8 @@ class Phase1Settings:
 
     Attributes:
         n: Rollouts per prompt (N, slots per group).
-        n_initial: Rollouts per prompt in the first adaptive wave; None for fixed generation.
+        generation: `pods_generation`: ``"fixed"``, ``"adaptive"`` or ``"budgeted"``.
+        n_initial: Rollouts per prompt in the first adaptive wave.
         process_index: This process's index.
         processes: Number of processes.
         reward_weights: ``[F]`` weights of the reward functions.
@@ -49,9 +53,11 @@ class Phase1Settings:
         scale_rewards: TRL's `scale_rewards` (full-group advantages).
         drop_constant_groups: Mark groups with all-zero advantages as dropped.
         advantage_scope: ``"kept"`` or ``"all"``.
+        one_size_per_call: Each generation call requests one group size for all its prompts (vLLM server mode).
     """
 
     n: int
+    generation: str
     n_initial: int | None
     process_index: int
     processes: int
@@ -63,6 +69,7 @@ class Phase1Settings:
     scale_rewards: str = "group"
     drop_constant_groups: bool = False
     advantage_scope: str = "kept"
+    one_size_per_call: bool = False
 
 
 @dataclass(frozen=True)
@@ -72,10 +79,12 @@ class GenerationSteps:
     Attributes:
         generate: ``rows -> Generation``: N rollouts of each prompt of ``rows`` (one row per rollout).
         score: ``(rows, generation) -> [P * rows, F]``: rewards of every row, gathered over processes.
-        generate_wave: ``(rows, size) -> Generation``: a wave, ``size`` consecutive rows per prompt.
+        generate_wave: ``(rows, size) -> Generation``: one call of several (waves, budgeted), requesting ``size``
+            rollouts per prompt (consecutive rows; 1: every row is its own request).
         score_wave: ``(rows, generation, real) -> ([P * rows, F], log_extra columns)``: rewards of the first ``real``
             rows (the others are padding: NaN), gathered, and the `log_extra` columns the reward functions logged.
-        one_weight_load: Context manager under which all waves of a generation run.
+        one_weight_load: Context manager under which all calls of a generation run.
+        allocate: Budgeted: ``() -> [G]`` rollouts per group, all processes, the same on each.
     """
 
     generate: Callable[[list[dict]], Generation]
@@ -83,6 +92,7 @@ class GenerationSteps:
     generate_wave: Callable[[list[dict], int], Generation] | None = None
     score_wave: Callable[[list[dict], Generation, int], tuple[torch.Tensor, dict[str, list]]] | None = None
     one_weight_load: Callable[[], AbstractContextManager] = nullcontext
+    allocate: Callable[[], torch.Tensor] | None = None
 
 
 @dataclass
@@ -93,8 +103,8 @@ class Rollouts:
         generation: The 8-tuple of `_generate`, per-row items None where nothing was generated.
         rewards_per_func: ``[G * N, F]`` rewards gathered over processes, NaN rows where nothing was generated.
         counts: ``[G]`` rollouts generated per group (CPU), G counting the groups of all processes.
-        extra_columns: Adaptive: the reward functions' `log_extra` columns in slot layout.
-        waves: Adaptive: the number of generation calls (0 for fixed generation).
+        extra_columns: Adaptive, budgeted: the reward functions' `log_extra` columns in slot layout.
+        waves: Adaptive, budgeted: the number of generation calls (0 for fixed generation).
     """
 
     generation: Generation
@@ -171,50 +181,85 @@ class SlotLayout:
 
 def generate_and_score(inputs: list[dict[str, Any]], settings: Phase1Settings, steps: GenerationSteps) -> Rollouts:
     """Phase 1's rollouts of this process's ``inputs`` (``G_local * N`` rows, each prompt N times in a row)."""
-    if settings.n_initial is not None:
+    if settings.generation == "adaptive":
         return generate_in_waves(inputs, settings, steps)
+    if settings.generation == "budgeted":
+        return generate_budgeted(inputs, settings, steps)
     generation = steps.generate(inputs)
     rewards_per_func = steps.score(inputs, generation)  # [G * N, F]
     return Rollouts(generation, rewards_per_func, torch.full((rewards_per_func.size(0) // settings.n,), settings.n))
 
 
-def generate_in_waves(inputs: list[dict[str, Any]], settings: Phase1Settings, steps: GenerationSteps) -> Rollouts:
-    """Adaptive generation: waves decided by `top_up_waves` from the gathered rewards, so identical on every process.
+class SlotFiller:
+    """Fills the slots of chosen groups, one generation call at a time, every process in step.
 
-    In each wave every process generates the same number of rows (its own waiting groups, then copies of one of its
+    In each call every process generates the same number of rows (its own groups' rows, then copies of one of its
     prompts as padding), since TRL's generation gathers, vLLM server mode and tensor-parallel vLLM need equal rows
-    on all processes; only its own rows are scored. The waves share one weight load (``steps.one_weight_load``).
+    on all processes; only its own rows are scored (``steps.score_wave``).
     """
-    n, local_rows = settings.n, len(inputs)
-    groups_per_process = local_rows // n
-    first_group = settings.process_index * groups_per_process
-    layout = SlotLayout(local_rows)
-    rewards_per_func: torch.Tensor | None = None  # [G * N, F]
+
+    def __init__(self, inputs: list[dict[str, Any]], settings: Phase1Settings, steps: GenerationSteps):
+        self.inputs, self.settings, self.steps = inputs, settings, steps
+        self.groups_per_process = len(inputs) // settings.n
+        self.layout = SlotLayout(len(inputs))
+        self.rewards_per_func: torch.Tensor | None = None  # [G * N, F]
+        self.calls = 0
+
+    def fill(self, groups: torch.Tensor, first_slot: int, sizes: torch.Tensor, group_size: int) -> torch.Tensor:
+        """Generate ``sizes[i]`` rollouts of group ``groups[i]`` (global indices, ascending, the same on every
+        process) into slots ``first_slot ..``, in one call that requests ``group_size`` rollouts per prompt, and
+        return their gathered rewards ``[sizes.sum(), F]``, group by group."""
+        n, per_process, settings = self.settings.n, self.groups_per_process, self.settings
+        first_group = settings.process_index * per_process
+        lockstep = lockstep_rows(groups, sizes, per_process, settings.processes)
+        mine = (groups >= first_group) & (groups < first_group + per_process)
+        own = list(zip((groups[mine] - first_group).tolist(), sizes[mine].tolist(), strict=True))
+        rows = [self.inputs[group * n] for group, size in own for _ in range(size)]
+        targets = [group * n + first_slot + j for group, size in own for j in range(size)]
+        rows += [self.inputs[own[0][0] * n if own else 0]] * (lockstep - len(rows))
+        generation = self.steps.generate_wave(rows, group_size)
+        self.layout.add(generation, targets + [None] * (len(rows) - len(targets)))
+        call_rewards, extra = self.steps.score_wave(rows, generation, len(targets))  # [P * rows, F]
+        self.layout.add_extra(extra, max(len(targets), 1), targets)
+        ours = call_rewards[gathered_rows(groups, sizes, per_process, lockstep).to(call_rewards.device)]
+        if self.rewards_per_func is None:
+            rows_all = per_process * settings.processes * n
+            self.rewards_per_func = call_rewards.new_full((rows_all, ours.size(1)), torch.nan)
+        offsets = torch.arange(int(sizes.sum())) - (sizes.cumsum(0) - sizes).repeat_interleave(sizes)
+        slots = (groups * n + first_slot).repeat_interleave(sizes) + offsets  # [sizes.sum()]
+        self.rewards_per_func[slots.to(self.rewards_per_func.device)] = ours
+        self.calls += 1
+        return ours
+
+    def rollouts(self, counts: torch.Tensor) -> Rollouts:
+        layout = self.layout
+        return Rollouts(tuple(layout.items), self.rewards_per_func, counts, layout.extra_columns(), self.calls)
+
+
+def generate_in_waves(inputs: list[dict[str, Any]], settings: Phase1Settings, steps: GenerationSteps) -> Rollouts:
+    """Adaptive generation: waves decided by `top_up_waves` from the gathered rewards, so identical on every process;
+    they share one weight load (``steps.one_weight_load``)."""
+    filler = SlotFiller(inputs, settings, steps)
 
     def wave(groups: torch.Tensor, first_slot: int, size: int) -> torch.Tensor:
-        nonlocal rewards_per_func
-        lockstep = lockstep_groups(groups, groups_per_process, settings.processes)
-        own = groups[(groups >= first_group) & (groups < first_group + groups_per_process)] - first_group
-        own = own.tolist()
-        padded = own + [own[0] if own else 0] * (lockstep - len(own))
-        rows = [inputs[group * n] for group in padded for _ in range(size)]
-        generation = steps.generate_wave(rows, size)
-        targets = [group * n + first_slot + j for group in own for j in range(size)]
-        layout.add(generation, targets + [None] * (len(rows) - len(targets)))
-        wave_rewards, extra = steps.score_wave(rows, generation, len(targets))  # [P * rows, F]
-        layout.add_extra(extra, max(len(targets), 1), targets)
-        ours = wave_rewards[gathered_rows(groups, groups_per_process, lockstep, size).to(wave_rewards.device)]
-        if rewards_per_func is None:
-            rows_all = groups_per_process * settings.processes * n
-            rewards_per_func = wave_rewards.new_full((rows_all, ours.size(1)), torch.nan)
-        slots = (groups.unsqueeze(1) * n + first_slot + torch.arange(size)).flatten()  # [A * size]
-        rewards_per_func[slots.to(rewards_per_func.device)] = ours
+        ours = filler.fill(groups, first_slot, torch.full_like(groups, size), size)  # [A * size, F]
         per_func = ours.view(-1, size, ours.size(1)).detach().cpu()  # [A, size, F]
         return group_objective(per_func, settings.reward_weights, "sum_then_normalize")  # [A, size], TRL's reward
 
     with steps.one_weight_load():
-        waves = top_up_waves(groups_per_process * settings.processes, settings.n_initial, n, wave)
-    return Rollouts(tuple(layout.items), rewards_per_func, waves.counts, layout.extra_columns(), waves.waves)
+        waves = top_up_waves(filler.groups_per_process * settings.processes, settings.n_initial, settings.n, wave)
+    return filler.rollouts(waves.counts)
+
+
+def generate_budgeted(inputs: list[dict[str, Any]], settings: Phase1Settings, steps: GenerationSteps) -> Rollouts:
+    """Budgeted generation: ``steps.allocate`` gives every group its count before anything is generated; the calls
+    (`budget.generation_calls`: one, or one per distinct count) are independent and share one weight load."""
+    filler = SlotFiller(inputs, settings, steps)
+    counts = steps.allocate()  # [G], the same on every process
+    with steps.one_weight_load():
+        for groups, group_size in generation_calls(counts, settings.one_size_per_call):
+            filler.fill(groups, 0, counts[groups], group_size)
+    return filler.rollouts(counts)
 
 
 def select(
@@ -393,9 +438,22 @@ def score_own_rows(trainer: Any, rows: list[dict], generation: Generation, real:
     return trainer.accelerator.gather(padded), extra
 
 
+def one_size_per_call(args: Any) -> bool:
+    """A generation call requests one group size for all its prompts: vLLM server mode (`generate_budgeted`)."""
+    return args.use_vllm and args.vllm_mode == "server"
+
+
+def allocate_groups(trainer: Any, inputs: list[dict[str, Any]]) -> torch.Tensor:
+    """Budgeted generation: ``[G]`` rollouts for this generation's groups (all processes), from the prompts' keys,
+    gathered so that every process allocates alike."""
+    keys = [prompt_key(row["prompt"]) for row in inputs[:: trainer.pods_n]]
+    gathered = trainer.accelerator.gather(torch.tensor(keys, device=trainer.accelerator.device))
+    return trainer._pods_budget.plan(gathered.tolist())
+
+
 @contextmanager
 def one_weight_load_per_generation(trainer: Any):
-    """Within the block, the generation calls of one generation (rounds, adaptive waves) share one weight load.
+    """Within the block, the generation calls of one generation (rounds, waves, budgeted calls) share one weight load.
 
     vLLM colocate with sleep mode: the engine stays awake between the calls (`engine_awake`), so the weights are
     pushed once. HF generate under DeepSpeed ZeRO-3 with `ds3_gather_for_generation`: TRL gathers the full weights

@@ -5,7 +5,8 @@ A training batch goes through two phases, both built from `GRPOTrainer`'s own me
 1. **Generate and select** (`trl_pods.phase1`). With the group size set to N, the parent's `_generate` produces N
    rollouts per prompt and the parent's `_calculate_rewards` scores each once (gathered over processes). The
    down-sampler picks M per prompt from the gathered ``[groups, N]`` reward matrix, so every process computes the
-   same selection. With ``pods_generation="adaptive"`` the rollouts come in waves (`trl_pods.adaptive`), laid out in
+   same selection. With ``pods_generation="adaptive"`` the rollouts come in waves (`trl_pods.adaptive`), with
+   ``"budgeted"`` in counts allocated per prompt from its history (`trl_pods.budget`); both are laid out in
    slots (row ``g * N + s`` is the ``s``-th rollout of group ``g``; NaN rewards where nothing was generated).
 2. **Train on the kept rows.** The parent's `_generate_and_score_completions` runs on the kept rows only, with
    `_generate` and `_calculate_rewards` answering from the phase-1 results and the group size at M. Padding,
@@ -31,6 +32,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
 from . import loss_seams, phase1, reporting, resume
+from .budget import BudgetedAllocation
 from .config import PODSConfig
 from .down_sampling import get_down_sampler
 from .losses import SEQUENCE_AVERAGE_LOSSES
@@ -66,6 +68,7 @@ class PODSGRPOTrainer(GRPOTrainer):
     _tokens_generated: int = 0  # prompt + completion tokens of every generated row, all processes, cumulative
     _count_step_sequences: bool = False  # dropped groups with a sequence-averaged loss: rescale its policy term
     _loss_forward: dict[str, Any] | None = None  # what the training forward computed, while it is rescaled
+    _pods_budget: BudgetedAllocation | None = None  # budgeted generation: the prompts' history and the allocation
 
     def __init__(self, model, reward_funcs=None, args: PODSConfig | None = None, *trainer_args, **trainer_kwargs):
         if args is None:  # as GRPOTrainer does
@@ -93,6 +96,11 @@ class PODSGRPOTrainer(GRPOTrainer):
         self._generation_chunk_size = args.pods_generation_chunk_size
         self._count_step_sequences = args.pods_drop_constant_groups and args.loss_type in SEQUENCE_AVERAGE_LOSSES
         self._token_selection = loss_seams.token_selection_on(args)
+        if args.pods_generation == "budgeted":
+            self._pods_budget = BudgetedAllocation(
+                args.pods_m, args.pods_n, args.pods_budget, args.pods_allocation, args.pods_history_size,
+                args.pods_history_decay,
+            )  # fmt: skip
         if self._token_selection:
             self.top_entropy_quantile = 0.0  # routes TRL's token-mask seam (get_high_entropy_mask) to D3S
 
@@ -102,6 +110,9 @@ class PODSGRPOTrainer(GRPOTrainer):
         # The sampler repeats every prompt pods_n times and each batch holds the prompts of pods_m-sized groups.
         with phase1.generation_layout(self):
             return super().get_train_dataloader()
+
+    def _get_train_sampler(self, dataset=None):
+        return resume.EpochReplay(super()._get_train_sampler(dataset))  # a resumed run keeps the epoch's order
 
     def _get_dataloader(self, dataset, description, batch_size, *args, **kwargs):
         if kwargs.get("is_training") and self.pods_n is not None:  # sized by TRL for the kept rows: pods_m per prompt
@@ -160,7 +171,8 @@ class PODSGRPOTrainer(GRPOTrainer):
         reporting.count_tokens(self, tokens_seen, generation, selection.local)
         fraction = loss_seams.token_fraction(args, self._progress()) if self._token_selection else None
         processes = self.accelerator.num_processes
-        reporting.log_selection(self._metrics["train"], selection, counts, args, processes, fraction)
+        allocation = self._pods_budget.observe(selection.rewards) if self._pods_budget is not None else {}
+        reporting.log_selection(self._metrics["train"], selection, counts, args, processes, fraction, allocation)
         if args.pods_selection_log:
             position = {
                 "global_step": self.state.global_step,
@@ -192,9 +204,10 @@ class PODSGRPOTrainer(GRPOTrainer):
             generate_wave=self._generate_wave,
             score_wave=partial(phase1.score_own_rows, self),
             one_weight_load=partial(phase1.one_weight_load_per_generation, self),
+            allocate=partial(phase1.allocate_groups, self, inputs),
         )
         rollouts = phase1.generate_and_score(inputs, self._phase1_settings(), steps)
-        if rollouts.waves:  # adaptive: the reward functions' log_extra columns, and one length entry
+        if rollouts.waves:  # adaptive, budgeted: the reward functions' log_extra columns, and one length entry
             self._pending_extra_logs.update(rollouts.extra_columns)
             ends = [*self.eos_token_ids, self._tokenizer.pad_token_id]
             reporting.log_lengths_once(self._metrics["train"], rollouts.waves, rollouts.generation[1], ends)
@@ -212,7 +225,8 @@ class PODSGRPOTrainer(GRPOTrainer):
         args = self.args
         return phase1.Phase1Settings(
             n=self.pods_n,
-            n_initial=args.pods_n_initial if args.pods_generation == "adaptive" else None,
+            generation=args.pods_generation,
+            n_initial=args.pods_n_initial,
             process_index=self.accelerator.process_index,
             processes=self.accelerator.num_processes,
             reward_weights=self.reward_weights,
@@ -223,6 +237,7 @@ class PODSGRPOTrainer(GRPOTrainer):
             scale_rewards=self.scale_rewards,
             drop_constant_groups=args.pods_drop_constant_groups,
             advantage_scope=args.pods_advantage_scope,
+            one_size_per_call=phase1.one_size_per_call(args),
         )
 
     def _progress(self) -> float:

@@ -1,0 +1,248 @@
+"""Budgeted generation's pure parts (`trl_pods.budget`): the closed-form expected signal against Monte Carlo, greedy
+allocation against brute force, the allocation's behaviour on prompts with and without contrast, the bounded
+prompt history and its checkpoint state, and the generation calls per engine."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from trl_pods.budget import (
+    MAX_LEVELS,
+    BudgetedAllocation,
+    PromptHistory,
+    allocate,
+    contrast_probability,
+    expected_signal,
+    generation_calls,
+    get_allocation_rule,
+    greedy_allocation,
+    prompt_key,
+    register_allocation_rule,
+)
+
+BINARY = torch.tensor([0.0, 1.0], dtype=torch.float64)
+
+
+def _monte_carlo(alpha: torch.Tensor, levels: torch.Tensor, n: int, samples: int = 400_000) -> float:
+    torch.manual_seed(0)
+    theta = torch.distributions.Dirichlet(alpha).sample((samples,))  # [S, L]
+    r = (levels - levels.min()) / (levels.max() - levels.min())
+    mean = (theta * r).sum(1)
+    variance = (theta * r**2).sum(1) - mean**2
+    return ((1 - (theta**n).sum(1)) * variance * (1 - mean)).mean().item()
+
+
+@pytest.mark.parametrize(
+    "alpha, levels",
+    [
+        ([3.0, 1.0], [0.0, 1.0]),
+        ([0.5, 0.5], [0.0, 1.0]),
+        ([1.0, 9.0], [0.0, 1.0]),
+        ([1.0, 2.0, 3.0], [0.0, 0.5, 1.0]),
+        ([0.3, 4.0, 1.5, 2.0], [-1.0, 0.0, 0.2, 2.0]),
+    ],
+    ids=["binary-likely-wrong", "binary-uninformed", "binary-likely-right", "graded", "graded-unordered"],
+)
+def test_expected_signal_closed_form_matches_monte_carlo(alpha, levels):
+    """The Dirichlet-moment formula equals E[P(contrast | n) Var(r) (1 - E r)] estimated by sampling the posterior,
+    for 0/1 and graded rewards (levels in any order, any scale)."""
+    alpha, levels = torch.tensor([alpha], dtype=torch.float64), torch.tensor(levels, dtype=torch.float64)
+    scores = expected_signal(alpha, levels, 12)
+    for n in (2, 4, 12):
+        assert scores[0, n].item() == pytest.approx(_monte_carlo(alpha[0], levels, n), rel=0.02, abs=1e-4)
+
+
+def test_binary_value_is_knapsack_rl_p_one_minus_p_squared():
+    """With 0/1 rewards and a very confident posterior the signal of many rollouts is p (1 - p)^2, and the contrast
+    probability 1 - p^n - (1 - p)^n."""
+    p = 0.3
+    alpha = torch.tensor([[(1 - p) * 1e6, p * 1e6]], dtype=torch.float64)
+    assert expected_signal(alpha, BINARY, 200)[0, 200].item() == pytest.approx(p * (1 - p) ** 2, rel=1e-4)
+    assert contrast_probability(alpha, BINARY, 4)[0, 4].item() == pytest.approx(1 - p**4 - (1 - p) ** 4, rel=1e-4)
+
+
+def test_scores_are_concave_and_non_decreasing_in_n():
+    """Greedy allocation is exact only for concave scores: both built-in rules are, on random posteriors."""
+    torch.manual_seed(1)
+    alpha = torch.rand(64, 3, dtype=torch.float64) * 10 + 0.01
+    levels = torch.tensor([0.0, 0.3, 1.0], dtype=torch.float64)
+    for rule in (expected_signal, contrast_probability):
+        gains = rule(alpha, levels, 16)[:, 2:].diff(dim=1)
+        assert (gains >= -1e-12).all() and (gains.diff(dim=1) <= 1e-12).all()
+
+
+@pytest.mark.parametrize("rule", ["expected_signal", "contrast", "uniform"])
+def test_greedy_allocation_matches_brute_force(rule):
+    """On small cases (1-3 prompts, counts 2..6, every budget) greedy marginal allocation reaches the best total
+    score that any allocation within the budget reaches, and never exceeds the budget or the bounds."""
+    torch.manual_seed(2)
+    for _ in range(120):
+        groups, high = int(torch.randint(1, 4, ())), int(torch.randint(2, 7, ()))
+        alpha = torch.rand(groups, 2, dtype=torch.float64) * 6 + 0.05
+        if rule == "uniform":
+            scores = torch.arange(high + 1, dtype=torch.float64).expand(groups, -1)
+        else:
+            scores = get_allocation_rule(rule)(alpha, BINARY, high)
+        total = int(torch.randint(2 * groups, high * groups + 3, ()))
+        counts = greedy_allocation(scores, 2, high, total)
+        assert counts.sum() <= total and counts.min() >= 2 and counts.max() <= high
+        best = max(
+            sum(scores[g, c[g]].item() for g in range(groups))
+            for c in itertools.product(range(2, high + 1), repeat=groups)
+            if sum(c) <= total
+        )
+        assert sum(scores[g, counts[g]].item() for g in range(groups)) == pytest.approx(best, abs=1e-12)
+
+
+def test_greedy_allocation_refuses_non_concave_scores_and_an_impossible_budget():
+    """A rule whose extra rollouts gain more and more would make greedy allocation wrong: a clear error instead;
+    so does a budget below pods_m per prompt."""
+    convex = (torch.arange(9, dtype=torch.float64) ** 2).expand(3, -1)
+    with pytest.raises(ValueError, match="concave"):
+        greedy_allocation(convex, 2, 8, 12)
+    with pytest.raises(ValueError, match="cannot give 3 prompts 2 each"):
+        greedy_allocation(torch.zeros(3, 9), 2, 8, 5)
+
+
+def _history(visits: dict[int, list[list[float]]], decay: float = 1.0) -> PromptHistory:
+    history = PromptHistory(capacity=100, decay=decay)
+    for rewards in zip(*visits.values(), strict=True):
+        history.update(list(visits), torch.tensor(rewards))
+    return history
+
+
+def test_prompts_without_contrast_get_the_minimum_and_the_rest_goes_where_signal_is():
+    """After several visits, a prompt always solved and one never solved get pods_m; the budget goes to the prompts
+    that showed contrast, the rarely solved one first; a new prompt gets a share from the population prior; the
+    total is at most floor(budget x prompts)."""
+    visits = {
+        1: [[1.0] * 8] * 4,  # always right
+        2: [[0.0] * 8] * 4,  # always wrong
+        3: [[1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0]] * 4,  # half
+        4: [[1.0] + [0.0] * 7] * 4,  # 1 in 8
+    }
+    history = _history(visits)
+    counts = allocate(history, [1, 2, 3, 4, 99], 4, 16, 8.5, expected_signal)
+    assert counts[0] == counts[1] == 4
+    assert counts[3] > counts[2] > 4, "the rarely solved prompt needs more rollouts to show its success"
+    assert 4 < counts[4] < 16, "a prompt without history gets a prior-based share"
+    assert counts.sum() <= math.floor(8.5 * 5)
+
+
+def test_contrast_probability_alone_pours_rollouts_into_nearly_solved_prompts():
+    """Why the value term matters: ranking by contrast probability alone gives a prompt solved 31 times in 32 more
+    rollouts than a prompt solved 1 time in 2; the default rule does the opposite."""
+    history = _history({1: [[1.0] * 15 + [0.0]] * 2, 2: [[1.0, 0.0] * 8] * 2})
+    by_contrast = allocate(history, [1, 2], 4, 16, 10, contrast_probability)
+    by_signal = allocate(history, [1, 2], 4, 16, 10, expected_signal)
+    assert by_contrast[0] > by_contrast[1]
+    assert by_signal[0] < by_signal[1]
+
+
+def test_without_two_reward_levels_the_budget_is_spread_evenly():
+    """Before two distinct rewards have been seen there is nothing to predict contrast from: counts differ by at most
+    one, and the budget is spent."""
+    history = _history({1: [[0.0] * 4], 2: [[0.0] * 4]})
+    counts = allocate(history, [1, 2, 3], 4, 16, 6.5, expected_signal)
+    assert sorted(counts.tolist()) == [6, 6, 7]
+
+
+def test_history_is_bounded_decays_and_round_trips_through_its_state():
+    """At most `capacity` prompts are kept (the least recently visited forgotten); earlier visits weigh `decay`; a
+    history rebuilt from its state dict gives the same posteriors and forgets the same prompt next."""
+    history = PromptHistory(capacity=2, decay=0.5)
+    history.update([1, 2], torch.tensor([[1.0, 0.0], [0.0, 0.0]]))
+    history.update([1], torch.tensor([[1.0, 1.0]]))  # prompt 1 visited again: 2 is now the oldest
+    history.update([3], torch.tensor([[0.0, float("nan")]]))  # NaN (not generated) is ignored
+    assert len(history) == 2 and history.known([1, 2, 3]).tolist() == [True, False, True]
+    counts = history.posterior([1]) - history.posterior([99])  # minus the prior: the counts
+    assert history.levels == [1.0, 0.0], "levels in the order they first appeared"
+    assert counts[0].tolist() == pytest.approx([2.5, 0.5]), "0.5 x (1 right, 1 wrong) + (2 right, 0 wrong)"
+    restored = PromptHistory(capacity=2, decay=0.5)
+    restored.load_state_dict(history.state_dict())
+    assert torch.equal(restored.posterior([1, 3, 99]), history.posterior([1, 3, 99]))
+    for h in (history, restored):
+        h.update([4], torch.tensor([[1.0, 1.0]]))
+    assert restored.known([1, 3, 4]).tolist() == history.known([1, 3, 4]).tolist() == [False, True, True]
+
+
+def test_history_memory_per_prompt():
+    """The documented bound: about 70 bytes of bookkeeping plus 4 bytes per reward level per prompt (0/1 rewards
+    here: under 100 bytes with the counts table's growth slack)."""
+    import tracemalloc
+
+    history = PromptHistory(capacity=200_000, decay=0.8)
+    keys = [prompt_key(f"problem {i}") for i in range(50_000)]
+    tracemalloc.start()
+    for first in range(0, len(keys), 1000):
+        history.update(keys[first : first + 1000], torch.randint(0, 2, (1000, 8)).float())
+    python_bytes = tracemalloc.get_traced_memory()[0]  # the key -> row index (torch's storage is not traced)
+    tracemalloc.stop()
+    table_bytes = history.counts.numel() * history.counts.element_size()
+    assert history.counts.size(1) == 2
+    assert (python_bytes + table_bytes) / len(keys) < 100
+
+
+def test_levels_are_capped_and_later_values_snap_to_the_nearest():
+    """Graded rewards: the first MAX_LEVELS distinct values become levels; a later new value counts for its nearest
+    level, so memory stays bounded whatever the reward emits."""
+    history = PromptHistory(capacity=10, decay=1.0)
+    history.update([1], torch.arange(MAX_LEVELS, dtype=torch.float).unsqueeze(0))
+    history.update([2], torch.tensor([[3.2, 100.0]]))
+    assert len(history.levels) == MAX_LEVELS
+    counts = (history.posterior([2]) - history.posterior([99]))[0]
+    assert counts[3].item() == pytest.approx(1.0) and counts[MAX_LEVELS - 1].item() == pytest.approx(1.0)
+
+
+def test_prompt_key_is_a_content_digest():
+    """The same content gives the same 63-bit key (on every process, in every run); different content another."""
+    chat = [{"role": "user", "content": "What is 2 + 3?"}]
+    assert prompt_key(chat) == prompt_key([dict(reversed(list(chat[0].items())))])
+    assert prompt_key(chat) != prompt_key([{"role": "user", "content": "What is 2 + 4?"}])
+    assert 0 <= prompt_key("x") < 2**63
+
+
+def test_generation_calls_one_call_or_one_per_group_size():
+    """HF generate and vLLM colocate take every row as its own request: one call. vLLM server mode requests one n
+    per call: one call per distinct count, ascending."""
+    counts = torch.tensor([4, 8, 4, 6])
+    ((groups, size),) = generation_calls(counts, one_size_per_call=False)
+    assert groups.tolist() == [0, 1, 2, 3] and size == 1
+    calls = [(groups.tolist(), size) for groups, size in generation_calls(counts, one_size_per_call=True)]
+    assert calls == [([0, 2], 4), ([3], 6), ([1], 8)]
+
+
+def test_allocation_rules_are_pluggable():
+    """A registered name or a dotted path selects the rule; an unknown one is a clear error listing the names; a rule
+    returning the wrong shape is refused."""
+    register_allocation_rule("flat", lambda alpha, levels, n_max: torch.zeros(alpha.size(0), n_max + 1))
+    assert get_allocation_rule("trl_pods.budget.contrast_probability") is contrast_probability
+    with pytest.raises(ValueError, match="Unknown allocation rule 'nope'.*'expected_signal'"):
+        get_allocation_rule("nope")
+    register_allocation_rule("bad", lambda alpha, levels, n_max: torch.zeros(n_max + 1))
+    allocation = BudgetedAllocation(2, 8, 4, "bad", capacity=10, decay=1.0)
+    allocation.history.update([1], torch.tensor([[0.0, 1.0]]))
+    with pytest.raises(ValueError, match=r"shape \(1, 9\)"):
+        allocation.plan([1])
+
+
+def test_observe_reports_the_allocation_and_its_calibration():
+    """`observe` updates the history and reports the spread, the budget share of prompts without history and the
+    predicted against the observed fraction of groups with contrast."""
+    allocation = BudgetedAllocation(2, 8, 4, "expected_signal", capacity=10, decay=1.0)
+    allocation.plan([1, 2])
+    first = allocation.observe(torch.tensor([[0.0, 1.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0]]))
+    assert first["budget_share_no_history"] == 1.0 and "predicted_contrast" not in first
+    assert first["observed_contrast"] == 0.5
+    counts = allocation.plan([1, 2, 3])
+    nan = float("nan")
+    rewards = torch.full((3, 8), nan)
+    rewards[0, :2], rewards[1, :2], rewards[2, :2] = torch.tensor([0.0, 1.0]), 0.0, 1.0
+    second = allocation.observe(rewards)
+    assert second["allocation_min"] == counts.min() and second["allocation_max"] == counts.max()
+    assert second["budget_share_no_history"] == pytest.approx(counts[2].item() / counts.sum().item())
+    assert 0.0 < second["predicted_contrast"] < 1.0 and second["observed_contrast"] == pytest.approx(1 / 3)
