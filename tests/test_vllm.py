@@ -173,6 +173,7 @@ def test_transformers_continuous_batching_generates_n_per_prompt(tiny_model_path
         per_device_train_batch_size=4,
         max_steps=1,
         use_transformers_continuous_batching=True,
+        transformers_continuous_batching_config={"num_blocks": 8},  # 8 x 256 tokens, not half the host's memory
     )
     trainer = SpyTrainer(model, token_sum_reward, config, train_dataset=prompts_dataset(), processing_class=tokenizer)
     trainer.train()
