@@ -245,8 +245,6 @@ def main() -> None:
             result["engine"] = dict(max_num_seqs=engine.llm.max_num_seqs, calls=engine.llm.calls)
     with open(os.path.join(args.out, f"rank{rank}.json"), "w") as f:
         json.dump(result, f)
-    if torch.distributed.is_initialized():  # tear down gloo's threads before exit, not during interpreter shutdown
-        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
