@@ -249,9 +249,11 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    # The results are written. Leave without interpreter teardown: a torchrun rank whose gloo process group is torn
-    # down at exit can abort ("terminate called without an active exception", seen on a loaded 2-core machine),
-    # which would fail a run whose results are complete.
+    # The results are written. The ranks leave together and without interpreter teardown: a rank that tears down its
+    # gloo process group while another still works can abort ("terminate called without an active exception", seen on
+    # a loaded 2-core machine), which would fail a run whose results are complete.
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

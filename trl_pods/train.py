@@ -167,6 +167,9 @@ def train(
         }
         with open(os.path.join(training_args.output_dir, "run_args.json"), "w") as f:
             json.dump(arguments, f, indent=2, default=str)
+    # The processes leave together: one that exits while another still saves can abort in the teardown of its
+    # distributed backend (seen with gloo on a loaded CPU), failing a finished run.
+    trainer.accelerator.wait_for_everyone()
     return trainer
 
 
