@@ -17,6 +17,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import torch
 from accelerate import PartialState
 from transformers import AutoTokenizer
 from transformers.trainer_utils import get_last_checkpoint
@@ -177,6 +178,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = TrlParser((ScriptArguments, PODSConfig, ModelConfig))
     script_args, training_args, model_args = parser.parse_args_and_config(args=argv)
     train(script_args, training_args, model_args)
+    if torch.distributed.is_initialized():  # while the interpreter is alive: gloo's threads can abort in its teardown
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
