@@ -15,9 +15,10 @@ within the TP group).
 `--adaptive` generates in waves (pods_n_initial 4, pods_n 8); `--reward sevens-constant` gives the prompts numbered 0
 and 7 a constant reward, so their groups are topped up to 8 while the others stop after the first wave. With seed 0
 the two steps draw prompts (4, 0) and (7, 3), one per rank: rank 1 alone tops up in the first step, rank 0 in the
-second. `--budgeted` allocates 4 to 8 rollouts per prompt, 6 on average, from each prompt's history; with
-`--prompts 2` both prompts come back every step (`--steps` of them), and `--reward zero-solved` makes prompt 0
-always solved (1) and the other a coin flip (token-sum parity), so from the second step prompt 0 gets 4, the other 8.
+second. `--budgeted` allocates 4 to 8 rollouts per prompt, 6 on average (each rank within its own share), from each
+prompt's history; with `--prompts 4 --prompts-per-step 4` every prompt comes back every step (`--steps` of them), and
+`--reward zero-solved` makes prompt 0 always solved (1) and the others coin flips (token-sum parity), so from the
+second step prompt 0 gets 4 and its rank's other prompt 8.
 
 `--drop-constant` makes the groups of even prompts constant and drops them (prompts in order, so with 2 processes
 rank 0 holds only dropped rows), recording each micro-batch's loss against TRL's; `--token-fraction` turns on token
@@ -156,6 +157,7 @@ def main() -> None:
     parser.add_argument("--budgeted", action="store_true", help="budgeted generation: 6 per prompt on average, 4-8")
     parser.add_argument("--prompts", type=int, default=8, help="prompts in the data set (2: both in every step)")
     parser.add_argument("--steps", type=int, default=2, help="optimizer steps")
+    parser.add_argument("--prompts-per-step", type=int, default=2, help="prompts per optimizer step, all ranks")
     parser.add_argument("--reward", default="token-sum", choices=["token-sum", "sevens-constant", "zero-solved"])
     parser.add_argument("--drop-constant", action="store_true", help="constant groups for even prompts, dropped")
     parser.add_argument("--loss-type", default="dapo")
@@ -196,7 +198,7 @@ def main() -> None:
         args.out,
         pods_n=8,
         pods_m=4,
-        per_device_train_batch_size=8 // world // args.accumulation,
+        per_device_train_batch_size=4 * args.prompts_per_step // world // args.accumulation,
         gradient_accumulation_steps=args.accumulation,
         max_steps=args.steps,
         pods_down_sampler=args.sampler,

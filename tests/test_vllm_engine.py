@@ -48,9 +48,9 @@ class Recorder(PODSGRPOTrainer):
         self.vllm_generation.sync_weights = counting_sync
 
     def _generate_and_score(self, inputs):
-        generation, rewards_per_func, counts = super()._generate_and_score(inputs)
-        self.generations.append(generation[1])
-        return generation, rewards_per_func, counts
+        rollouts = super()._generate_and_score(inputs)
+        self.generations.append(rollouts.generation[1])
+        return rollouts
 
 
 def _train(model_path, out, reward=token_sum_reward, steps=3, peft_config=None, prompts=8, **options) -> Recorder:
@@ -256,12 +256,22 @@ def vllm_server(vllm_model_path, tmp_path_factory):
 @pytest.mark.parametrize("generation", ["fixed", "adaptive", "budgeted"])
 def test_server_mode_on_a_real_trl_vllm_serve(vllm_model_path, vllm_server, tmp_path, monkeypatch, generation):
     """Generation through a real `trl vllm-serve` (TRL deduplicates the prompts and asks for n per prompt; adaptive
-    waves ask for each wave's size, budgeted generation for each distinct count). Only the NCCL weight transfer is
+    waves ask for each wave's size; budgeted generation sends one call per generation, every row its own request, and
+    the logged call count is what the server received). Only the NCCL weight transfer is
     replaced (CUDA-only; tests/vllm_real.py), so the server keeps its initial weights: its log-probs match the
     trainer's on the first step, before training moves the trainer's weights. The sync still runs once per optimizer
     step."""
-    syncs = []
+    from trl.generation.vllm_client import VLLMClient
+
+    syncs, requests = [], []
     replace_nccl_weight_transfer(monkeypatch.setattr, syncs)
+    generate = VLLMClient.generate
+
+    def counted(client, prompts, *args, **kwargs):
+        requests.append((len(prompts), kwargs.get("n", 1)))
+        return generate(client, prompts, *args, **kwargs)
+
+    monkeypatch.setattr(VLLMClient, "generate", counted)
     options, reward = {}, token_sum_reward
     if generation == "adaptive":
         options, reward = dict(pods_generation="adaptive", pods_n_initial=M), rare_reward
@@ -283,10 +293,10 @@ def test_server_mode_on_a_real_trl_vllm_serve(vllm_model_path, vllm_server, tmp_
         waves = [e["pods/waves"] for e in trainer.state.log_history if "pods/waves" in e]
         assert generated == [e["pods/rollouts_generated"] for e in trainer.state.log_history if "pods/waves" in e]
         assert max(waves) > 1 or min(generated) == 2 * M, waves
-    elif generation == "budgeted":  # the second generation: one server call for n = 4, one for n = 8
+    elif generation == "budgeted":  # 12 rows per generation, each its own request
         assert [sorted(a) for a in _allocations(trainer)] == [[6, 6], [4, 8]]
         calls = [e["pods/generation_calls"] for e in trainer.state.log_history if "pods/generation_calls" in e]
-        assert calls == [1.0, 2.0]
+        assert calls == [1.0, 1.0] and requests == [(12, 1), (12, 1)], requests
     else:
         assert generated == [2 * N, 2 * N]
     for g in trainer.generations:
