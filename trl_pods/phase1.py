@@ -27,6 +27,7 @@ from .adaptive import gathered_rows, generated_slots, has_contrast, lockstep_row
 from .advantages import full_group_advantages, group_objective
 from .down_sampling import max_variance_across_groups
 from .schedules import kept_per_prompt, scheduled_value
+from .screening import missing_groups, refill_choice
 
 Generation = tuple  # the 8-tuple of GRPOTrainer._generate
 PER_ROW = (0, 1, 2, 3, 4, 6)  # its per-row items: prompt_ids, completion_ids, tool_mask, completions, logprobs, images
@@ -50,6 +51,10 @@ class Phase1Settings:
         scale_rewards: TRL's `scale_rewards` (full-group advantages).
         drop_constant_groups: Mark groups with all-zero advantages as dropped.
         advantage_scope: ``"kept"`` or ``"all"``.
+        pool: Prompts per process's groups per trained prompt (refill: `pods_max_draws`, screened:
+            `pods_screen_ratio`; 1 otherwise): the process trains on ``groups / pool`` of its groups.
+        screen_rule: Screened: ``(pilot [G, k], chosen, generator) -> [chosen]`` (`trl_pods.screening`).
+        seed: Seed of the generation's random rules (the same on every process).
     """
 
     n: int
@@ -65,6 +70,9 @@ class Phase1Settings:
     scale_rewards: str = "group"
     drop_constant_groups: bool = False
     advantage_scope: str = "kept"
+    pool: int = 1
+    screen_rule: Callable | None = None
+    seed: int = 0
 
 
 @dataclass(frozen=True)
@@ -102,6 +110,8 @@ class Rollouts:
         calls: Generation calls made (recorded: 1 for fixed generation).
         generated: Rollouts generated over all processes, padding included (recorded).
         padding: Of those, rollouts generated only to keep the processes in step, then discarded.
+        chosen: Refill, screened: ``[G]`` bool, the groups to train on (None: all).
+        metrics: What the mode reports besides (`pods/<name>`), the same on every process.
     """
 
     generation: Generation
@@ -111,6 +121,8 @@ class Rollouts:
     calls: int = 1
     generated: int = 0
     padding: int = 0
+    chosen: torch.Tensor | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -184,6 +196,10 @@ def generate_and_score(inputs: list[dict[str, Any]], settings: Phase1Settings, s
         return generate_in_waves(inputs, settings, steps)
     if settings.generation == "budgeted":
         return generate_budgeted(inputs, settings, steps)
+    if settings.generation == "refill":
+        return generate_refill(inputs, settings, steps)
+    if settings.generation == "screened":
+        return generate_screened(inputs, settings, steps)
     generation = steps.generate(inputs)
     rewards_per_func = steps.score(inputs, generation)  # [G * N, F]
     counts = torch.full((rewards_per_func.size(0) // settings.n,), settings.n)
@@ -233,10 +249,17 @@ class SlotFiller:
         self.padding += lockstep * settings.processes - int(sizes.sum())
         return ours
 
-    def rollouts(self, counts: torch.Tensor) -> Rollouts:
+    def rollouts(self, counts: torch.Tensor, **chosen_and_metrics: Any) -> Rollouts:
         layout, rewards = self.layout, self.rewards_per_func
         extra = layout.extra_columns()
-        return Rollouts(tuple(layout.items), rewards, counts, extra, self.calls, self.generated, self.padding)
+        return Rollouts(
+            tuple(layout.items), rewards, counts, extra, self.calls, self.generated, self.padding, **chosen_and_metrics
+        )
+
+    def objective(self, groups: torch.Tensor, size: int, ours: torch.Tensor) -> torch.Tensor:
+        """``[A, size]`` TRL's reward of the ``size`` rollouts just filled for each of ``groups``, from ``ours``."""
+        per_func = ours.view(groups.numel(), size, ours.size(1)).detach().cpu()  # [A, size, F]
+        return group_objective(per_func, self.settings.reward_weights, "sum_then_normalize")
 
 
 def generate_in_waves(inputs: list[dict[str, Any]], settings: Phase1Settings, steps: GenerationSteps) -> Rollouts:
@@ -246,8 +269,7 @@ def generate_in_waves(inputs: list[dict[str, Any]], settings: Phase1Settings, st
 
     def wave(groups: torch.Tensor, first_slot: int, size: int) -> torch.Tensor:
         ours = filler.fill(groups, first_slot, torch.full_like(groups, size), size)  # [A * size, F]
-        per_func = ours.view(-1, size, ours.size(1)).detach().cpu()  # [A, size, F]
-        return group_objective(per_func, settings.reward_weights, "sum_then_normalize")  # [A, size], TRL's reward
+        return filler.objective(groups, size, ours)  # [A, size], TRL's reward
 
     with steps.one_weight_load():
         waves = top_up_waves(filler.groups_per_process * settings.processes, settings.n_initial, settings.n, wave)
@@ -265,16 +287,105 @@ def generate_budgeted(inputs: list[dict[str, Any]], settings: Phase1Settings, st
     return filler.rollouts(counts)
 
 
+def generate_refill(inputs: list[dict[str, Any]], settings: Phase1Settings, steps: GenerationSteps) -> Rollouts:
+    """Refill (DAPO's dynamic sampling, `trl_pods.screening`): draws of N rollouts per prompt, each process taking
+    the next prompts of its pool for the groups with contrast it still lacks, until every process holds its share or
+    ``settings.pool`` draws are made; the draws share one weight load (each depends on the last one's rewards)."""
+    filler = SlotFiller(inputs, settings, steps)
+    n, per_process, processes = settings.n, filler.groups_per_process, settings.processes
+    share = per_process // settings.pool  # groups each process trains on
+    groups = per_process * processes
+    rewards = torch.full((groups, n), torch.nan)  # [G, N]
+    drawn = torch.zeros(groups, dtype=torch.bool)
+    taken = [0] * processes  # pool prompts each process has drawn
+    missing = [share] * processes
+    with steps.one_weight_load():
+        for _ in range(settings.pool):
+            starts = [r * per_process + taken[r] for r in range(processes)]
+            draw = torch.cat([torch.arange(start, start + size) for start, size in zip(starts, missing, strict=True)])
+            ours = filler.fill(draw, 0, torch.full_like(draw, n), n)  # [A * N, F]
+            rewards[draw], drawn[draw] = filler.objective(draw, n, ours), True
+            for r in range(processes):
+                taken[r] += missing[r]
+                block = slice(r * per_process, (r + 1) * per_process)
+                missing[r] = min(missing_groups(rewards[block], drawn[block], share), per_process - taken[r])
+            if not any(missing):
+                break
+    chosen, filled = torch.zeros(groups, dtype=torch.bool), 0
+    for r in range(processes):
+        block = slice(r * per_process, (r + 1) * per_process)
+        picked, lacking = refill_choice(rewards[block], drawn[block], share)
+        chosen[r * per_process + picked], filled = True, filled + lacking
+    metrics = {"draws": float(filler.calls), "groups_filled_without_contrast": float(filled)}
+    metrics.update(prompts_drawn=float(drawn.sum()), prompts_trained=float(chosen.sum()))
+    return filler.rollouts(drawn.long() * n, chosen=chosen, metrics=metrics)
+
+
+def generate_screened(inputs: list[dict[str, Any]], settings: Phase1Settings, steps: GenerationSteps) -> Rollouts:
+    """Screened (pilot, then commit, `trl_pods.screening`): a pilot of ``n_initial`` rollouts for every pool prompt in
+    one call; each process's rule picks its share from its own pool; the chosen get their other ``N - n_initial``
+    rollouts in a second call (one weight load for both: the commit depends on the pilot's rewards)."""
+    filler = SlotFiller(inputs, settings, steps)
+    n, k, per_process = settings.n, settings.n_initial, filler.groups_per_process
+    share, groups = per_process // settings.pool, per_process * settings.processes
+    everyone = torch.arange(groups)
+    with steps.one_weight_load():
+        pilot = filler.objective(everyone, k, filler.fill(everyone, 0, torch.full_like(everyone, k), k))  # [G, k]
+        chosen = torch.zeros(groups, dtype=torch.bool)
+        for first in range(0, groups, per_process):
+            generator = torch.Generator().manual_seed(settings.seed + first)
+            picked = settings.screen_rule(pilot[first : first + per_process], share, generator)
+            _check_screen_choice(picked, per_process, share)
+            chosen[first + picked] = True
+        commit = chosen.nonzero().squeeze(1)
+        if n > k:
+            full = filler.objective(commit, n - k, filler.fill(commit, k, torch.full_like(commit, n - k), n - k))
+    rewards = torch.cat([pilot[commit], full], dim=1) if n > k else pilot[commit]  # [B, N]
+    metrics = {
+        "predicted_contrast": has_contrast(pilot[commit]).float().mean().item(),
+        "observed_contrast": has_contrast(rewards).float().mean().item(),
+        "prompts_drawn": float(groups),
+        "prompts_trained": float(commit.numel()),
+    }
+    counts = torch.where(chosen, n, k)
+    return filler.rollouts(counts, chosen=chosen, metrics=metrics)
+
+
+def _check_screen_choice(picked: Any, pool: int, share: int) -> None:
+    if (
+        not isinstance(picked, torch.Tensor)
+        or picked.dtype != torch.long
+        or tuple(picked.shape) != (share,)
+        or picked.unique().numel() != share
+        or (share and (picked.min() < 0 or picked.max() >= pool))
+    ):
+        raise ValueError(
+            f"The screening rule (pods_screen_rule) must return a LongTensor of {share} distinct group indices in "
+            f"[0, {pool}) (the groups of one process's pool to train on)."
+        )
+
+
 def select(
-    rewards: torch.Tensor, m: int, groups_per_process: int, counts: torch.Tensor, settings: Phase1Settings, seed: int
+    rewards: torch.Tensor,
+    m: int,
+    groups_per_process: int,
+    counts: torch.Tensor,
+    settings: Phase1Settings,
+    seed: int,
+    chosen: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``[G, N]`` bool mask of the kept rollouts, computed from the gathered ``[G, N]`` objective (the same on every
     process).
 
     Per-group rules keep exactly ``m`` per group (``seed`` seeds their generator); with cross-group selection each
     process's groups share one budget of ``groups_per_process * m`` rollouts, chosen on full-group advantages. Only
-    generated slots (the first ``counts[g]`` of group ``g``) may be kept.
+    generated slots (the first ``counts[g]`` of group ``g``) may be kept, and with ``chosen`` (``[G]`` bool: refill,
+    screened) only rows of the chosen groups.
     """
+    if chosen is not None:
+        mask = torch.zeros_like(rewards, dtype=torch.bool)
+        mask[chosen] = select(rewards[chosen], m, groups_per_process, counts[chosen], settings, seed)
+        return mask
     g, n = rewards.shape
     generated = generated_slots(counts, n)  # [G, N]
     if settings.cross_group:
@@ -319,15 +430,22 @@ def constant_groups(grouped: torch.Tensor, kept: torch.Tensor, settings: Phase1S
 
 
 def select_rollouts(
-    rewards_per_func: torch.Tensor, counts: torch.Tensor, local_rows: int, m: int, seed: int, settings: Phase1Settings
+    rewards_per_func: torch.Tensor,
+    counts: torch.Tensor,
+    local_rows: int,
+    m: int,
+    seed: int,
+    settings: Phase1Settings,
+    chosen: torch.Tensor | None = None,
 ) -> Selection:
-    """Select M per prompt from the gathered ``[G * N, F]`` rewards; ``local_rows`` is this process's row count."""
+    """Select M per prompt (of the ``chosen`` groups, refill and screened) from the gathered ``[G * N, F]``
+    rewards; ``local_rows`` is this process's row count."""
     n = settings.n
     grouped = rewards_per_func.view(-1, n, rewards_per_func.size(1)).detach().cpu()  # [G, N, F], all processes
     rewards = group_objective(grouped, settings.reward_weights, "sum_then_normalize")  # [G, N], TRL's reward
     objective = group_objective(grouped, settings.reward_weights, settings.aggregation)  # [G, N]
     start = time.perf_counter()
-    kept = select(objective, m, local_rows // n, counts, settings, seed)  # [G, N] bool
+    kept = select(objective, m, local_rows // n, counts, settings, seed, chosen)  # [G, N] bool
     seconds = time.perf_counter() - start
     kept_rows = kept.flatten().nonzero().squeeze(1)  # [K], ordered by group, then rollout
     first_row = settings.process_index * local_rows

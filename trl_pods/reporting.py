@@ -46,12 +46,16 @@ def log_selection(
     trained, M, the dropped fraction and the token fraction of D3S token selection (None: off)."""
     rewards, kept = selection.rewards, selection.kept
     kept_rewards = rewards.masked_fill(~kept, torch.nan)
-    for scope, values in (("all", rewards), ("kept", kept_rewards)):
+    trained = kept.any(dim=1)  # [G]: refill and screened leave groups of their pool untrained
+    generated = rollouts.counts.cpu() > 0  # [G]: refill leaves pool prompts undrawn
+    for scope, values in (("all", rewards[generated]), ("kept", kept_rewards[trained])):
         metrics[f"pods/reward_mean_{scope}"].append(torch.nanmean(values).item())
         metrics[f"pods/reward_std_{scope}"].append(nanstd(values).nan_to_num(0.0).item())
         metrics[f"pods/frac_zero_std_groups_{scope}"].append((~has_contrast(values)).float().mean().item())
     metrics["pods/selection_time"].append(selection.seconds)
     metrics["pods/rollouts_generated"].append(float(rollouts.generated))
+    if args.pods_generation in ("refill", "screened"):
+        metrics["pods/frac_trained_groups_with_contrast"].append(has_contrast(rewards[trained]).float().mean().item())
     if args.pods_generation != "fixed":
         calls = "pods/waves" if args.pods_generation == "adaptive" else "pods/generation_calls"
         metrics[calls].append(float(rollouts.calls))
@@ -59,7 +63,7 @@ def log_selection(
     if args.pods_generation == "adaptive":
         for name, value in wave_metrics(rewards, rollouts.counts, args.pods_n_initial).items():
             metrics[f"pods/{name}"].append(value)
-    for name, value in allocation.items():
+    for name, value in {**allocation, **rollouts.metrics}.items():
         metrics[f"pods/{name}"].append(value)
     metrics["pods/rollouts_trained"].append(float(kept.sum()))
     metrics["pods/kept_per_prompt"].append(float(selection.m))

@@ -31,7 +31,7 @@ from datasets import Dataset
 from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
-from . import loss_seams, phase1, reporting, resume, trainer_steps
+from . import loss_seams, phase1, reporting, resume, screening, trainer_steps
 from .budget import BudgetedAllocation
 from .config import PODSConfig
 from .down_sampling import get_down_sampler
@@ -70,6 +70,8 @@ class PODSGRPOTrainer(GRPOTrainer):
     _loss_forward: dict[str, Any] | None = None  # what the training forward computed, while it is rescaled
     _pods_budget: BudgetedAllocation | None = None  # budgeted generation: the prompts' history and the allocation
     _epoch_replay: resume.EpochReplay | None = None  # the training sampler, told each epoch by `_run_epoch`
+    _pods_pool: int = 1  # refill, screened: prompts read per trained prompt (`screening.pool_factor`)
+    _screen_rule: Any = None  # screened: the rule choosing the prompts to train on
 
     def __init__(self, model, reward_funcs=None, args: PODSConfig | None = None, *trainer_args, **trainer_kwargs):
         if args is None:  # as GRPOTrainer does
@@ -102,6 +104,9 @@ class PODSGRPOTrainer(GRPOTrainer):
                 args.pods_m, args.pods_n, args.pods_budget, args.pods_allocation, args.pods_history_size,
                 args.pods_history_decay,
             )  # fmt: skip
+        self._pods_pool = screening.pool_factor(args.pods_generation, args.pods_screen_ratio, args.pods_max_draws)
+        if args.pods_generation == "screened":
+            self._screen_rule = screening.get_screen_rule(args.pods_screen_rule)
         if self._token_selection:
             self.top_entropy_quantile = 0.0  # routes TRL's token-mask seam (get_high_entropy_mask) to D3S
 
@@ -125,7 +130,7 @@ class PODSGRPOTrainer(GRPOTrainer):
 
     def _get_dataloader(self, dataset, description, batch_size, *args, **kwargs):
         if kwargs.get("is_training") and self.pods_n is not None:  # sized by TRL for the kept rows: pods_m per prompt
-            batch_size = batch_size // self.pods_m * self.pods_n
+            batch_size = batch_size // self.pods_m * self.pods_n * self._pods_pool
         return super()._get_dataloader(dataset, description, batch_size, *args, **kwargs)
 
     # ---------------------------------------------------------------- the two phases
@@ -169,9 +174,11 @@ class PODSGRPOTrainer(GRPOTrainer):
         tokens_seen = self.state.num_input_tokens_seen
         rollouts = self._generate_and_score(inputs)  # slot layout
         generation, rewards_per_func, counts = rollouts.generation, rollouts.rewards_per_func, rollouts.counts
-        m = phase1.kept_per_step(args, self._progress(), local_rows // self.pods_n)
-        seed = phase1.selection_seed(args.seed, self.state.global_step, self._step, args.gradient_accumulation_steps)
-        selection = phase1.select_rollouts(rewards_per_func, counts, local_rows, m, seed, self._phase1_settings())
+        m = phase1.kept_per_step(args, self._progress(), local_rows // self.pods_n // self._pods_pool)
+        settings = self._phase1_settings()
+        selection = phase1.select_rollouts(
+            rewards_per_func, counts, local_rows, m, settings.seed, settings, rollouts.chosen
+        )
         if args.pods_log_all_rollouts:
             process = self.accelerator.process_index
             all_rollouts = reporting.gather_all_rollouts(
@@ -242,6 +249,11 @@ class PODSGRPOTrainer(GRPOTrainer):
             reward_weights=self.reward_weights,
             aggregation=self.multi_objective_aggregation,
             down_sampler=self.down_sampler,
+            pool=self._pods_pool,
+            screen_rule=self._screen_rule,
+            seed=phase1.selection_seed(
+                args.seed, self.state.global_step, self._step, args.gradient_accumulation_steps
+            ),
             down_sampler_name=args.pods_down_sampler,
             cross_group=args.pods_cross_group,
             scale_rewards=self.scale_rewards,

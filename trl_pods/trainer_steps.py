@@ -26,7 +26,7 @@ def generation_layout(trainer: Any):
         return
     kept_batch = trainer.args.generation_batch_size
     trainer.num_generations = trainer.pods_n
-    trainer.args.generation_batch_size = kept_batch // trainer.pods_m * trainer.pods_n
+    trainer.args.generation_batch_size = kept_batch // trainer.pods_m * trainer.pods_n * trainer._pods_pool
     try:
         yield
     finally:
