@@ -18,7 +18,8 @@ the two steps draw prompts (4, 0) and (7, 3), one per rank: rank 1 alone tops up
 second. `--budgeted` allocates 4 to 8 rollouts per prompt, 6 on average (each rank within its own share), from each
 prompt's history; with `--prompts 4 --prompts-per-step 4` every prompt comes back every step (`--steps` of them), and
 `--reward zero-solved` makes prompt 0 always solved (1) and the others coin flips (token-sum parity), so from the
-second step prompt 0 gets 4 and its rank's other prompt 8.
+second step prompt 0 gets 4 and its rank's other prompt 8. `--dynamic refill` draws further prompts (2 draws at most,
+a pool of 2 prompts per trained prompt) and `--dynamic screened` pilots 4 rollouts of twice the prompts.
 
 `--drop-constant` makes the groups of even prompts constant and drops them (prompts in order, so with 2 processes
 rank 0 holds only dropped rows), recording each micro-batch's loss against TRL's; `--token-fraction` turns on token
@@ -155,6 +156,11 @@ def main() -> None:
     parser.add_argument("--cross-group", action="store_true", help="D3S cross-group selection")
     parser.add_argument("--adaptive", action="store_true", help="adaptive over-generation: 4 first, up to 8")
     parser.add_argument("--budgeted", action="store_true", help="budgeted generation: 6 per prompt on average, 4-8")
+    parser.add_argument(
+        "--dynamic",
+        choices=["refill", "screened"],
+        help="refill (2 draws at most) or screened (pilot 4 of twice the prompts)",
+    )
     parser.add_argument("--prompts", type=int, default=8, help="prompts in the data set (2: both in every step)")
     parser.add_argument("--steps", type=int, default=2, help="optimizer steps")
     parser.add_argument("--prompts-per-step", type=int, default=2, help="prompts per optimizer step, all ranks")
@@ -191,6 +197,10 @@ def main() -> None:
         extra.update(pods_generation="adaptive", pods_n_initial=4)
     if args.budgeted:
         extra.update(pods_generation="budgeted", pods_budget=6)
+    if args.dynamic == "refill":
+        extra.update(pods_generation="refill", pods_max_draws=2)
+    if args.dynamic == "screened":
+        extra.update(pods_generation="screened", pods_screen_ratio=2, pods_n_initial=4)
     if args.drop_constant:
         extra.update(pods_drop_constant_groups=True, shuffle_dataset=False, beta=0.1)
     model, tokenizer = load(args.model)

@@ -137,3 +137,22 @@ def test_vllm_dynamic_sampling_calls(tiny_model_path, tmp_path, monkeypatch, mod
         assert all(n == N for _, n in calls)
     key = "sampling/importance_sampling_ratio/mean"
     assert [e[key] for e in trainer.state.log_history if key in e] == pytest.approx([1.0] * STEPS, abs=1e-3)
+
+
+def test_screened_combines_with_iterations_rounds_and_dropped_groups(tiny_model_path, tmp_path, monkeypatch):
+    """Screened with num_iterations=2 (each generation trained on twice), rounds of 4 sequences (each of the two
+    calls split into rounds) and dropped constant groups: generations come every other step, the kept rows of each
+    reach phase 2, and a trained group without contrast is dropped from the loss."""
+    sizes = record_generate_sizes(monkeypatch)
+    trainer, reward = _train(
+        tiny_model_path, tmp_path, "screened", pods_screen_ratio=3, pods_n_initial=2, num_iterations=2,
+        pods_generation_chunk_size=4, pods_drop_constant_groups=True,
+    )  # fmt: skip
+    assert len(trainer.selections) == 2, "3 steps with 2 iterations: 2 generations"
+    assert max(sizes) <= 4 and sum(sizes) == 2 * (3 * B * 2 + B * (N - 2))
+    for phase1 in trainer.selections:
+        kept, rewards = phase1["kept"], phase1["rewards"]
+        trained = kept.any(dim=1).nonzero().squeeze(1).tolist()
+        assert len(trained) == B
+        constant = [not has_contrast(rewards[g][kept[g]].unsqueeze(0)).item() for g in trained]
+        assert phase1["dropped"].tolist() == [flag for flag in constant for _ in range(M)]

@@ -144,14 +144,18 @@ def test_killed_run_resumes_exactly(tiny_model_path, tmp_path, layout):
         assert after == [[4, 8], [4, 8]], f"allocations after the checkpoint come from the history: {after}"
 
 
-# Two processes, two prompts each per step, 8 training prompts: an epoch is 2 optimizer steps. The checkpoint at step
-# 3 lies one step into epoch 1, so the resumed run skips a batch of a later epoch (accelerate's SkipBatchSampler
-# around its BatchSamplerShard) and must still see epoch 1's order, then epoch 2's.
+# Two processes, two trained prompts each per step, an epoch of 2 optimizer steps (8 training prompts; refill and
+# screened read a pool of 3 and 2 prompts per trained prompt, so 24 and 16). The checkpoint at step 3 lies one step
+# into epoch 1, so the resumed run skips a batch of a later epoch (accelerate's SkipBatchSampler around its
+# BatchSamplerShard) and must still see epoch 1's order, then epoch 2's.
+RARE = ["--reward_funcs", "helpers.slow_rare_reward"]
 TWO_PROCESS_MODES = {
-    "fixed": ["--reward_funcs", "helpers.slow_token_sum_reward"],
-    "adaptive": ["--reward_funcs", "helpers.slow_rare_reward", "--pods_generation", "adaptive"],
-    "budgeted": ["--reward_funcs", "helpers.slow_even_solved_reward", "--pods_generation", "budgeted",
-                 "--pods_budget", "6"],
+    "fixed": (["--reward_funcs", "helpers.slow_token_sum_reward"], 8),
+    "adaptive": ([*RARE, "--pods_generation", "adaptive"], 8),
+    "budgeted": (["--reward_funcs", "helpers.slow_even_solved_reward", "--pods_generation", "budgeted",
+                  "--pods_budget", "6"], 8),
+    "refill": ([*RARE, "--pods_generation", "refill", "--pods_max_draws", "3"], 24),
+    "screened": ([*RARE, "--pods_generation", "screened", "--pods_screen_ratio", "2", "--pods_n_initial", "2"], 16),
 }  # fmt: skip
 
 
@@ -160,7 +164,8 @@ def test_killed_two_process_run_resumes_exactly_mid_epoch(tiny_model_path, tmp_p
     """2 torchrun processes, SIGKILL one step into the second epoch, resume: every later step (the rest of epoch 1
     and epoch 2) trains on the uninterrupted run's prompts, rollouts and selections, with its losses. Guards the CPU
     crash loading the PODS state onto ``cpu:0``, and a resumed epoch replaying epoch 0's prompt order."""
-    options = [*TWO_PROCESS_MODES[mode], "--arithmetic_train_size", "8", "--per_device_train_batch_size", "8"]
+    mode_options, train_size = TWO_PROCESS_MODES[mode]
+    options = [*mode_options, "--arithmetic_train_size", str(train_size), "--per_device_train_batch_size", "8"]
 
     def command(out, *extra):
         return [*_launch(2), *_command(tiny_model_path, out, 5, 3, *options, *extra)]
@@ -169,9 +174,13 @@ def test_killed_two_process_run_resumes_exactly_mid_epoch(tiny_model_path, tmp_p
     expected = _assert_same_run(reference, killed)
     epochs = [sorted(expected[(step, 0)]["prompts"]) for step in range(5)]
     assert epochs[0] + epochs[1] != epochs[2] + epochs[3], "epochs 0 and 1 drew the same order: nothing is tested"
+    counts = [count for record in expected.values() for count in record["generated"]]
     if mode == "adaptive":
-        counts = [count for record in expected.values() for count in record["generated"]]
         assert 8 in counts and 4 in counts, f"both one-wave and topped-up groups must occur: {counts}"
+    if mode == "refill":  # some generation drew further prompts for its groups without contrast
+        assert any(sum(c > 0 for c in record["generated"]) > 4 for record in expected.values()), expected
+    if mode == "screened":  # pool prompts piloted only, and chosen ones committed
+        assert {2, 8} <= set(counts), counts
 
 
 def test_epoch_replay_gives_a_resumed_run_the_epochs_order():

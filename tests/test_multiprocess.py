@@ -192,6 +192,26 @@ def test_budgeted_vllm_server_with_two_processes(tiny_model_path, tmp_path):
         assert r0["kept"] == r1["kept"] and r0["counts"] == r1["counts"]
 
 
+@pytest.mark.parametrize("dynamic", ["refill", "screened"])
+def test_dynamic_sampling_vllm_server_with_two_processes(tiny_model_path, tmp_path, dynamic):
+    """Refill and screened in vLLM server mode (stand-in; TRL's real gather, dedup and scatter) on 2 ranks: every
+    call asks for its rollouts per prompt (a draw: N; the pilot: 4, then the commit: the other 4), both ranks choose
+    alike and train on equal rows, and completions come back to their rows (importance-sampling ratio 1)."""
+    options = ("--generation", "vllm-server", "--dynamic", dynamic, "--reward", "sevens-constant")
+    ranks = run_worker(tiny_model_path, tmp_path, 2, *options, timeout=300)
+    calls = ranks[0]["server_calls"]
+    if dynamic == "screened":
+        assert calls == [[4, 4], [2, 4]] * 2, "pilot of the pool (4 prompts), then the 2 chosen"
+    else:
+        assert all(n == 8 for _, n in calls) and 2 <= len(calls) <= 4, calls
+    for rank in ranks:
+        assert all(record["prompt_ids_match"] for record in rank["records"])
+        assert _ratios(rank["logs"]) == pytest.approx([1.0] * 2, abs=1e-3)
+        assert all(len(record["kept_prompts"]) == 4 for record in rank["records"]), "one trained prompt x M rows"
+    for r0, r1 in zip(ranks[0]["records"], ranks[1]["records"], strict=True):
+        assert r0["kept"] == r1["kept"] and r0["counts"] == r1["counts"]
+
+
 def test_dropped_groups_are_counted_over_all_processes(tiny_model_path, tmp_path):
     """Dropping constant groups with a sequence-averaged loss (grpo, with KL), 2 processes x 2 accumulation steps:
     rank 0 holds only dropped rows, rank 1 none. The optimizer step's loss (mean over ranks of the summed
