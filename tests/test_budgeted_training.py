@@ -5,10 +5,8 @@ once; selection inside what was generated; the allocation metrics."""
 
 from __future__ import annotations
 
-from collections import Counter
-
 import pytest
-from helpers import load, pods_config, prompts_dataset, record_generate_sizes
+from helpers import RoleReward, load, pods_config, prompt_index, prompts_dataset, record_generate_sizes
 from test_trainer import SpyTrainer
 from vllm_standin import FakeVLLMGeneration, install
 
@@ -17,30 +15,6 @@ from trl_pods.adaptive import generated_slots
 N, M, BUDGET, PROMPTS = 8, 2, 4, 4  # 16 rollouts per generation for 4 prompts, each between 2 and 8
 ROLES = ("right", "wrong", "half", "rare")
 STEPS = 4
-
-
-def _prompt_index(prompt) -> int:
-    return int(prompt[0]["content"].split()[2])  # "What is i plus i+1?"
-
-
-class RoleReward:
-    """Rewards by prompt (index i % 4, each prompt once per generation): "right" always 1, "wrong" always 0, "half"
-    alternates 0, 1 over a generation's rollouts, "rare" earns 1 only for its 4th rollout. Counts the rollouts it
-    scores per (step, prompt)."""
-
-    __name__ = "role_reward"
-
-    def __init__(self):
-        self.seen: Counter = Counter()
-
-    def __call__(self, prompts, trainer_state, **kwargs):
-        rewards = []
-        for prompt in prompts:
-            i = _prompt_index(prompt)
-            slot = self.seen[trainer_state.global_step, i]
-            self.seen[trainer_state.global_step, i] += 1
-            rewards.append({"right": 1.0, "wrong": 0.0, "half": slot % 2, "rare": float(slot == 3)}[ROLES[i % 4]])
-        return rewards
 
 
 def _train(model_path, out, **options) -> tuple[SpyTrainer, RoleReward]:
@@ -56,14 +30,14 @@ def _train(model_path, out, **options) -> tuple[SpyTrainer, RoleReward]:
         max_steps=STEPS,
         **options,
     )
-    reward = RoleReward()
+    reward = RoleReward(ROLES)
     trainer = SpyTrainer(model, reward, config, train_dataset=prompts_dataset(PROMPTS), processing_class=tokenizer)
     trainer.train()
     return trainer, reward
 
 
 def _roles(phase1) -> list[str]:
-    return [ROLES[_prompt_index(row["prompt"]) % 4] for row in phase1["inputs"][::M]]
+    return [ROLES[prompt_index(row["prompt"]) % 4] for row in phase1["inputs"][::M]]
 
 
 def _check_allocation(trainer: SpyTrainer, reward: RoleReward) -> list[list[int]]:
@@ -82,7 +56,7 @@ def _check_allocation(trainer: SpyTrainer, reward: RoleReward) -> list[list[int]
             assert counts.sum() == BUDGET * PROMPTS
         if step == STEPS - 1:
             assert by_role["wrong"] == M, "no contrast over three visits: pods_m"
-        prompts = [_prompt_index(row["prompt"]) for row in phase1["inputs"][::M]]
+        prompts = [prompt_index(row["prompt"]) for row in phase1["inputs"][::M]]
         assert [reward.seen[step, i] for i in prompts] == counts.tolist(), "every rollout is scored exactly once"
         filled = generated_slots(counts, N)
         assert not phase1["rewards"][~filled].isfinite().any() and not (phase1["kept"] & ~filled).any()

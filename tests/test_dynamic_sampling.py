@@ -5,10 +5,8 @@ and server), score every rollout once and log what they drew and trained."""
 
 from __future__ import annotations
 
-from collections import Counter
-
 import pytest
-from helpers import load, pods_config, prompts_dataset, record_generate_sizes
+from helpers import RoleReward, load, pods_config, prompt_index, prompts_dataset, record_generate_sizes
 from test_trainer import SpyTrainer
 from vllm_standin import FakeVLLMGeneration, install
 
@@ -16,29 +14,6 @@ from trl_pods.adaptive import has_contrast
 
 N, M, B, PROMPTS, STEPS = 4, 2, 2, 12, 3  # B prompts trained per generation
 ROLES = ("right", "wrong", "half")  # prompt i plays ROLES[i % 3]
-
-
-def _prompt_index(prompt) -> int:
-    return int(prompt[0]["content"].split()[2])  # "What is i plus i+1?"
-
-
-class RoleReward:
-    """ "right" always 1, "wrong" always 0 (no contrast either way), "half" alternates 0, 1 over the rollouts it
-    scores of that prompt in that step. Counts the rollouts scored per (step, prompt)."""
-
-    __name__ = "role_reward"
-
-    def __init__(self):
-        self.seen: Counter = Counter()
-
-    def __call__(self, prompts, trainer_state, **kwargs):
-        rewards = []
-        for prompt in prompts:
-            i = _prompt_index(prompt)
-            slot = self.seen[trainer_state.global_step, i]
-            self.seen[trainer_state.global_step, i] += 1
-            rewards.append({"right": 1.0, "wrong": 0.0, "half": float(slot % 2)}[ROLES[i % 3]])
-        return rewards
 
 
 class GroupSpy(SpyTrainer):
@@ -61,7 +36,7 @@ def _train(model_path, out, generation: str, **options) -> tuple[GroupSpy, RoleR
         max_steps=STEPS,
         **options,
     )
-    reward = RoleReward()
+    reward = RoleReward(ROLES)
     trainer = GroupSpy(model, reward, config, train_dataset=prompts_dataset(PROMPTS), processing_class=tokenizer)
     trainer.train()
     return trainer, reward
@@ -78,7 +53,7 @@ def _check(trainer: GroupSpy, reward: RoleReward, pool: int) -> list[dict]:
         if trainer.args.pods_generation == "refill":
             available = int((has_contrast(rewards) & (counts > 0)).sum())
             assert int(has_contrast(rewards[trained]).sum()) == min(B, available), "contrast first"
-        prompts = [_prompt_index(row["prompt"]) for row in phase1["group_inputs"]]
+        prompts = [prompt_index(row["prompt"]) for row in phase1["group_inputs"]]
         assert [reward.seen[step, i] for i in prompts] == counts.tolist(), "every rollout is scored exactly once"
     assert sum(rows for kind, rows in trainer.logp_passes if kind == "train") == STEPS * B * M
     logs = [e for e in trainer.state.log_history if "pods/prompts_drawn" in e]
@@ -110,7 +85,7 @@ def test_screened_pilots_the_pool_then_commits_the_chosen(tiny_model_path, tmp_p
     assert sizes == [3 * B * 2, B * (N - 2)] * STEPS
     assert all(e["pods/generation_calls"] == 2.0 and e["pods/prompts_drawn"] == 3 * B for e in logs)
     for phase1 in trainer.selections:
-        roles = [ROLES[_prompt_index(row["prompt"]) % 3] for row in phase1["group_inputs"]]
+        roles = [ROLES[prompt_index(row["prompt"]) % 3] for row in phase1["group_inputs"]]
         trained = [role for role, chosen in zip(roles, phase1["kept"].any(dim=1).tolist(), strict=True) if chosen]
         if "wrong" in roles and "half" in roles:
             assert sorted(trained) == ["half", "wrong"], (roles, trained)
