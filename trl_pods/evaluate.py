@@ -400,8 +400,9 @@ def format_table(report: dict) -> str:
     return "\n".join(lines)
 
 
-def plot_results(report: dict, path: str | Path) -> None:
-    """Save a PNG with accuracy (and pass@k for k > 1) against step and against training wall-clock minutes."""
+def plot_results(report: dict, path: str | Path, title: str | None = None) -> None:
+    """Save a PNG with accuracy (and pass@k for k > 1) against step and against training wall-clock minutes, on a
+    0-1 axis (a narrower one makes a gain look steeper), titled ``title`` (default: the task and sampling)."""
     from matplotlib.figure import Figure  # no pyplot: no global backend or figure state; PNGs render with Agg
 
     k = report["num_samples"]
@@ -412,11 +413,11 @@ def plot_results(report: dict, path: str | Path) -> None:
         points = sorted(((r[key] / scale, r) for r in report["results"] if r[key] is not None), key=lambda p: p[0])
         for metric in metrics:
             ax.plot([x for x, _ in points], [r[metric] for _, r in points], marker="o", label=metric)
-        ax.set_xlabel(label)
+        ax.set(xlabel=label, ylim=(0, 1))
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("accuracy")
     axes[0].legend()
-    fig.suptitle(f"{report['task']} (k={k}, temperature {report['temperature']})")
+    fig.suptitle(title or f"{report['task']} (k={k}, temperature {report['temperature']})")
     fig.savefig(path, dpi=120)
 
 
