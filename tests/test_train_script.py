@@ -113,8 +113,7 @@ def test_without_a_gpu_trains_in_float32_on_the_cpu_and_says_so(tiny_model_path,
     main([flag for i, flag in enumerate(flags) if not (i in cpu_flags or i - 1 in cpu_flags)])
     said = [line for line in capsys.readouterr().out.splitlines() if "no GPU" in line]
     assert said == [
-        "trl-pods train: no GPU: training on the CPU (--use_cpu true), weights in float32, mixed precision none "
-        "(--bf16 false)"
+        "trl-pods train: no GPU: training on the CPU with float32 weights and no mixed precision (--bf16 false)"
     ]
     args = json.loads((out / "run_args.json").read_text())
     launch = {key: args["launch"][key] for key in ("device", "mixed_precision", "weights_dtype")}

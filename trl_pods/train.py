@@ -261,13 +261,10 @@ def device_defaults() -> dict[str, bool]:
 
 
 def device_line(training_args: PODSConfig, model_args: ModelConfig) -> str:
-    """The one line that says how a run without a GPU trains."""
-    precision = "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "none"
-    return (
-        f"trl-pods train: no GPU: training on the CPU (--use_cpu {str(training_args.use_cpu).lower()}), weights in "
-        f"{model_args.dtype}, mixed precision {precision}"
-        + (" (--bf16 false)" if precision == "none" else f" (--{precision} true)")
-    )
+    """The one line that says how a run without a GPU trains: on the CPU, its weights' dtype and its precision."""
+    precision = "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else None
+    mixed = f"{precision} autocast (--{precision} true)" if precision else "no mixed precision (--bf16 false)"
+    return f"trl-pods train: no GPU: training on the CPU with {model_args.dtype} weights and {mixed}"
 
 
 def main(argv: Sequence[str] | None = None) -> None:
