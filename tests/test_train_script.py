@@ -7,7 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
+from transformers.utils import is_torch_bf16_gpu_available
 
 from trl_pods import train as train_module
 from trl_pods.train import device_defaults, main
@@ -107,6 +109,8 @@ def test_without_a_gpu_trains_in_float32_on_the_cpu_and_says_so(tiny_model_path,
     """On a CPU machine TRL's default bf16=True made transformers refuse to start ("assign use_cpu"), and with
     --use_cpu alone run_args.json claimed bf16. Without --use_cpu/--bf16 the run trains on the CPU in float32, prints
     one line saying so, and run_args.json records the device and precision that really ran."""
+    if torch.accelerator.is_available():
+        pytest.skip("this machine has an accelerator")
     out = tmp_path / "run"
     flags = _flags(tiny_model_path, out, "--max_steps", "1", "--save_strategy", "no")
     cpu_flags = {i for i, flag in enumerate(flags) if flag in ("--use_cpu", "--bf16")}
@@ -118,16 +122,20 @@ def test_without_a_gpu_trains_in_float32_on_the_cpu_and_says_so(tiny_model_path,
     args = json.loads((out / "run_args.json").read_text())
     launch = {key: args["launch"][key] for key in ("device", "mixed_precision", "weights_dtype")}
     assert launch == {"device": "cpu", "mixed_precision": "no", "weights_dtype": "float32"}
-    assert args["training"]["use_cpu"] is True and args["training"]["bf16"] is False
+    assert args["training"]["bf16"] is False
 
 
 @pytest.mark.parametrize(
     ("bf16_gpu", "accelerator", "expected"),
-    [(True, True, {}), (False, True, {"bf16": False}), (False, False, {"use_cpu": True, "bf16": False})],
+    [
+        (True, True, {}),
+        (False, True, {"bf16": False}),
+        (False, False, {"bf16": False, "dataloader_pin_memory": False}),
+    ],
 )
 def test_device_defaults(monkeypatch, bf16_gpu, accelerator, expected):
-    """A bf16 GPU keeps TRL's defaults; a GPU without bf16 (e.g. V100) trains in float32 on it; no accelerator at
-    all trains on the CPU."""
+    """A bf16 GPU keeps TRL's defaults; a GPU without bf16 (e.g. a V100) trains in float32 on it; no accelerator at all
+    trains in float32 on the CPU without pinned memory. `use_cpu` is never defaulted on (it turns DeepSpeed off)."""
     monkeypatch.setattr("transformers.utils.is_torch_bf16_gpu_available", lambda: bf16_gpu)
     monkeypatch.setattr("torch.accelerator.is_available", lambda: accelerator)
     assert device_defaults() == expected
@@ -168,7 +176,7 @@ BAD_FLAGS = {
     "reward weights": (["--reward_weights", "1", "2"], "--reward_weights has 2 value(s) for 1 --reward_funcs"),
     "group sizes": (["--pods_n", "3", "--pods_m", "4"], "pods_n (3) is smaller than pods_m (4)"),
     "unknown flag": (["--pods_nn", "8"], "unknown flags (--help-all lists all): ['--pods_nn', '8']"),
-    "bf16 on a CPU": (["--use_cpu", "false", "--bf16", "true"], "--bf16 true needs a GPU with bf16"),
+    "bf16 without a GPU": (["--bf16", "true"], "--bf16 true needs a GPU with bf16"),
     "data file": (["--dataset_path", "missing.jsonl"], "--dataset_path missing.jsonl: no such file"),
     "config file": (["--config", "missing.yaml"], "No such file or directory: missing.yaml"),
     "resume": (["--resume_from_checkpoint", "last"], "no checkpoint in"),
@@ -184,6 +192,8 @@ def test_user_errors_print_one_line_before_any_download_or_model_load(mistake, t
     def must_not_run(*args, **kwargs):
         raise AssertionError("loaded data before checking the arguments")
 
+    if mistake == "bf16 without a GPU" and is_torch_bf16_gpu_available():
+        pytest.skip("this machine has a GPU with bf16")
     monkeypatch.setattr(train_module, "load_datasets", must_not_run)
     monkeypatch.setattr(train_module, "PODSGRPOTrainer", must_not_run)
     flags, message = BAD_FLAGS[mistake]

@@ -7,8 +7,8 @@ Arguments are those of `ScriptArguments` (data and rewards), `trl_pods.PODSConfi
 `trl.GRPOConfig` field) and `trl.ModelConfig` (model, dtype, LoRA). A YAML ``--config`` sets defaults; flags override.
 ``--help`` lists the PODS, script and common flags, ``--help-all`` every flag. Every name (task, reward functions,
 down-sampler, allocation rule, arithmetic difficulty) and the other user inputs are checked before any download or
-model load; a user error prints one ``error:`` line. Without a GPU the defaults become ``--use_cpu true --bf16
-false`` (float32 on the CPU), and the command says so in one line. The run saves the model, ``run_args.json`` (all
+model load; a user error prints one ``error:`` line. Without a GPU ``--bf16`` defaults to false (float32, on the
+CPU), and the command says so in one line. The run saves the model, ``run_args.json`` (all
 arguments, and the device and precision that really ran), ``train_results.json`` and ``trainer_state.json`` (every
 logged metric) in ``output_dir``; ``--resume_from_checkpoint PATH`` (or ``last``) continues a run.
 """
@@ -251,13 +251,15 @@ def parser() -> CommandParser:
 
 
 def device_defaults() -> dict[str, bool]:
-    """Flag defaults for this machine: none with a bf16-capable GPU; ``bf16`` off on a GPU without bf16 (TRL's default
-    needs it); ``use_cpu`` on and ``bf16`` off (float32 on the CPU) without any accelerator."""
+    """Flag defaults for this machine: none with a bf16-capable GPU, else ``bf16`` off (TRL's default turns it on,
+    which transformers refuses without such a GPU), so the run trains in float32: on the CPU when there is no
+    accelerator, with no pinned memory (there is nothing to pin it for). ``use_cpu`` stays off: accelerate runs on
+    the CPU anyway, and ``use_cpu`` would also turn DeepSpeed off."""
     from transformers.utils import is_torch_bf16_gpu_available
 
     if is_torch_bf16_gpu_available():
         return {}
-    return {"bf16": False} if torch.accelerator.is_available() else {"use_cpu": True, "bf16": False}
+    return {"bf16": False} if torch.accelerator.is_available() else {"bf16": False, "dataloader_pin_memory": False}
 
 
 def device_line(training_args: PODSConfig, model_args: ModelConfig) -> str:
@@ -270,12 +272,11 @@ def device_line(training_args: PODSConfig, model_args: ModelConfig) -> str:
 def main(argv: Sequence[str] | None = None) -> None:
     """Parse and check the arguments (a user error: one line, exit status 2), then `train`."""
     command = parser()
-    defaults = device_defaults()
-    command.set_defaults(**defaults)
+    command.set_defaults(**device_defaults())
     with warnings.catch_warnings():  # TRL's GRPOConfig sets it, so every run warned of its rename in transformers 6
         warnings.filterwarnings("ignore", "`gradient_checkpointing` is deprecated", FutureWarning)
         script_args, training_args, model_args = command.parse_checked(argv, check_arguments)
-    if "use_cpu" in defaults and os.environ.get("RANK", "0") == "0":
+    if not torch.accelerator.is_available() and os.environ.get("RANK", "0") == "0":
         print(device_line(training_args, model_args), flush=True)
     train(script_args, training_args, model_args)
     if torch.distributed.is_initialized():  # while the interpreter is alive: gloo's threads can abort in its teardown
