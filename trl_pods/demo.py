@@ -48,7 +48,8 @@ HELD_OUT = 50
 SETUP = "PODS 8 -> 4 + LoRA, SmolLM2-135M-Instruct, single-digit addition"
 MAX_TRAIN_MINUTES = 15.0
 """The time guard: 4.4x the 3.4 minutes of training measured on an idle 2-core machine (one thread), so that a loaded
-machine still draws the whole curve (one under a load of 3-4 took 5.7 minutes) and only a much slower one stops."""
+machine still draws the whole curve and only a much slower one stops. Beside other jobs (load average 5-11 on 2
+cores) training took 10.4 minutes; the former 6-minute guard would have stopped that run at about step 26 of 40."""
 
 
 class TimeLimit(TrainerCallback):
