@@ -207,3 +207,13 @@ def test_cli_user_errors_are_one_line_before_any_model_load(flags, message, monk
     assert exit_.value.code == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("trl-pods eval: error: ") and message in line, line
+
+
+def test_cli_help_names_the_command_and_says_what_it_does(capsys):
+    """The usage line said `trl-pods` for every command and there was no description."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    assert exit_.value.code == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("usage: trl-pods eval ") and lines[2].startswith("Accuracy and pass@k of a model")
+    assert any(line.lstrip().startswith("--num_samples") for line in lines)

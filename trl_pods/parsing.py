@@ -77,7 +77,7 @@ class CommandParser(TrlParser):
     def __init__(self, dataclass_types: Sequence[type], prog: str, description: str, sections: Sequence[Section]):
         usage = f"{prog} [--config FILE.yaml] [--FLAG VALUE ...]"
         super().__init__(dataclass_types, prog=prog, description=description, usage=usage, add_help=False)
-        flags = [action for action in self._optionals._group_actions]
+        flags = list(self._optionals._group_actions)
         self._optionals._group_actions.clear()
         self._brief: list[argparse._ArgumentGroup] = []
         claimed: set[str] = set()
