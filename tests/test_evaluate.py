@@ -182,3 +182,38 @@ def test_bad_arguments_fail_early():
         EvalArguments()
     with pytest.raises(ValueError, match="exactly one"):
         EvalArguments(model_name_or_path="m", run_dir="r")
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--model_name_or_path", "m", "--reward", "nope"], "Unknown reward function 'nope'"),
+        (["--run_dir", "missing-run"], "--run_dir missing-run: no such folder"),
+        (["--model_name_or_path", "m", "--task", "arithmetic", "--arithmetic_difficulty", "x"], "difficulty 'x'"),
+        (["--model_name_or_path", "m", "--temperature", "0", "--num_samples", "2"], "greedy"),
+        (["--model_name_or_path", "m", "--task", "gsm9k"], "invalid choice: 'gsm9k'"),
+    ],
+)
+def test_cli_user_errors_are_one_line_before_any_model_load(flags, message, monkeypatch, capsys):
+    """A mistyped reward surfaced only after every model had generated; user mistakes printed tracebacks. Each now
+    ends in one `trl-pods eval: error:` line, exit status 2, before any data or model is loaded."""
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("evaluated before checking the arguments")
+
+    monkeypatch.setattr("trl_pods.evaluate.evaluate", must_not_run)
+    with pytest.raises(SystemExit) as exit_:
+        main(flags)
+    assert exit_.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("trl-pods eval: error: ") and message in line, line
+
+
+def test_cli_help_names_the_command_and_says_what_it_does(capsys):
+    """The usage line said `trl-pods` for every command and there was no description."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    assert exit_.value.code == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("usage: trl-pods eval ") and lines[2].startswith("Accuracy and pass@k of a model")
+    assert any(line.lstrip().startswith("--num_samples") for line in lines)

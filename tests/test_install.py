@@ -1,14 +1,18 @@
-"""The installed package's metadata: the `vllm` extra can only resolve to a vLLM that the pinned TRL supports."""
+"""The installed package's metadata: the `vllm` extra can only resolve to a vLLM that the pinned TRL supports; the
+CPU install takes PyTorch's CPU build and `constraints.txt` pins that build."""
 
 import importlib
 import warnings
 from importlib.metadata import requires, version
+from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+ROOT = Path(__file__).parent.parent
+CPU_INDEX = "--index-url https://download.pytorch.org/whl/cpu"
 TRL_IMPORT_UTILS = importlib.import_module("trl.import_utils")  # where TRL checks the vLLM version
 CANDIDATES = [f"0.{minor}.{patch}" for minor in range(18, 40) for patch in (0, 1, 2)] + ["1.0.0"]
 
@@ -58,3 +62,19 @@ def test_trl_version_check_is_what_the_test_reads(monkeypatch, bad):
     """Guard on the guard: TRL's check really rejects versions outside its range, so the test above can fail."""
     assert not _trl_accepts(bad, monkeypatch)
     assert _trl_accepts("0.25.0", monkeypatch)
+
+
+def test_constraints_pin_the_cpu_build_of_torch():
+    """constraints.txt held `torch==2.13.0`, which PyPI's CUDA build satisfies as well, so it pinned nothing on an
+    ordinary Linux machine. It must admit the +cpu build (the one installed here) and refuse the plain version that
+    PyPI's CUDA wheel carries, and every CPU install command (README, CI, the vLLM build) must take torch from
+    PyTorch's CPU index, as PyTorch documents it."""
+    lines = [line.strip() for line in (ROOT / "constraints.txt").read_text().splitlines()]
+    torch_req = next(Requirement(line) for line in lines if line and not line.startswith("#"))
+    assert torch_req.name == "torch"
+    assert version("torch") in torch_req.specifier and version("torch").endswith("+cpu")
+    assert "2.13.0" not in torch_req.specifier and "2.13.0+cu130" not in torch_req.specifier
+    for path in ("README.md", ".ci/run", "scripts/build_vllm_cpu_env.sh"):
+        lines = (ROOT / path).read_text().splitlines()
+        installs = [line for line in lines if "pip install" in line and "torch==" in line]
+        assert installs and all(CPU_INDEX in line for line in installs), (path, installs)

@@ -169,6 +169,42 @@ def test_documented_commands_are_valid_launches(tmp_path, monkeypatch):
                 assert any(serve in commands for commands in headers), shlex.join(serve)
 
 
+_PER_GENERATION = re.compile(
+    r"Per generation: (\d+) (?:GPUs|processes) x (\d+) rows x (\d+) steps = (\d+) (?:kept )?rows = (\d+) prompts x "
+    r"(\d+)(?:, from (\d+) x (\d+) = (\d+) rollouts)?"
+)
+
+
+@pytest.mark.parametrize("recipe", TRAINING, ids=lambda p: p.stem)
+def test_recipe_header_agrees_with_its_yaml(recipe, tmp_path, monkeypatch):
+    """The 7B recipes' headers said gradient accumulation 4 and 16 while their YAML set 8 and 32. The numbers a header
+    states must be the recipe's: its group sizes (PODS N -> M, GRPO M/M), its gradient accumulation, and its
+    per-generation arithmetic (processes x rows x steps = kept rows = prompts x M, from prompts x N rollouts)."""
+    header, raw = _header(recipe), yaml.safe_load(recipe.read_text())
+    sizes = re.match(r"# (?:PODS (\d+) -> (\d+)|GRPO(?:-GA)? (\d+)/(\d+))", header)
+    assert sizes, "the header's first line names the method and its group sizes"
+    n, m = (int(v) for v in sizes.groups() if v is not None)
+    assert (n, m) == (raw["pods_n"], raw["pods_m"])
+    stated = re.search(r"gradient accumulation (\d+)", header.splitlines()[0])
+    if stated:
+        assert int(stated[1]) == raw["gradient_accumulation_steps"]
+    line = _PER_GENERATION.search(" ".join(re.sub(r"^#\s?", "", row) for row in header.splitlines()))
+    if line is None:
+        assert "Per generation" not in header, "a per-generation line this test cannot read"
+        return
+    processes, rows, steps, kept, prompts, group, *rollouts = (None if v is None else int(v) for v in line.groups())
+    training, _ = _launches(header)[0]
+    _, config, _ = _parse_recipe(training, tmp_path, monkeypatch, _processes(training)[0])
+    assert (processes, rows, steps) == (
+        _processes(training)[0],
+        raw["per_device_train_batch_size"],
+        config.steps_per_generation,
+    )
+    assert kept == processes * rows * steps == prompts * group and group == m
+    if rollouts[0] is not None:
+        assert rollouts == [prompts, n, prompts * n]
+
+
 @pytest.mark.parametrize("recipe", ACCELERATE, ids=lambda p: p.stem)
 def test_accelerate_config_is_complete(recipe):
     """Accelerate configs name a distributed type, a process count and bf16; DeepSpeed ones a ZeRO stage; multi-node

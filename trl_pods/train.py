@@ -5,8 +5,12 @@
 
 Arguments are those of `ScriptArguments` (data and rewards), `trl_pods.PODSConfig` (training, with every
 `trl.GRPOConfig` field) and `trl.ModelConfig` (model, dtype, LoRA). A YAML ``--config`` sets defaults; flags override.
-The run saves the model, ``run_args.json`` (all arguments), ``train_results.json`` and ``trainer_state.json``
-(every logged metric) in ``output_dir``; ``--resume_from_checkpoint PATH`` (or ``last``) continues a run.
+``--help`` lists the PODS, script and common flags, ``--help-all`` every flag. Every name (task, reward functions,
+down-sampler, allocation rule, arithmetic difficulty) and the other user inputs are checked before any download or
+model load; a user error prints one ``error:`` line. Without a GPU ``--bf16`` defaults to false (float32, on the
+CPU), and the command says so in one line. The run saves the model, ``run_args.json`` (all
+arguments, and the device and precision that really ran), ``train_results.json`` and ``trainer_state.json`` (every
+logged metric) in ``output_dir``; ``--resume_from_checkpoint PATH`` (or ``last``) continues a run.
 """
 
 from __future__ import annotations
@@ -14,20 +18,33 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from accelerate import PartialState
 from transformers import AutoTokenizer
 from transformers.trainer_utils import get_last_checkpoint
-from trl import ModelConfig, TrlParser, get_peft_config, get_quantization_config
+from trl import GRPOConfig, ModelConfig, get_peft_config, get_quantization_config
 
 from .config import PODSConfig
+from .parsing import CommandParser
 from .rewards import get_reward_func
 from .trainer import PODSGRPOTrainer
 
 TASKS = ("gsm8k", "math", "arithmetic")
+DESCRIPTION = (
+    "Train a model with PODS: generate --pods_n rollouts per prompt, score them all, and train on the --pods_m that "
+    "the down-sampler keeps (--pods_n equal to --pods_m is plain GRPO). Flags and/or a YAML recipe (--config "
+    "recipes/NAME.yaml; flags override it). Without a GPU it trains on the CPU in float32 and says so."
+)
+COMMON_FLAGS = (
+    "model_name_or_path", "output_dir", "per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate",
+    "max_steps", "max_completion_length", "temperature", "use_peft", "use_vllm", "use_cpu", "bf16", "seed",
+    "resume_from_checkpoint",
+)  # fmt: skip
 
 
 @dataclass
@@ -78,6 +95,44 @@ class ScriptArguments:
     arithmetic_train_size: int = field(
         default=2000, metadata={"help": "Training problems generated for the 'arithmetic' task."}
     )
+
+
+def check_task(task: str, arithmetic_difficulty: str) -> None:
+    """Raise ValueError for an unknown ``--task``, or an unknown ``--arithmetic_difficulty`` of the arithmetic task."""
+    if task not in TASKS:
+        raise ValueError(f"Unknown --task {task!r}; use one of {', '.join(TASKS)}.")
+    from .arithmetic import DIFFICULTIES
+
+    if task == "arithmetic" and arithmetic_difficulty not in DIFFICULTIES:
+        raise ValueError(
+            f"Unknown --arithmetic_difficulty {arithmetic_difficulty!r}; use one of {', '.join(DIFFICULTIES)}."
+        )
+
+
+def check_arguments(script_args: ScriptArguments, training_args: PODSConfig, model_args: ModelConfig) -> None:
+    """Refuse what the user can fix before any download or model load: every name (task, reward functions,
+    arithmetic difficulty; `PODSConfig` checks its down-sampler and allocation rule), the reward weights, a local
+    data file and ``--resume_from_checkpoint last``.
+
+    Raises:
+        ValueError: what is wrong and which flag to change.
+    """
+    if model_args.model_name_or_path is None:
+        raise ValueError("Set --model_name_or_path (a Hub name or a local folder).")
+    for name in script_args.reward_funcs:
+        get_reward_func(name)  # raises with the registered names
+    weights = training_args.reward_weights
+    if weights is not None and len(weights) != len(script_args.reward_funcs):
+        raise ValueError(
+            f"--reward_weights has {len(weights)} value(s) for {len(script_args.reward_funcs)} --reward_funcs: give "
+            "one weight per reward function."
+        )
+    check_task(script_args.task, script_args.arithmetic_difficulty)
+    for flag in ("dataset_path", "eval_dataset_path"):
+        path = getattr(script_args, flag)
+        if path and Path(path).suffix.lower() in (".jsonl", ".json", ".parquet") and not Path(path).is_file():
+            raise ValueError(f"--{flag} {path}: no such file.")
+    _resume_checkpoint(training_args)
 
 
 def load_datasets(script_args: ScriptArguments, seed: int):
@@ -131,9 +186,9 @@ def _resume_checkpoint(training_args: PODSConfig) -> str | None:
 def train(
     script_args: ScriptArguments, training_args: PODSConfig, model_args: ModelConfig, callbacks: list | None = None
 ) -> PODSGRPOTrainer:
-    """Build the trainer, train (resuming if asked), save model, arguments and metrics; return the trainer."""
-    if model_args.model_name_or_path is None:
-        raise ValueError("Set --model_name_or_path (a Hub name or a local folder).")
+    """Check the arguments (`check_arguments`), build the trainer, train (resuming if asked), save model, arguments
+    and metrics; return the trainer."""
+    check_arguments(script_args, training_args, model_args)
     train_dataset, eval_dataset = load_datasets(script_args, training_args.seed)
     training_args.model_init_kwargs = _model_init_kwargs(model_args, training_args)
     tokenizer = AutoTokenizer.from_pretrained(
@@ -161,6 +216,9 @@ def train(
             "launch": {
                 "distributed_type": trainer.accelerator.distributed_type.value,
                 "num_processes": trainer.accelerator.num_processes,
+                "device": trainer.accelerator.device.type,  # what ran, whatever the flags said
+                "mixed_precision": trainer.accelerator.mixed_precision,
+                "weights_dtype": str(next(trainer.model.parameters()).dtype).removeprefix("torch."),
             },
             "script": dataclasses.asdict(script_args),
             "training": training_args.to_dict(),
@@ -174,9 +232,52 @@ def train(
     return trainer
 
 
+def parser() -> CommandParser:
+    """`trl-pods train`'s parser: ``--help`` shows the PODS, script and common flags; ``--help-all`` every flag."""
+    grpo = {f.name for f in dataclasses.fields(GRPOConfig)}
+    pods = [f.name for f in dataclasses.fields(PODSConfig) if f.name not in grpo]
+    return CommandParser(
+        (ScriptArguments, PODSConfig, ModelConfig),
+        prog="trl-pods train",
+        description=DESCRIPTION,
+        sections=[
+            ("PODS (trl_pods.PODSConfig)", pods, True),
+            ("data and rewards", [f.name for f in dataclasses.fields(ScriptArguments)], True),
+            ("common model and training flags (all of them: --help-all)", COMMON_FLAGS, True),
+            ("model (trl.ModelConfig)", [f.name for f in dataclasses.fields(ModelConfig)], False),
+            ("training (trl.GRPOConfig and transformers.TrainingArguments)", sorted(grpo), False),
+        ],
+    )
+
+
+def device_defaults() -> dict[str, bool]:
+    """Flag defaults for this machine: none with a bf16-capable GPU, else ``bf16`` off (TRL's default turns it on,
+    which transformers refuses without such a GPU), so the run trains in float32: on the CPU when there is no
+    accelerator, with no pinned memory (there is nothing to pin it for). ``use_cpu`` stays off: accelerate runs on
+    the CPU anyway, and ``use_cpu`` would also turn DeepSpeed off."""
+    from transformers.utils import is_torch_bf16_gpu_available
+
+    if is_torch_bf16_gpu_available():
+        return {}
+    return {"bf16": False} if torch.accelerator.is_available() else {"bf16": False, "dataloader_pin_memory": False}
+
+
+def device_line(training_args: PODSConfig, model_args: ModelConfig) -> str:
+    """The one line that says how a run without a GPU trains: on the CPU, its weights' dtype and its precision."""
+    precision = "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else None
+    mixed = f"{precision} autocast (--{precision} true)" if precision else "no mixed precision (--bf16 false)"
+    return f"trl-pods train: no GPU: training on the CPU with {model_args.dtype} weights and {mixed}"
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = TrlParser((ScriptArguments, PODSConfig, ModelConfig))
-    script_args, training_args, model_args = parser.parse_args_and_config(args=argv)
+    """Parse and check the arguments (a user error: one line, exit status 2), then `train`."""
+    command = parser()
+    command.set_defaults(**device_defaults())
+    with warnings.catch_warnings():  # TRL's GRPOConfig sets it, so every run warned of its rename in transformers 6
+        warnings.filterwarnings("ignore", "`gradient_checkpointing` is deprecated", FutureWarning)
+        script_args, training_args, model_args = command.parse_checked(argv, check_arguments)
+    if not torch.accelerator.is_available() and os.environ.get("RANK", "0") == "0":
+        print(device_line(training_args, model_args), flush=True)
     train(script_args, training_args, model_args)
     if torch.distributed.is_initialized():  # while the interpreter is alive: gloo's threads can abort in its teardown
         torch.distributed.destroy_process_group()

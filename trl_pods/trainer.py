@@ -36,6 +36,7 @@ from .budget import BudgetedAllocation
 from .config import PODSConfig
 from .down_sampling import get_down_sampler
 from .losses import SEQUENCE_AVERAGE_LOSSES
+from .paper import PODS_PAPER
 from .vllm_engine import colocate_engine
 
 _UNSUPPORTED_ARGUMENTS = ("tools", "rollout_func", "environment_factory")
@@ -57,6 +58,7 @@ class PODSGRPOTrainer(GRPOTrainer):
     """
 
     _tag_names = [*GRPOTrainer._tag_names, "pods"]
+    _name, _paper = "PODS", PODS_PAPER  # the method and paper TRL's model card names
     # What the overridden seams read. With these class-level values every seam falls through to GRPOTrainer's
     # behaviour on an object that this __init__ did not set up (built by TRL's __init__, or by object.__new__).
     pods_n: int | None = None
