@@ -31,20 +31,12 @@ from datasets import Dataset
 from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
-from . import loss_seams, phase1, reporting, resume
+from . import loss_seams, phase1, reporting, resume, rollout_fields
 from .budget import BudgetedAllocation
 from .config import PODSConfig
 from .down_sampling import get_down_sampler
 from .losses import SEQUENCE_AVERAGE_LOSSES
 from .vllm_engine import colocate_engine
-
-_UNSUPPORTED_ARGUMENTS = ("tools", "rollout_func", "environment_factory")
-_IMAGE_COLUMNS = ("image", "images")
-_IMAGE_INPUTS = (
-    "PODSGRPOTrainer does not support image inputs (an 'image' or 'images' column, which GRPOTrainer treats as vision "
-    "inputs even when its values are None). Remove the column from a text-only dataset, or use trl.GRPOTrainer for a "
-    "vision-language model."
-)
 
 
 class PODSGRPOTrainer(GRPOTrainer):
@@ -52,8 +44,8 @@ class PODSGRPOTrainer(GRPOTrainer):
 
     Takes the same arguments as `GRPOTrainer`; `args` must be a [`PODSConfig`] (without `args`, a default one is
     built, its output directory named as `GRPOTrainer` names it). Evaluation is unchanged (no down-sampling). Tools,
-    environments, `rollout_func` and vision inputs are not supported: they are refused at construction (an image
-    column of an iterable dataset at the first training step).
+    environments, `rollout_func` and vision inputs work with fixed generation (`rollout_fields`); what cannot be
+    down-sampled is refused at construction (an image column of an iterable dataset at the first training step).
     """
 
     _tag_names = [*GRPOTrainer._tag_names, "pods"]
@@ -69,6 +61,7 @@ class PODSGRPOTrainer(GRPOTrainer):
     _count_step_sequences: bool = False  # dropped groups with a sequence-averaged loss: rescale its policy term
     _loss_forward: dict[str, Any] | None = None  # what the training forward computed, while it is rescaled
     _pods_budget: BudgetedAllocation | None = None  # budgeted generation: the prompts' history and the allocation
+    _pods_rollouts: rollout_fields.RolloutRows | None = None  # phase 1: the rows as TRL prepared and generated them
 
     def __init__(self, model, reward_funcs=None, args: PODSConfig | None = None, *trainer_args, **trainer_kwargs):
         if args is None:  # as GRPOTrainer does
@@ -79,18 +72,10 @@ class PODSGRPOTrainer(GRPOTrainer):
                 f"PODSGRPOTrainer needs `args=trl_pods.PODSConfig(...)`, got {type(args).__name__}. PODSConfig takes "
                 "every GRPOConfig parameter plus pods_n, pods_m, pods_down_sampler and pods_advantage_scope."
             )
-        unsupported = [name for name in _UNSUPPORTED_ARGUMENTS if trainer_kwargs.get(name)]
-        if unsupported:
-            raise ValueError(
-                f"PODSGRPOTrainer does not support {', '.join(unsupported)}: multi-turn rollouts change the rows "
-                "between generation and scoring. Use trl.GRPOTrainer for tool or environment training."
-            )
         with colocate_engine(args, grpo_trainer_module):
             super().__init__(model, reward_funcs, args, *trainer_args, **trainer_kwargs)
-        if self._is_vlm:
-            raise ValueError("PODSGRPOTrainer does not support vision-language models; use trl.GRPOTrainer.")
-        if isinstance(self.train_dataset, Dataset) and set(_IMAGE_COLUMNS) & set(self.train_dataset.column_names):
-            raise ValueError(_IMAGE_INPUTS)
+        columns = self.train_dataset.column_names if isinstance(self.train_dataset, Dataset) else []
+        rollout_fields.check_supported(args, rollout_fields.features_in_use(self, columns))
         self.pods_n, self.pods_m = args.pods_n, args.pods_m
         self.down_sampler = get_down_sampler(args.pods_down_sampler)
         self._generation_chunk_size = args.pods_generation_chunk_size
@@ -124,14 +109,14 @@ class PODSGRPOTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         if self.pods_n is None or not self.model.training:
             return super()._generate_and_score_completions(inputs)
-        if any(column in row for row in inputs for column in _IMAGE_COLUMNS):  # e.g. from an iterable dataset
-            raise ValueError(_IMAGE_INPUTS)
+        rollout_fields.check_rows(self, inputs)  # e.g. the image column of an iterable dataset
         kept = self._generate_score_and_select(inputs)
         reporting.clear_completion_logs(self._logs)
         self._pods_phase1 = kept
         self.num_generations = kept["m"]  # the group size TRL's advantage code reads
         try:
-            output = super()._generate_and_score_completions(kept["inputs"])
+            with rollout_fields.kept_environments(self, kept["rollouts"], kept["local"]):
+                output = super()._generate_and_score_completions(kept["inputs"])
         finally:
             self._pods_phase1 = None
             self.num_generations = self.pods_m
@@ -159,6 +144,7 @@ class PODSGRPOTrainer(GRPOTrainer):
         local_rows, args = len(inputs), self.args
         tokens_seen = self.state.num_input_tokens_seen
         generation, rewards_per_func, counts = self._generate_and_score(inputs)  # slot layout; [P * B, F]; [G]
+        rollouts, self._pods_rollouts = self._pods_rollouts, None
         m = phase1.kept_per_step(args, self._progress(), local_rows // self.pods_n)
         seed = phase1.selection_seed(args.seed, self.state.global_step, self._step, args.gradient_accumulation_steps)
         selection = phase1.select_rollouts(rewards_per_func, counts, local_rows, m, seed, self._phase1_settings())
@@ -179,10 +165,12 @@ class PODSGRPOTrainer(GRPOTrainer):
                 "generation": self._step % args.gradient_accumulation_steps,
             }
             main = self.accelerator.is_main_process
-            prompts = [row["prompt"] for row in inputs[:: self.pods_n]]
+            prompts = [row.get("prompt") for row in inputs[:: self.pods_n]]
             reporting.record_selection(args.output_dir, main, position, prompts, selection, counts)
         return {
-            "inputs": [inputs[i] for i in selection.local],
+            "inputs": rollout_fields.kept_rows(inputs, rollouts, selection.local),
+            "rollouts": rollouts,
+            "local": selection.local,
             "generation": phase1.kept_generation(generation, selection, args.pods_drop_constant_groups),
             "rewards_per_func": rewards_per_func[selection.kept_rows.to(rewards_per_func.device)],
             "rewards": selection.rewards,
@@ -198,9 +186,7 @@ class PODSGRPOTrainer(GRPOTrainer):
         steps): the 8-tuple of `_generate`, the gathered rewards ``[G * N, F]`` and the rollouts per group ``[G]``."""
         steps = phase1.GenerationSteps(
             generate=self._generate_all,
-            score=lambda rows, generation: self._calculate_rewards(
-                rows, [row["prompt"] for row in rows], generation[3], generation[1]
-            ),
+            score=self._score_all,
             generate_wave=self._generate_wave,
             score_wave=partial(phase1.score_own_rows, self),
             one_weight_load=partial(phase1.one_weight_load_per_generation, self),
@@ -214,8 +200,16 @@ class PODSGRPOTrainer(GRPOTrainer):
         return rollouts.generation, rollouts.rewards_per_func, rollouts.counts
 
     def _generate_all(self, rows: list[dict[str, Any]]) -> tuple:
+        """N rollouts of each prompt, generated after TRL's batch preparation (`rollout_fields.generate_rows`)."""
         with phase1.generation_layout(self):
-            return self._generate([row["prompt"] for row in rows])
+            self._pods_rollouts = rollout_fields.generate_rows(self, super()._generate_and_score_completions, rows)
+        return self._pods_rollouts.generation
+
+    def _score_all(self, rows: list[dict[str, Any]], generation: tuple) -> torch.Tensor:
+        """TRL's rewards ``[P * rows, F]`` of `_generate_all`'s rollouts: for the prompts they were generated from,
+        with `rollout_func`'s extra fields and each row's environment (TRL's `environments` reward argument)."""
+        scored = rollout_fields.scoring_rows(rows, generation[5])
+        return self._calculate_rewards(scored, self._pods_rollouts.prompts, generation[3], generation[1])
 
     def _generate_wave(self, rows: list[dict[str, Any]], size: int) -> tuple:
         with phase1.group_size(self, size):  # server mode: one request per prompt with n = size
