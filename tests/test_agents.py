@@ -1,0 +1,109 @@
+"""PODS with TRL's agentic features: tools (HF generate), environments, `rollout_func`; and what stays refused.
+
+Each test trains a few steps N -> M and checks, per generation, that phase 2 saw exactly the kept rows of phase 1
+with their own token ids, tool masks, rewards and fields, and nothing of a discarded rollout.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from datasets import Dataset
+from helpers import QUIET, load, pods_config, prompts_dataset, token_sum_reward
+from tool_model import calculator_reward, counting_add, question
+from transformers import PreTrainedTokenizerFast
+
+from trl_pods import PODSGRPOTrainer
+
+
+class RowSpy(PODSGRPOTrainer):
+    """Records, per training generation, phase 1's result (all N rollouts, the selection) and phase 2's output."""
+
+    records: list[dict]
+
+    def _generate_score_and_select(self, inputs):
+        kept = super()._generate_score_and_select(inputs)
+        self.records = [*getattr(self, "records", []), {"inputs": inputs, "phase1": kept}]
+        return kept
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        if self.model.training:
+            self.records[-1]["output"] = output
+        return output
+
+
+def padded(rows: list[list[int]], value: int, width: int) -> torch.Tensor:
+    return torch.tensor([row + [value] * (width - len(row)) for row in rows])
+
+
+def assert_phase2_has_the_kept_rows(record: dict, pad_token_id: int) -> None:
+    """Phase 2's token ids and tool mask are phase 1's rows at the kept positions, in order."""
+    rollouts, local, output = record["phase1"]["rollouts"], record["phase1"]["local"], record["output"]
+    prompt_ids, completion_ids, tool_mask = rollouts.generation[:3]
+    width = output["completion_ids"].size(1)
+    kept_ids = [completion_ids[i] for i in local]
+    assert torch.equal(output["completion_ids"].cpu(), padded(kept_ids, pad_token_id, width))
+    if tool_mask is not None:
+        assert torch.equal(output["tool_mask"].cpu(), padded([tool_mask[i] for i in local], 1, width))
+    prompt_width = output["prompt_ids"].size(1)
+    kept_prompts = [[pad_token_id] * (prompt_width - len(prompt_ids[i])) + prompt_ids[i] for i in local]
+    assert output["prompt_ids"].cpu().tolist() == kept_prompts
+
+
+def tool_dataset(pairs: list[tuple[int, int]]) -> Dataset:
+    return Dataset.from_dict({"prompt": [question(a, b) for a, b in pairs], "answer": [str(a + b) for a, b in pairs]})
+
+
+def test_tools_with_hf_generate(tool_model_path, tmp_path):
+    """Tools (HF generate): TRL's tool loop runs for all N rollouts and the tool really executes; phase 2 trains on
+    the M kept rows with their tool masks (tool-output tokens, and only those, out of the loss); each logged kept
+    completion carries its own reward; TRL's tool metrics describe the N rows generated."""
+    model, tokenizer = load(tool_model_path)
+    calls: list[tuple[int, int]] = []
+    config = pods_config(
+        tmp_path, pods_n=4, pods_m=2, per_device_train_batch_size=4, max_steps=2, max_completion_length=48,
+        learning_rate=1e-4,
+    )  # fmt: skip
+    trainer = RowSpy(
+        model,
+        calculator_reward,
+        config,
+        train_dataset=tool_dataset([(1, 2), (3, 4), (5, 1), (2, 2)]),
+        processing_class=tokenizer,
+        tools=[counting_add(calls)],
+    )
+    calls_per_step = []
+    original = trainer._generate_score_and_select
+
+    def counting(inputs):
+        before = len(calls)
+        kept = original(inputs)
+        calls_per_step.append(len(calls) - before)
+        return kept
+
+    trainer._generate_score_and_select = counting
+    trainer.train()
+    assert len(trainer.records) == 2
+    assert len(calls) > 0, "the fine-tuned model never called the tool"
+    kept_tool_rows = 0
+    for record in trainer.records:
+        assert len(record["inputs"]) == 8 and len(record["phase1"]["local"]) == 4
+        assert_phase2_has_the_kept_rows(record, tokenizer.pad_token_id)
+        completions, tool_mask = record["phase1"]["rollouts"].generation[3], record["phase1"]["rollouts"].generation[2]
+        for i in record["phase1"]["local"]:
+            tool_messages = [m for m in completions[i] if m["role"] == "tool"]
+            ids = record["phase1"]["rollouts"].generation[1][i]
+            masked = [token for token, keep in zip(ids, tool_mask[i], strict=True) if not keep]
+            if tool_messages:
+                kept_tool_rows += 1
+                text = tokenizer.decode(masked)
+                assert "<tool_response>" in text and tool_messages[0]["content"] in text
+            else:
+                assert masked == []
+    assert kept_tool_rows > 0
+    frequencies = [entry["tools/call_frequency"] for entry in trainer.state.log_history if "tools/call_frequency" in entry]
+    assert frequencies == [count / 8 for count in calls_per_step]
+    table_completions, table_rewards = trainer._logs["completion"], trainer._logs["rewards"]["calculator_reward"]
+    answers = [row["answer"] for row in trainer.records[-1]["phase1"]["inputs"]]  # the table holds the last step
+    assert list(table_rewards) == calculator_reward(list(table_completions), answers)
