@@ -107,3 +107,89 @@ def test_tools_with_hf_generate(tool_model_path, tmp_path):
     table_completions, table_rewards = trainer._logs["completion"], trainer._logs["rewards"]["calculator_reward"]
     answers = [row["answer"] for row in trainer.records[-1]["phase1"]["inputs"]]  # the table holds the last step
     assert list(table_rewards) == calculator_reward(list(table_completions), answers)
+
+
+class AdderEnv:
+    """A calculator environment: its `add` tool records each result; the reward is 1 when the last result is the
+    row's answer, 0.5 for a wrong result, 0 without a call."""
+
+    def __init__(self):
+        self.resets = 0
+        self.results: list[int] = []
+        self.answer = ""
+
+    def reset(self, answer: str = "", **kwargs) -> None:
+        self.resets += 1
+        self.results, self.answer = [], answer
+
+    def add(self, a: int, b: int) -> int:
+        """Add two integers.
+
+        Args:
+            a: The first integer.
+            b: The second integer.
+        """
+        self.results.append(a + b)
+        return a + b
+
+    def get_reward(self) -> float:
+        if not self.results:
+            return 0.0
+        return 1.0 if str(self.results[-1]) == self.answer else 0.5
+
+
+class CounterEnv(AdderEnv):
+    """A counter: the same `add` tool, a reset that extends the prompt, and a reward counting the tool calls."""
+
+    def reset(self, answer: str = "", **kwargs) -> str:
+        super().reset(answer)
+        return " Count."
+
+    def get_reward(self) -> float:
+        return float(len(self.results))
+
+
+@pytest.mark.parametrize("form", ["factory", "dict"])
+def test_environment_factory(tool_model_path, tmp_path, form):
+    """environment_factory, one factory or a dict selected by the `environment` column: one instance per rollout (N
+    per prompt), each reset once as TRL does (not again for phase 2); `get_reward` scores all N before selection;
+    the kept rows carry their own environment (its reward, its tool results, the prompt its reset produced), and
+    phase 2 sees only kept rows."""
+    model, tokenizer = load(tool_model_path)
+    pairs = [(1, 2), (3, 4), (5, 1), (2, 2)]
+    dataset = tool_dataset(pairs)
+    if form == "dict":
+        dataset = dataset.add_column("environment", ["adder", "counter", "adder", "counter"])
+        factory = {"adder": AdderEnv, "counter": CounterEnv}
+    else:
+        factory = AdderEnv
+    config = pods_config(
+        tmp_path, pods_n=4, pods_m=2, per_device_train_batch_size=4, max_steps=2, max_completion_length=48,
+        learning_rate=1e-4,
+    )  # fmt: skip
+    trainer = RowSpy(
+        model, None, config, train_dataset=dataset, processing_class=tokenizer, environment_factory=factory
+    )
+    trainer.train()
+    pool = [env for envs in trainer._environment_pool.values() for env in envs]
+    probes = len(trainer._environment_pool)  # TRL builds one instance per environment at construction
+    assert sum(env.resets for env in pool) == 2 * 8, "each rollout's environment is reset once per generation"
+    assert len(pool) - probes <= 8
+    record = trainer.records[-1]
+    assert_phase2_has_the_kept_rows(record, tokenizer.pad_token_id)
+    rollouts, local = record["phase1"]["rollouts"], record["phase1"]["local"]
+    assert trainer.environments == [rollouts.environments[i] for i in local]
+    assert len({id(env) for env in rollouts.environments}) == 8
+    for i, env in zip(local, trainer.environments, strict=True):
+        tool_results = [m["content"] for m in rollouts.generation[3][i] if m["role"] == "tool"]
+        assert tool_results == [str(result) for result in env.results]
+    assert sum(len(env.results) for env in rollouts.environments) > 0, "no environment tool was called"
+    logged = trainer._logs["rewards"]
+    for name in {type(env).__name__ for env in trainer.environments}:
+        expected = [env.get_reward() if type(env).__name__ == name else None for env in trainer.environments]
+        got = [None if value != value else value for value in logged[name]]  # NaN: another environment's row
+        assert got == expected
+    kept_prompts = [rollouts.prompts[i] for i in local]
+    assert list(trainer._logs["prompt"]) == kept_prompts
+    if form == "dict":
+        assert any(prompt[-1]["content"].endswith(" Count.") for prompt in rollouts.prompts)
