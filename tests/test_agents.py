@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 from datasets import Dataset
-from helpers import QUIET, load, pods_config, prompts_dataset, token_sum_reward
+from helpers import load, pods_config, prompts_dataset, token_sum_reward
 from tool_model import calculator_reward, counting_add, question
 from transformers import PreTrainedTokenizerFast
 
@@ -102,7 +102,9 @@ def test_tools_with_hf_generate(tool_model_path, tmp_path):
             else:
                 assert masked == []
     assert kept_tool_rows > 0
-    frequencies = [entry["tools/call_frequency"] for entry in trainer.state.log_history if "tools/call_frequency" in entry]
+    frequencies = [
+        entry["tools/call_frequency"] for entry in trainer.state.log_history if "tools/call_frequency" in entry
+    ]
     assert frequencies == [count / 8 for count in calls_per_step]
     table_completions, table_rewards = trainer._logs["completion"], trainer._logs["rewards"]["calculator_reward"]
     answers = [row["answer"] for row in trainer.records[-1]["phase1"]["inputs"]]  # the table holds the last step
@@ -193,3 +195,82 @@ def test_environment_factory(tool_model_path, tmp_path, form):
     assert list(trainer._logs["prompt"]) == kept_prompts
     if form == "dict":
         assert any(prompt[-1]["content"].endswith(" Count.") for prompt in rollouts.prompts)
+
+
+class CountingRollouts:
+    """A `rollout_func`: random completions (4-6 tokens then EOS), each numbered; extra fields `rollout_index` (one
+    per row), `source` (shared) and `env_mask` (the last token masked as environment feedback)."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerFast, index_values: int | None = None):
+        self.tokenizer, self.index_values = tokenizer, index_values
+        self.generator = torch.Generator().manual_seed(0)
+        self.completions: dict[int, list[int]] = {}
+        self.group_sizes: list[tuple[int, int]] = []
+
+    def __call__(self, prompts: list, trainer) -> dict:
+        self.group_sizes.append((len(prompts), trainer.num_generations))
+        texts = [self.tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
+        prompt_ids = self.tokenizer(texts)["input_ids"]
+        indices, completion_ids = [], []
+        for _ in prompts:
+            length = int(torch.randint(4, 7, (1,), generator=self.generator))
+            ids = torch.randint(10, 200, (length,), generator=self.generator).tolist() + [self.tokenizer.eos_token_id]
+            indices.append(len(self.completions))
+            self.completions[indices[-1]] = ids
+            completion_ids.append(ids)
+        return {
+            "prompt_ids": prompt_ids,
+            "completion_ids": completion_ids,
+            "logprobs": None,
+            "rollout_index": indices[: self.index_values],
+            "source": "counting",
+            "env_mask": [[1] * (len(ids) - 1) + [0] for ids in completion_ids],
+        }
+
+
+def indexed_reward(completion_ids, rollout_index, source, **kwargs) -> list[float]:
+    """`token_sum_reward`; asserts each row's `rollout_index` is the row's own completion (see the test)."""
+    assert source == ["counting"] * len(completion_ids)
+    indexed_reward.seen.extend(zip(rollout_index, map(tuple, completion_ids), strict=True))
+    return token_sum_reward(completion_ids)
+
+
+def test_rollout_func_fields_follow_the_kept_rows(tiny_model_path, tmp_path):
+    """rollout_func generates the N rollouts of each prompt (it sees N rows per prompt and num_generations = N); its
+    per-row extra fields reach the reward functions aligned with their rows and phase 2 with the kept rows only; its
+    shared field reaches every row; its env_mask is the kept rows' tool mask."""
+    model, tokenizer = load(tiny_model_path)
+    rollout = CountingRollouts(tokenizer)
+    indexed_reward.seen = []
+    config = pods_config(tmp_path, pods_n=4, pods_m=2, per_device_train_batch_size=4, max_steps=2)
+    trainer = RowSpy(
+        model, indexed_reward, config, train_dataset=prompts_dataset(), processing_class=tokenizer,
+        rollout_func=rollout,
+    )  # fmt: skip
+    trainer.train()
+    assert rollout.group_sizes == [(8, 4), (8, 4)]
+    assert len(indexed_reward.seen) == 16, "each rollout is scored once"
+    assert all(tuple(rollout.completions[index]) == ids for index, ids in indexed_reward.seen)
+    for record in trainer.records:
+        assert_phase2_has_the_kept_rows(record, tokenizer.pad_token_id)
+        fields = record["phase1"]["generation"][5]
+        all_indices = record["phase1"]["rollouts"].generation[5]["rollout_index"]
+        assert fields["rollout_index"] == [all_indices[i] for i in record["phase1"]["local"]]
+        assert [row["rollout_index"] for row in record["phase1"]["inputs"]] == fields["rollout_index"]
+        assert fields["source"] == "counting"
+        masks = record["phase1"]["generation"][2]  # phase 2's tool mask (assert_phase2_has_the_kept_rows)
+        kept_ids = [rollout.completions[index] for index in fields["rollout_index"]]
+        assert masks == [[1] * (len(ids) - 1) + [0] for ids in kept_ids]
+
+
+def test_rollout_func_field_of_another_length_is_refused(tiny_model_path, tmp_path):
+    """A rollout_func list field without one value per row cannot follow the kept rows: a clear error."""
+    model, tokenizer = load(tiny_model_path)
+    config = pods_config(tmp_path, pods_n=4, pods_m=2, per_device_train_batch_size=4, max_steps=1)
+    rollout = CountingRollouts(tokenizer, index_values=2)
+    trainer = PODSGRPOTrainer(
+        model, token_sum_reward, config, train_dataset=prompts_dataset(), processing_class=tokenizer,
+        rollout_func=rollout,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="rollout_func returned 2 values for 'rollout_index' for 8 rows"):
+        trainer.train()

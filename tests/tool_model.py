@@ -16,11 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from tiny_model import tiny_qwen2
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 from trl.chat_template_utils import qwen3_chat_template
-
-from tiny_model import tiny_qwen2
 
 SPECIAL_TOKENS = [
     "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>", "<tool_call>", "</tool_call>", "<tool_response>",

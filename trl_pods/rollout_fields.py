@@ -126,38 +126,35 @@ def generate_rows(trainer: Any, parent_generate_and_score, rows: list[dict[str, 
 
 def scoring_rows(rows: list[dict[str, Any]], extra_fields: dict[str, Any]) -> list[dict[str, Any]]:
     """Copies of ``rows`` with `rollout_func`'s extra fields merged as TRL merges them before scoring: a list gives
-    row ``i`` its ``i``-th value, any other value goes to every row."""
+    row ``i`` its ``i``-th value (`check_fields`), any other value goes to every row."""
+    check_fields(extra_fields, len(rows))
     if not extra_fields:
         return rows
     merged = [dict(row) for row in rows]
     for i, row in enumerate(merged):
         for key, values in extra_fields.items():
-            if not isinstance(values, list):
-                row[key] = values
-            elif i < len(values):
-                row[key] = values[i]
+            row[key] = values[i] if isinstance(values, list) else values
     return merged
 
 
-def kept_fields(extra_fields: dict[str, Any], local: list[int], rows: int) -> dict[str, Any]:
-    """`rollout_func`'s extra fields for the kept rows ``local`` of ``rows`` generated rows.
-
-    Raises:
-        ValueError: A list-valued field does not hold one value per generated row.
-    """
-    kept = {}
+def check_fields(extra_fields: dict[str, Any], rows: int) -> None:
+    """Refuse a list-valued `rollout_func` field without one value per generated row: it cannot follow the kept
+    rows."""
     for key, values in extra_fields.items():
-        if not isinstance(values, list):
-            kept[key] = values
-            continue
-        if len(values) != rows:
+        if isinstance(values, list) and len(values) != rows:
             raise ValueError(
                 f"rollout_func returned {len(values)} values for {key!r} for {rows} rows. With PODS a list field must "
                 "hold one value per row it received (each prompt pods_n times), so that it can follow the kept rows; "
                 "return a non-list value to share it between all rows."
             )
-        kept[key] = [values[i] for i in local]
-    return kept
+
+
+def kept_fields(extra_fields: dict[str, Any], local: list[int], rows: int) -> dict[str, Any]:
+    """`rollout_func`'s extra fields for the kept rows ``local`` of ``rows`` generated rows (`check_fields`)."""
+    check_fields(extra_fields, rows)
+    return {
+        key: [values[i] for i in local] if isinstance(values, list) else values for key, values in extra_fields.items()
+    }
 
 
 def kept_rows(rows: list[dict[str, Any]], rollouts: RolloutRows | None, local: list[int]) -> list[dict[str, Any]]:
