@@ -239,3 +239,79 @@ def test_rollout_func_field_of_another_length_is_refused(tiny_model_path, tmp_pa
     )  # fmt: skip
     with pytest.raises(ValueError, match="rollout_func returned 2 values for 'rollout_index' for 8 rows"):
         trainer.train()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(pods_generation_chunk_size=3),
+        dict(num_iterations=2),
+        dict(pods_drop_constant_groups=True),
+        dict(pods_cross_group=True, pods_advantage_scope="all"),
+        dict(pods_token_fraction=0.5),
+    ],
+    ids=["rounds", "num_iterations", "drop_constant_groups", "cross_group", "token_selection"],
+)
+def test_tools_with_pods_modes(tool_model_path, tmp_path, options):
+    """Tools with the PODS modes that keep phase 1 in one generation: generation rounds (the tool loop's calls are
+    chunked too), num_iterations > 1, and D3S (dropped groups, cross-group selection, token selection). Phase 2
+    trains on the kept rows with their tool masks; a dropped group's rows get an all-zero mask, the others keep
+    their tool mask."""
+    model, tokenizer = load(tool_model_path)
+    calls: list[tuple[int, int]] = []
+    config = pods_config(
+        tmp_path, pods_n=4, pods_m=2, per_device_train_batch_size=4, max_steps=2, max_completion_length=48,
+        learning_rate=1e-4, **options,
+    )  # fmt: skip
+    trainer = RowSpy(
+        model,
+        calculator_reward,
+        config,
+        train_dataset=tool_dataset([(1, 2), (3, 4), (5, 1), (2, 2)]),
+        processing_class=tokenizer,
+        tools=[counting_add(calls)],
+    )
+    trainer.train()
+    assert calls, "the fine-tuned model never called the tool"
+    assert len(trainer.records) == (1 if options.get("num_iterations") else 2)
+    for record in trainer.records:
+        phase1, output = record["phase1"], record["output"]
+        assert len(phase1["local"]) == 4
+        tool_mask = phase1["rollouts"].generation[2]
+        if options.get("pods_drop_constant_groups"):
+            dropped = phase1["dropped"].tolist()
+            rows = zip(phase1["local"], dropped, strict=True)
+            kept_masks = [[0] * len(tool_mask[i]) if drop else tool_mask[i] for i, drop in rows]
+            width = output["tool_mask"].size(1)
+            assert output["tool_mask"].tolist() == [mask + [1] * (width - len(mask)) for mask in kept_masks]
+        else:
+            assert_phase2_has_the_kept_rows(record, tokenizer.pad_token_id)
+
+
+@pytest.mark.parametrize(
+    ("feature", "options", "message"),
+    [
+        ("tools", dict(pods_generation="adaptive", pods_n_initial=2), "pods_generation='adaptive' cannot be combined"),
+        ("environment_factory", dict(pods_generation="budgeted", pods_budget=4), "'budgeted' cannot be combined"),
+        ("rollout_func", dict(pods_generation_chunk_size=2), "pods_generation_chunk_size cannot split"),
+        ("image column", {}, "environment_factory with image inputs"),
+    ],
+)
+def test_refuses_what_cannot_be_down_sampled(tool_model_path, tmp_path, feature, options, message):
+    """Adaptive and budgeted generation with tools, environments or rollout_func, a generation chunk size with
+    rollout_func, and environments with image inputs are refused at construction with what to change."""
+    model, tokenizer = load(tool_model_path)
+    config = pods_config(tmp_path, pods_n=4, pods_m=2, per_device_train_batch_size=4, max_steps=1, **options)
+    dataset = tool_dataset([(1, 2), (3, 4)])
+    arguments = {
+        "tools": dict(tools=[counting_add([])]),
+        "environment_factory": dict(environment_factory=AdderEnv),
+        "rollout_func": dict(rollout_func=CountingRollouts(tokenizer)),
+        "image column": dict(environment_factory=AdderEnv),
+    }[feature]
+    if feature == "image column":
+        dataset = dataset.add_column("image", [None, None])
+    with pytest.raises(ValueError, match=message):
+        PODSGRPOTrainer(
+            model, calculator_reward, config, train_dataset=dataset, processing_class=tokenizer, **arguments
+        )
