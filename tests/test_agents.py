@@ -6,7 +6,10 @@ with their own token ids, tool masks, rewards and fields, and nothing of a disca
 
 from __future__ import annotations
 
+import json
+
 import pytest
+import tool_model
 import torch
 from datasets import Dataset
 from helpers import RowSpy, assert_phase2_has_the_kept_rows, load, pods_config, prompts_dataset, token_sum_reward
@@ -315,3 +318,12 @@ def test_refuses_what_cannot_be_down_sampled(tool_model_path, tmp_path, feature,
         PODSGRPOTrainer(
             model, calculator_reward, config, train_dataset=dataset, processing_class=tokenizer, **arguments
         )
+
+
+@pytest.mark.slow
+def test_calculator_example_runs_offline(tmp_path):
+    """The docs' example (scripts/calculator_tool.py) runs offline: it builds its tool-calling model, trains PODS
+    8 -> 4 with the tool for 2 steps, and writes its summary, with tool calls made."""
+    summary = tool_model.calculator_tool.main(["--output_dir", str(tmp_path), "--steps", "2"])
+    assert json.loads((tmp_path / "calculator_summary.json").read_text()) == summary
+    assert len(summary["tool_call_frequency"]) == 2 and max(summary["tool_call_frequency"]) > 0
