@@ -13,7 +13,7 @@ import tool_model
 import torch
 from datasets import Dataset
 from helpers import RowSpy, assert_phase2_has_the_kept_rows, load, pods_config, prompts_dataset, token_sum_reward
-from tool_model import calculator_reward, counting_add, question
+from tool_model import calculator_reward, counting_add, counting_async_add, question
 from transformers import PreTrainedTokenizerFast
 
 from trl_pods import PODSGRPOTrainer
@@ -23,10 +23,11 @@ def tool_dataset(pairs: list[tuple[int, int]]) -> Dataset:
     return Dataset.from_dict({"prompt": [question(a, b) for a, b in pairs], "answer": [str(a + b) for a, b in pairs]})
 
 
-def test_tools_with_hf_generate(tool_model_path, tmp_path):
-    """Tools (HF generate): TRL's tool loop runs for all N rollouts and the tool really executes; phase 2 trains on
-    the M kept rows with their tool masks (tool-output tokens, and only those, out of the loss); each logged kept
-    completion carries its own reward; TRL's tool metrics describe the N rows generated."""
+@pytest.mark.parametrize("make_tool", [counting_add, counting_async_add], ids=["sync", "async"])
+def test_tools_with_hf_generate(tool_model_path, tmp_path, make_tool):
+    """Tools (HF generate), sync and async: TRL's tool loop runs for all N rollouts and the tool really executes;
+    phase 2 trains on the M kept rows with their tool masks (tool-output tokens, and only those, out of the loss);
+    each logged kept completion carries its own reward; TRL's tool metrics describe the N rows generated."""
     model, tokenizer = load(tool_model_path)
     calls: list[tuple[int, int]] = []
     config = pods_config(
@@ -39,7 +40,7 @@ def test_tools_with_hf_generate(tool_model_path, tmp_path):
         config,
         train_dataset=tool_dataset([(1, 2), (3, 4), (5, 1), (2, 2)]),
         processing_class=tokenizer,
-        tools=[counting_add(calls)],
+        tools=[make_tool(calls)],
     )
     calls_per_step = []
     original = trainer._generate_score_and_select

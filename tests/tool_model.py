@@ -27,3 +27,14 @@ def counting_add(calls: list[tuple[int, int]]) -> Callable[[int, int], int]:
         return add(a, b)
 
     return recorded
+
+
+def counting_async_add(calls: list[tuple[int, int]]) -> Callable:
+    """`counting_add` as an async tool (TRL runs it on its event loop)."""
+
+    @functools.wraps(add)
+    async def recorded(a: int, b: int) -> int:
+        calls.append((a, b))
+        return add(a, b)
+
+    return recorded
