@@ -1,14 +1,15 @@
-"""PODS with a vision-language model (a tiny random LLaVA built locally, `tiny_vlm`): each kept row carries exactly
-its own image and pixel inputs, and phase 2's forwards see the kept rows only."""
+"""PODS with vision-language models (tiny random LLaVA and Gemma 3, built locally, `tiny_vlm`): each kept row carries
+exactly its own image and pixel inputs, and phase 2's forwards see the kept rows only."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from datasets import Dataset
 from helpers import RowSpy, assert_phase2_has_the_kept_rows, pods_config
 from PIL import Image
-from tiny_vlm import IMAGE_SIZE, build_processor, tiny_llava
+from tiny_vlm import FAMILIES, IMAGE_SIZE, build
 
 from trl_pods import PODSGRPOTrainer
 
@@ -42,13 +43,13 @@ class ForwardSpy(RowSpy):
         return super()._get_per_token_logps_and_entropies(model, input_ids, *args, pixel_values=pixel_values, **kwargs)
 
 
-def test_vlm_kept_rows_carry_their_images(tmp_path):
-    """LLaVA, N=4 -> M=2, 2 prompts with different images per generation: phase 1 generates 8 rows with their
-    prompt's image; phase 2's pixel values are the image processor's output for the kept rows' images, in order;
-    every training forward sees kept rows only, with one image each; the logged images and rewards are the kept
-    rows' own."""
-    processor = build_processor()
-    model = tiny_llava(processor)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_vlm_kept_rows_carry_their_images(tmp_path, family):
+    """N=4 -> M=2, 2 prompts with different images per generation: phase 1 generates 8 rows with their prompt's
+    image; phase 2's pixel values are the image processor's output for the kept rows' images, in order (Gemma 3:
+    its token_type_ids mark exactly the kept rows' image tokens); every training forward sees kept rows only, with
+    one image each; the logged images and rewards are the kept rows' own."""
+    model, processor = build(family)
     config = pods_config(
         tmp_path, pods_n=4, pods_m=2, per_device_train_batch_size=4, max_steps=2, log_completions=False
     )
@@ -64,6 +65,14 @@ def test_vlm_kept_rows_carry_their_images(tmp_path):
         assert record["output"]["pixel_values"].shape == expected.shape == (4, 3, IMAGE_SIZE, IMAGE_SIZE)
         assert np.allclose(record["output"]["pixel_values"].numpy(), expected.numpy())
         assert record["output"]["num_images"] == [1] * 4
+        if family == "gemma3":
+            output, image_token = record["output"], model.config.image_token_id
+            prompt_types = output["token_type_ids"][:, : output["prompt_ids"].size(1)]
+            assert torch.equal(prompt_types.bool().cpu(), output["prompt_ids"].cpu() == image_token)
+            assert (
+                prompt_types.sum().item() == 4
+                and not output["token_type_ids"][:, output["prompt_ids"].size(1) :].any()
+            )
         generated = record["phase1"]["rollouts"].generation[6]
         assert [np.array(generated[i][0]).tolist() for i in local] == [np.array(p).tolist() for p in kept_images]
     assert {rows for rows, _ in trainer.forwards} == {4}, "phase 2's training forwards see kept rows only"
@@ -84,9 +93,7 @@ def test_vlm_kept_rows_carry_their_images(tmp_path):
 )
 def test_vlm_refused_where_phase1_cannot_carry_images(tmp_path, options, message):
     """Adaptive/budgeted waves and generation chunks cannot carry images: refused at construction."""
-    processor = build_processor()
+    model, processor = build("llava")
     config = pods_config(tmp_path, pods_n=4, pods_m=2, per_device_train_batch_size=4, max_steps=1, **options)
     with pytest.raises(ValueError, match=message):
-        PODSGRPOTrainer(
-            tiny_llava(processor), red_reward, config, train_dataset=color_dataset(), processing_class=processor
-        )
+        PODSGRPOTrainer(model, red_reward, config, train_dataset=color_dataset(), processing_class=processor)
