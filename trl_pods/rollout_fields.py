@@ -17,8 +17,9 @@ Phase 2 must see each kept row with exactly its own data and nothing of a discar
   produced, and `trainer.environments` holds the kept rows' own instances (their state after the rollout).
 - Images: TRL builds the pixel inputs of phase 2 from the kept rows' image columns, so they cover the kept rows only.
 
-Adaptive and budgeted generation call `_generate` once per wave, without this preparation; they are refused with
-these features (`check_supported`), as is a generation chunk size with `rollout_func` or a vision-language model.
+The other generation modes (adaptive, budgeted, refill, screened) call `_generate` several times per step, without
+this preparation; they are refused with these features (`check_supported`), as is a generation chunk size with
+`rollout_func` or image inputs, and environments with image inputs.
 """
 
 from __future__ import annotations
@@ -64,9 +65,9 @@ def check_supported(args: Any, features: list[str]) -> None:
     """
     if features and args.pods_generation != "fixed":
         raise ValueError(
-            f"pods_generation={args.pods_generation!r} cannot be combined with {', '.join(features)}: its waves call "
-            "`_generate` without TRL's per-batch preparation (environment resets, tool dictionaries, image "
-            "insertion). Use pods_generation='fixed'."
+            f"pods_generation={args.pods_generation!r} cannot be combined with {', '.join(features)}: it calls "
+            "`_generate` several times per step without TRL's per-batch preparation (environment resets, tool "
+            "dictionaries, image insertion). Use pods_generation='fixed'."
         )
     if args.pods_generation_chunk_size is not None and {"rollout_func", "image inputs"} & set(features):
         raise ValueError(
