@@ -70,6 +70,8 @@ def test_tools_with_hf_generate(tool_model_path, tmp_path, make_tool):
                 assert "<tool_response>" in text and tool_messages[0]["content"] in text
             else:
                 assert masked == []
+        kept_tokens = sum(sum(tool_mask[i]) for i in record["phase1"]["local"])  # model tokens of the kept rows
+        assert int(record["output"]["num_items_in_batch"]) == kept_tokens, "TRL's loss normaliser: kept rows only"
     assert kept_tool_rows > 0
     frequencies = [
         entry["tools/call_frequency"] for entry in trainer.state.log_history if "tools/call_frequency" in entry

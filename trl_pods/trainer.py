@@ -8,6 +8,8 @@ A training batch goes through two phases, both built from `GRPOTrainer`'s own me
    same selection. With ``pods_generation="adaptive"`` the rollouts come in waves (`trl_pods.adaptive`), with
    ``"budgeted"`` in counts allocated per prompt from its history (`trl_pods.budget`); both are laid out in
    slots (row ``g * N + s`` is the ``s``-th rollout of group ``g``; NaN rewards where nothing was generated).
+   Fixed generation runs TRL's own batch preparation first (environment resets, tool dictionaries, image
+   insertion; `trl_pods.rollout_fields`), so tools, environments, `rollout_func` and images work for all N.
 2. **Train on the kept rows.** The parent's `_generate_and_score_completions` runs on the kept rows only, with
    `_generate` and `_calculate_rewards` answering from the phase-1 results and the group size at M. Padding,
    masks, old/reference log-probs, the vLLM importance-sampling correction, advantages, metrics and the loss are
@@ -16,8 +18,9 @@ A training batch goes through two phases, both built from `GRPOTrainer`'s own me
 The data loader is sized for the generated rows: each prompt is repeated N times, and each process receives whole
 prompt groups (`PODSConfig` checks the layout). This module holds only the methods TRL calls; each hands its work to
 the module owning the concern: `phase1` (generation, scoring, selection), `reporting` (metrics, selection log,
-completions table, token counts), `loss_seams` (D3S dropped groups, token selection, full-group advantages) and
-`resume` (exact-resume state).
+completions table, token counts), `loss_seams` (D3S dropped groups, token selection, full-group advantages),
+`rollout_fields` (what a kept row carries besides token ids: tool masks, environments, `rollout_func` fields,
+images) and `resume` (exact-resume state).
 """
 
 from __future__ import annotations
