@@ -15,21 +15,6 @@ WORKER = Path(__file__).with_name("agents_run.py")
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("feature", ["tools", "environment"])
-def test_two_processes_select_alike(tool_model_path, tmp_path, feature):
-    """Two ranks, one prompt (4 rollouts) each per step: both compute the same gathered rewards and kept mask, each
-    trains its 2 kept rows; tools really run; every rollout's environment is reset once per generation."""
-    ranks = run_worker(tool_model_path, tmp_path, 2, feature, worker=WORKER)
-    assert len(ranks[0]["records"]) == len(ranks[1]["records"]) == 2
-    for r0, r1 in zip(ranks[0]["records"], ranks[1]["records"], strict=True):
-        assert r0["rewards"] == r1["rewards"] and r0["kept"] == r1["kept"]
-        assert len(r0["rewards"]) == 2 and all(sum(row) == 2 for row in r0["kept"])
-        assert r0["kept_rows"] == r1["kept_rows"] == 2
-    assert sum(rank["calls"] for rank in ranks) > 0, "no tool call was executed"
-    if feature == "environment":
-        assert [rank["resets"] for rank in ranks] == [8, 8]
-
-
 def _kill_process_tree(process: subprocess.Popen) -> None:
     for child in [*psutil.Process(process.pid).children(recursive=True), process]:
         child.send_signal(signal.SIGKILL)
@@ -37,12 +22,23 @@ def _kill_process_tree(process: subprocess.Popen) -> None:
 
 
 @pytest.mark.parametrize("feature", ["tools", "environment"])
-def test_two_processes_resume_exactly_after_sigkill(tool_model_path, tmp_path, feature):
-    """Both ranks SIGKILLed after the step-2 checkpoint, resumed: the selections (rewards, kept rows), losses and
-    token counts equal an uninterrupted 2-process run's."""
+def test_two_processes_select_alike_and_resume_exactly_after_sigkill(tool_model_path, tmp_path, feature):
+    """Two ranks, one prompt (4 rollouts, 2 kept) each per step, 4 steps. The uninterrupted run: both ranks compute
+    the same gathered rewards and kept mask, each trains its 2 kept rows, tools really run, and every rollout's
+    environment is reset once per generation. Then both ranks are SIGKILLed after the step-2 checkpoint and resumed:
+    the selections (rewards, kept rows), losses and token counts equal the uninterrupted run's."""
     options = (feature, "--steps", "4", "--save-steps", "2", "--slow")
     reference, killed = tmp_path / "reference", tmp_path / "killed"
-    run_worker(tool_model_path, reference, 2, *options, worker=WORKER)
+    ranks = run_worker(tool_model_path, reference, 2, *options, worker=WORKER)
+    assert len(ranks[0]["records"]) == len(ranks[1]["records"]) == 4
+    for r0, r1 in zip(ranks[0]["records"], ranks[1]["records"], strict=True):
+        assert r0["rewards"] == r1["rewards"] and r0["kept"] == r1["kept"]
+        assert len(r0["rewards"]) == 2 and all(sum(row) == 2 for row in r0["kept"])
+        assert r0["kept_rows"] == r1["kept_rows"] == 2
+    assert sum(rank["calls"] for rank in ranks) > 0, "no tool call was executed"
+    if feature == "environment":
+        assert [rank["resets"] for rank in ranks] == [16, 16]
+
     killed.mkdir()
     command = torchrun_command(WORKER, tool_model_path, killed, 2, *options)
     process = subprocess.Popen(command, env=worker_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
