@@ -36,3 +36,11 @@ def vllm_model_path(tmp_path_factory, real_vllm):
     from vllm_real import build_vllm_model
 
     return build_vllm_model(tmp_path_factory.mktemp("tiny-qwen2-vllm"))
+
+
+@pytest.fixture(scope="session")
+def tool_model_path(tmp_path_factory):
+    """A tiny Qwen2 fine-tuned to call a calculator tool (`tool_model`), built once per test session (~10 s)."""
+    from tool_model import build_tool_model
+
+    return build_tool_model(tmp_path_factory.mktemp("tiny-qwen2-tools"))

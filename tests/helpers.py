@@ -206,3 +206,38 @@ class RoleReward:
             role = self.roles[i % len(self.roles)]
             rewards.append({"right": 1.0, "wrong": 0.0, "half": float(slot % 2), "rare": float(slot == 3)}[role])
         return rewards
+
+
+class RowSpy(PODSGRPOTrainer):
+    """Records, per training generation, phase 1's result (all N rollouts, the selection) and phase 2's output."""
+
+    records: list[dict]
+
+    def _generate_score_and_select(self, inputs):
+        kept = super()._generate_score_and_select(inputs)
+        self.records = [*getattr(self, "records", []), {"inputs": inputs, "phase1": kept}]
+        return kept
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        if self.model.training:
+            self.records[-1]["output"] = output
+        return output
+
+
+def padded(rows: list[list[int]], value: int, width: int) -> torch.Tensor:
+    return torch.tensor([row + [value] * (width - len(row)) for row in rows])
+
+
+def assert_phase2_has_the_kept_rows(record: dict, pad_token_id: int) -> None:
+    """Phase 2's token ids and tool mask are phase 1's rows at the kept positions, in order."""
+    rollouts, local, output = record["phase1"]["rollouts"], record["phase1"]["local"], record["output"]
+    prompt_ids, completion_ids, tool_mask = rollouts.generation[:3]
+    width = output["completion_ids"].size(1)
+    kept_ids = [completion_ids[i] for i in local]
+    assert torch.equal(output["completion_ids"].cpu(), padded(kept_ids, pad_token_id, width))
+    if tool_mask is not None:
+        assert torch.equal(output["tool_mask"].cpu(), padded([tool_mask[i] for i in local], 1, width))
+    prompt_width = output["prompt_ids"].size(1)
+    kept_prompts = [[pad_token_id] * (prompt_width - len(prompt_ids[i])) + prompt_ids[i] for i in local]
+    assert output["prompt_ids"].cpu().tolist() == kept_prompts

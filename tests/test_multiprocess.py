@@ -16,15 +16,25 @@ WORKER = Path(__file__).with_name("multiprocess_run.py")
 pytestmark = pytest.mark.slow
 
 
-def run_worker(model_path, out: Path, processes: int, *options: str, timeout: float = 600) -> list[dict]:
-    """Run tests/multiprocess_run.py under torchrun and return each rank's record. A run that outlives `timeout`
-    (e.g. ranks waiting on each other's collectives) fails the test, and all its processes are killed."""
-    out.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
-    command = [
+def torchrun_command(worker: Path, model_path, out: Path, processes: int, *options: str) -> list[str]:
+    return [
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
-        "--master_port", str(29500 + os.getpid() % 1000), str(WORKER), str(model_path), str(out), *options,
+        "--master_port", str(29500 + os.getpid() % 1000), str(worker), str(model_path), str(out), *options,
     ]  # fmt: skip
+
+
+def worker_env() -> dict[str, str]:
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+
+
+def run_worker(
+    model_path, out: Path, processes: int, *options: str, timeout: float = 600, worker: Path = WORKER
+) -> list[dict]:
+    """Run ``worker`` (tests/multiprocess_run.py) under torchrun and return each rank's record. A run that outlives
+    `timeout` (e.g. ranks waiting on each other's collectives) fails the test, and all its processes are killed."""
+    out.mkdir(parents=True, exist_ok=True)
+    env = worker_env()
+    command = torchrun_command(worker, model_path, out, processes, *options)
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _, stderr = process.communicate(timeout=timeout)

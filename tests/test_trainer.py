@@ -227,39 +227,6 @@ def test_rejects_grpo_config(tiny_model_path, tmp_path):
         PODSGRPOTrainer(model, token_sum_reward, config, train_dataset=prompts_dataset(), processing_class=tokenizer)
 
 
-@pytest.mark.parametrize("feature", ["tools", "rollout_func"])
-def test_rejects_multi_turn_features(tiny_model_path, tmp_path, feature):
-    """Tools and custom rollouts are refused at construction with a clear message."""
-    model, tokenizer = load(tiny_model_path)
-    config = pods_config(tmp_path, pods_n=8, pods_m=4, per_device_train_batch_size=4)
-    value = [len] if feature == "tools" else (lambda prompts, trainer: {})
-    with pytest.raises(ValueError, match=f"does not support {feature}"):
-        PODSGRPOTrainer(
-            model,
-            token_sum_reward,
-            config,
-            train_dataset=prompts_dataset(),
-            processing_class=tokenizer,
-            **{feature: value},
-        )
-
-
-def test_rejects_image_rows(tiny_model_path, tmp_path):
-    """Vision inputs are refused with a clear message instead of silently mis-sliced, also an image column of Nones:
-    GRPOTrainer treats it as vision inputs too (a text model then fails on missing pixel values), so the message
-    says to remove the column. A `datasets.Dataset` is refused at construction; an iterable dataset, whose rows are
-    seen only when read, at the first training step."""
-    model, tokenizer = load(tiny_model_path)
-    dataset = prompts_dataset().add_column("image", [None] * 8)
-    config = pods_config(tmp_path, pods_n=8, pods_m=4, per_device_train_batch_size=4, max_steps=1)
-    with pytest.raises(ValueError, match="image inputs.*Remove the column"):
-        PODSGRPOTrainer(model, token_sum_reward, config, train_dataset=dataset, processing_class=tokenizer)
-    streamed = dataset.to_iterable_dataset()
-    trainer = PODSGRPOTrainer(model, token_sum_reward, config, train_dataset=streamed, processing_class=tokenizer)
-    with pytest.raises(ValueError, match="image inputs.*Remove the column"):
-        trainer.train()
-
-
 def test_rejects_a_user_rule_with_a_wrong_result(tiny_model_path, tmp_path):
     """A user down-sampler returning duplicate indices fails loudly instead of training on wrong rows."""
     from trl_pods import register_down_sampler

@@ -26,6 +26,7 @@ import torch
 from .adaptive import gathered_rows, generated_slots, has_contrast, lockstep_rows, top_up_waves
 from .advantages import full_group_advantages, group_objective
 from .down_sampling import max_variance_across_groups
+from .rollout_fields import kept_fields, per_row
 from .schedules import kept_per_prompt, scheduled_value
 from .screening import missing_groups, refill_choice
 
@@ -456,18 +457,18 @@ def select_rollouts(
 
 
 def kept_generation(generation: Generation, selection: Selection, drop_constant_groups: bool) -> Generation:
-    """The 8-tuple of this process's kept rows. With dropped groups, a zero loss mask (`tool_mask`) keeps their rows
-    out of the loss and its normaliser."""
+    """The 8-tuple of this process's kept rows, `rollout_func`'s extra fields and tool images included. With dropped
+    groups, a zero loss mask (`tool_mask`) keeps their rows out of the loss and its normaliser."""
     prompt_ids, completion_ids, tool_mask, completions, logps, extra_fields, images, tool_images = generation
-    local = selection.local
-    kept_ids = take(completion_ids, local)
+    local, rows = selection.local, len(completion_ids)
+    kept_ids, tool_mask = take(completion_ids, local), take(tool_mask, local)  # tool_mask: 0 on tool-output tokens
     if drop_constant_groups:
         drops = selection.local_dropped.tolist()
-        tool_mask = [[0 if drop else 1] * len(ids) for ids, drop in zip(kept_ids, drops, strict=True)]
-    else:
-        tool_mask = take(tool_mask, local)
+        masks = tool_mask or [[1] * len(ids) for ids in kept_ids]
+        tool_mask = [[0 if drop else keep for keep in mask] for mask, drop in zip(masks, drops, strict=True)]
     kept = (take(prompt_ids, local), kept_ids, tool_mask, take(completions, local), take(logps, local))
-    return (*kept, extra_fields, take(images, local), tool_images)
+    tool_images = take(tool_images, local) if per_row(tool_images, rows) else tool_images
+    return (*kept, kept_fields(extra_fields, local, rows), take(images, local), tool_images)
 
 
 def kept_per_step(args: Any, progress: float, prompts_per_process: int) -> int:

@@ -8,6 +8,8 @@ A training batch goes through two phases, both built from `GRPOTrainer`'s own me
    same selection. With ``pods_generation="adaptive"`` the rollouts come in waves (`trl_pods.adaptive`), with
    ``"budgeted"`` in counts allocated per prompt from its history (`trl_pods.budget`); both are laid out in
    slots (row ``g * N + s`` is the ``s``-th rollout of group ``g``; NaN rewards where nothing was generated).
+   Fixed generation runs TRL's own batch preparation first (environment resets, tool dictionaries, image
+   insertion; `trl_pods.rollout_fields`), so tools, environments, `rollout_func` and images work for all N.
 2. **Train on the kept rows.** The parent's `_generate_and_score_completions` runs on the kept rows only, with
    `_generate` and `_calculate_rewards` answering from the phase-1 results and the group size at M. Padding,
    masks, old/reference log-probs, the vLLM importance-sampling correction, advantages, metrics and the loss are
@@ -16,8 +18,9 @@ A training batch goes through two phases, both built from `GRPOTrainer`'s own me
 The data loader is sized for the generated rows: each prompt is repeated N times, and each process receives whole
 prompt groups (`PODSConfig` checks the layout). This module holds only the methods TRL calls; each hands its work to
 the module owning the concern: `phase1` (generation, scoring, selection), `reporting` (metrics, selection log,
-completions table, token counts), `loss_seams` (D3S dropped groups, token selection, full-group advantages) and
-`resume` (exact-resume state).
+completions table, token counts), `loss_seams` (D3S dropped groups, token selection, full-group advantages),
+`rollout_fields` (what a kept row carries besides token ids: tool masks, environments, `rollout_func` fields,
+images) and `resume` (exact-resume state).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from datasets import Dataset
 from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
-from . import loss_seams, phase1, reporting, resume, screening, trainer_steps
+from . import loss_seams, phase1, reporting, resume, rollout_fields, screening, trainer_steps
 from .budget import BudgetedAllocation
 from .config import PODSConfig
 from .down_sampling import get_down_sampler
@@ -39,22 +42,14 @@ from .losses import SEQUENCE_AVERAGE_LOSSES
 from .paper import PODS_PAPER
 from .vllm_engine import colocate_engine
 
-_UNSUPPORTED_ARGUMENTS = ("tools", "rollout_func", "environment_factory")
-_IMAGE_COLUMNS = ("image", "images")
-_IMAGE_INPUTS = (
-    "PODSGRPOTrainer does not support image inputs (an 'image' or 'images' column, which GRPOTrainer treats as vision "
-    "inputs even when its values are None). Remove the column from a text-only dataset, or use trl.GRPOTrainer for a "
-    "vision-language model."
-)
-
 
 class PODSGRPOTrainer(GRPOTrainer):
     """Drop-in replacement for `trl.GRPOTrainer` that trains on a down-sampled subset of the rollouts.
 
     Takes the same arguments as `GRPOTrainer`; `args` must be a [`PODSConfig`] (without `args`, a default one is
     built, its output directory named as `GRPOTrainer` names it). Evaluation is unchanged (no down-sampling). Tools,
-    environments, `rollout_func` and vision inputs are not supported: they are refused at construction (an image
-    column of an iterable dataset at the first training step).
+    environments, `rollout_func` and vision inputs work with fixed generation (`rollout_fields`); what cannot be
+    down-sampled is refused at construction (an image column of an iterable dataset at the first training step).
     """
 
     _tag_names = [*GRPOTrainer._tag_names, "pods"]
@@ -74,6 +69,7 @@ class PODSGRPOTrainer(GRPOTrainer):
     _epoch_replay: resume.EpochReplay | None = None  # the training sampler, told each epoch by `_run_epoch`
     _pods_pool: int = 1  # refill, screened: prompts read per trained prompt (`screening.pool_factor`)
     _screen_rule: Any = None  # screened: the rule choosing the prompts to train on
+    _pods_rollouts: rollout_fields.RolloutRows | None = None  # phase 1: the rows as TRL prepared and generated them
 
     def __init__(self, model, reward_funcs=None, args: PODSConfig | None = None, *trainer_args, **trainer_kwargs):
         if args is None:  # as GRPOTrainer does
@@ -84,18 +80,10 @@ class PODSGRPOTrainer(GRPOTrainer):
                 f"PODSGRPOTrainer needs `args=trl_pods.PODSConfig(...)`, got {type(args).__name__}. PODSConfig takes "
                 "every GRPOConfig parameter plus pods_n, pods_m, pods_down_sampler and pods_advantage_scope."
             )
-        unsupported = [name for name in _UNSUPPORTED_ARGUMENTS if trainer_kwargs.get(name)]
-        if unsupported:
-            raise ValueError(
-                f"PODSGRPOTrainer does not support {', '.join(unsupported)}: multi-turn rollouts change the rows "
-                "between generation and scoring. Use trl.GRPOTrainer for tool or environment training."
-            )
         with colocate_engine(args, grpo_trainer_module):
             super().__init__(model, reward_funcs, args, *trainer_args, **trainer_kwargs)
-        if self._is_vlm:
-            raise ValueError("PODSGRPOTrainer does not support vision-language models; use trl.GRPOTrainer.")
-        if isinstance(self.train_dataset, Dataset) and set(_IMAGE_COLUMNS) & set(self.train_dataset.column_names):
-            raise ValueError(_IMAGE_INPUTS)
+        columns = self.train_dataset.column_names if isinstance(self.train_dataset, Dataset) else []
+        rollout_fields.check_supported(args, rollout_fields.features_in_use(self, columns))
         self.pods_n, self.pods_m = args.pods_n, args.pods_m
         self.down_sampler = get_down_sampler(args.pods_down_sampler)
         self._generation_chunk_size = args.pods_generation_chunk_size
@@ -140,14 +128,14 @@ class PODSGRPOTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         if self.pods_n is None or not self.model.training:
             return super()._generate_and_score_completions(inputs)
-        if any(column in row for row in inputs for column in _IMAGE_COLUMNS):  # e.g. from an iterable dataset
-            raise ValueError(_IMAGE_INPUTS)
+        rollout_fields.check_rows(self, inputs)  # e.g. the image column of an iterable dataset
         kept = self._generate_score_and_select(inputs)
         reporting.clear_completion_logs(self._logs)
         self._pods_phase1 = kept
         self.num_generations = kept["m"]  # the group size TRL's advantage code reads
         try:
-            output = super()._generate_and_score_completions(kept["inputs"])
+            with rollout_fields.kept_environments(self, kept["rollouts"], kept["local"]):
+                output = super()._generate_and_score_completions(kept["inputs"])
         finally:
             self._pods_phase1 = None
             self.num_generations = self.pods_m
@@ -181,6 +169,7 @@ class PODSGRPOTrainer(GRPOTrainer):
         selection = phase1.select_rollouts(
             rewards_per_func, counts, local_rows, m, settings.seed, settings, rollouts.chosen
         )
+        prepared, self._pods_rollouts = self._pods_rollouts, None  # fixed generation: TRL's prepared rows
         if args.pods_log_all_rollouts:
             process = self.accelerator.process_index
             all_rollouts = reporting.gather_all_rollouts(
@@ -197,10 +186,12 @@ class PODSGRPOTrainer(GRPOTrainer):
                 "generation": self._step % args.gradient_accumulation_steps,
             }
             main = self.accelerator.is_main_process
-            prompts = [row["prompt"] for row in inputs[:: self.pods_n]]
+            prompts = [row.get("prompt") for row in inputs[:: self.pods_n]]
             reporting.record_selection(args.output_dir, main, position, prompts, selection, counts)
         return {
-            "inputs": [inputs[i] for i in selection.local],
+            "inputs": rollout_fields.kept_rows(inputs, prepared, selection.local),
+            "rollouts": prepared,
+            "local": selection.local,
             "generation": phase1.kept_generation(generation, selection, args.pods_drop_constant_groups),
             "rewards_per_func": rewards_per_func[selection.kept_rows.to(rewards_per_func.device)],
             "rewards": selection.rewards,
@@ -217,9 +208,7 @@ class PODSGRPOTrainer(GRPOTrainer):
         group ``[G]``, with what generating them cost."""
         steps = phase1.GenerationSteps(
             generate=self._generate_all,
-            score=lambda rows, generation: self._calculate_rewards(
-                rows, [row["prompt"] for row in rows], generation[3], generation[1]
-            ),
+            score=self._score_all,
             generate_wave=self._generate_wave,
             score_wave=partial(trainer_steps.score_own_rows, self),
             one_weight_load=partial(trainer_steps.one_weight_load_per_generation, self),
@@ -233,8 +222,16 @@ class PODSGRPOTrainer(GRPOTrainer):
         return rollouts
 
     def _generate_all(self, rows: list[dict[str, Any]]) -> tuple:
+        """N rollouts of each prompt, generated after TRL's batch preparation (`rollout_fields.generate_rows`)."""
         with trainer_steps.generation_layout(self):
-            return self._generate([row["prompt"] for row in rows])
+            self._pods_rollouts = rollout_fields.generate_rows(self, super()._generate_and_score_completions, rows)
+        return self._pods_rollouts.generation
+
+    def _score_all(self, rows: list[dict[str, Any]], generation: tuple) -> torch.Tensor:
+        """TRL's rewards ``[P * rows, F]`` of `_generate_all`'s rollouts: for the prompts they were generated from,
+        with `rollout_func`'s extra fields and each row's environment (TRL's `environments` reward argument)."""
+        scored = rollout_fields.scoring_rows(rows, generation[5])
+        return self._calculate_rewards(scored, self._pods_rollouts.prompts, generation[3], generation[1])
 
     def _generate_wave(self, rows: list[dict[str, Any]], size: int) -> tuple:
         with trainer_steps.group_size(self, size):  # server mode: one request per prompt with n = size

@@ -1,0 +1,96 @@
+"""Worker of the multi-process agent tests: `torchrun --nproc_per_node K tests/agents_run.py MODEL OUT FEATURE`.
+
+Trains PODS 4 -> 2 with the calculator tool model (`tool_model`) on one prompt per rank per step, with FEATURE
+`tools` (a standalone `add` tool) or `environment` (an `AdderEnv` per rollout, its `get_reward` a reward source),
+and writes per rank what it saw: the gathered reward matrix and kept mask of each generation, its tool calls and the
+resets of its environments. `--slow` adds a reward function that takes half a second (so a test can kill the run
+between steps); `--save-steps` checkpoints; `--resume` resumes from the last checkpoint.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+from helpers import RowSpy, load, pods_config  # noqa: E402
+from test_agents import AdderEnv, tool_dataset  # noqa: E402
+from tool_model import calculator_reward, counting_add  # noqa: E402
+
+
+def pause_reward(completions, **kwargs) -> list[float]:
+    """Half a second, then 0 for every row (a constant: it changes no advantage)."""
+    time.sleep(0.5)
+    return [0.0] * len(completions)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("model")
+    parser.add_argument("out")
+    parser.add_argument("feature", choices=["tools", "environment"])
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--save-steps", type=int)
+    parser.add_argument("--slow", action="store_true")
+    parser.add_argument("--resume", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    model, tokenizer = load(args.model)
+    config = pods_config(
+        args.out,
+        pods_n=4,
+        pods_m=2,
+        per_device_train_batch_size=4 // world,
+        max_steps=args.steps,
+        max_completion_length=48,
+        learning_rate=1e-4,
+        ddp_backend="gloo" if world > 1 else None,
+        **(dict(save_strategy="steps", save_steps=args.save_steps) if args.save_steps else {}),
+    )
+    calls = []
+    rewards = [calculator_reward] if args.feature == "tools" else []
+    feature = dict(tools=[counting_add(calls)]) if args.feature == "tools" else dict(environment_factory=AdderEnv)
+    trainer = RowSpy(
+        model,
+        rewards + ([pause_reward] if args.slow else []),
+        config,
+        train_dataset=tool_dataset([(a, 7 - a) for a in range(8)]),
+        processing_class=tokenizer,
+        **feature,
+    )
+    trainer.train(resume_from_checkpoint=True if args.resume else None)
+    trainer.save_state()  # the log history, to compare a resumed run with an uninterrupted one
+    records = []
+    for record in getattr(trainer, "records", []):
+        rollouts, phase1 = record["phase1"]["rollouts"], record["phase1"]
+        records.append(
+            dict(
+                rewards=phase1["rewards"].tolist(),
+                kept=phase1["kept"].tolist(),
+                kept_rows=len(phase1["local"]),
+                tool_rows=sum(any(m["role"] == "tool" for m in c) for c in rollouts.generation[3]),
+            )
+        )
+    pool = [env for envs in (getattr(trainer, "_environment_pool", None) or {}).values() for env in envs]
+    result = dict(
+        records=records,
+        calls=len(calls) + sum(len(env.results) for env in pool),
+        resets=sum(env.resets for env in pool),
+        world=world,
+    )
+    with open(os.path.join(args.out, f"rank{trainer.accelerator.process_index}.json"), "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main()
+    if torch.distributed.is_initialized():  # the ranks leave together (see multiprocess_run.py)
+        torch.distributed.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
