@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -151,3 +152,32 @@ class OpenAIServer(VLLMServer):
         for name in self.adapters():
             response = requests.post(f"{self.url}/v1/unload_lora_adapter", json={"lora_name": name}, timeout=10)
             response.raise_for_status()
+
+
+def async_tokenizer(model: Path):
+    """The tiny model's tokenizer as TRL's asynchronous trainer needs it: its rollout worker parses every completion
+    with the tokenizer's `response_template`, which TRL provides only for the chat templates it knows. The tiny
+    template is Qwen's layout, so Qwen's parser serves it."""
+    from transformers import PreTrainedTokenizerFast
+    from trl.chat_template_utils import qwen3_template
+
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(model)
+    tokenizer.response_template = qwen3_template
+    return tokenizer
+
+
+def prompt_number(prompt: list[dict]) -> int:
+    """``i`` of the tests' prompt "What is i plus i+1?"."""
+    return int(prompt[0]["content"].split()[2])
+
+
+def recorded_reward(record: str, prompts, completion_ids, **kwargs) -> list[float]:
+    """1 for every rollout of an even prompt (a group without contrast), the token-id sum mod 7 for an odd one.
+    Appends each call (the rollouts of one group) to the JSON-lines file ``record``, so a test can see every scored
+    rollout, also in the rollout worker's child process (bind ``record`` with `functools.partial`: picklable)."""
+    number = prompt_number(prompts[0])
+    rewards = [1.0 if number % 2 == 0 else float(sum(ids) % 7) for ids in completion_ids]
+    with open(record, "a") as f:
+        f.write(json.dumps({"prompt": number, "completion_ids": list(map(list, completion_ids)), "rewards": rewards}))
+        f.write("\n")
+    return rewards

@@ -14,7 +14,9 @@ Nothing in `trl_pods`' trainers imports this module; a GPU run never goes throug
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import SimpleNamespace
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -69,11 +71,12 @@ def varlen_attention(
     return output
 
 
-def use_async_trainer_on_cpu() -> None:
+def use_async_trainer_on_cpu(setattr_: Callable[[Any, str, Any], None] = setattr) -> None:
     """Make TRL's `AsyncGRPOTrainer` run on a CPU (see the module docstring): its tree attention computes with
-    `varlen_attention`, and it reports no peak FLOPs. Process-wide; call it before building the trainer."""
+    `varlen_attention`, and it reports no peak FLOPs. Process-wide, through ``setattr_`` (`setattr`, or pytest's
+    ``monkeypatch.setattr`` to undo it after a test); call it before building the trainer."""
     from trl.experimental.async_grpo import async_grpo_trainer, packing
 
     kernel = SimpleNamespace(flash_attn_varlen_func=varlen_attention)
-    packing._flash_attn = lambda: kernel
-    async_grpo_trainer.get_peak_flops_per_device = lambda accelerator, dtype: None
+    setattr_(packing, "_flash_attn", lambda: kernel)
+    setattr_(async_grpo_trainer, "get_peak_flops_per_device", lambda accelerator, dtype: None)

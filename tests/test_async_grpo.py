@@ -1,0 +1,160 @@
+"""PODS in TRL's asynchronous trainer, without a server: the config, the selection rule, the worker's scoring seam
+(TRL's own rollout loop, fed hand-made groups) and the CPU attention. The real-server runs are in
+tests/test_async_grpo_vllm.py."""
+
+from __future__ import annotations
+
+import itertools
+import queue
+
+import pytest
+import torch
+from trl.experimental.async_grpo.async_rollout_worker import RolloutGroup, TrainingSequence, _AsyncRolloutLoop
+from vllm_real import async_tokenizer
+
+from trl_pods.advantages import population_group_advantages
+from trl_pods.async_cpu import varlen_attention
+from trl_pods.async_grpo import DROPPED_GROUPS, PODSAsyncGRPOConfig, PODSRolloutLoop, select_rollouts
+from trl_pods.down_sampling import get_down_sampler
+
+
+def test_config_counts_kept_rows_and_refuses_what_the_worker_cannot_do(tmp_path):
+    """`pods_m` is the group size the trainer sees (num_generations), N defaults to 4M; modes the asynchronous
+    worker does not have, greedy sampling and unknown rules are refused with what to change."""
+    config = PODSAsyncGRPOConfig(str(tmp_path), pods_m=2, use_cpu=True)
+    assert (config.pods_n, config.pods_m, config.num_generations) == (8, 2, 2)
+    with pytest.raises(ValueError, match="disagree"):
+        PODSAsyncGRPOConfig(str(tmp_path), pods_m=2, num_generations=4, use_cpu=True)
+    with pytest.raises(ValueError, match="PODSGRPOTrainer"):
+        PODSAsyncGRPOConfig(str(tmp_path), pods_m=2, pods_generation="adaptive", use_cpu=True)
+    with pytest.raises(ValueError, match="greedy"):
+        PODSAsyncGRPOConfig(str(tmp_path), pods_m=2, temperature=0.0, use_cpu=True)
+    with pytest.raises(ValueError, match="max_variance"):
+        PODSAsyncGRPOConfig(str(tmp_path), pods_m=2, pods_down_sampler="nope", use_cpu=True)
+    with pytest.raises(ValueError, match="pods_advantage_scope"):
+        PODSAsyncGRPOConfig(str(tmp_path), pods_m=2, pods_advantage_scope="some", use_cpu=True)
+
+
+def test_select_rollouts_keeps_the_max_variance_subset_with_trls_async_advantages():
+    """The kept M have the largest variance of any M; their advantages are TRL's asynchronous normalisation over the
+    kept rewards ("kept") or over all N ("all"); contrast marks groups whose rewards are not all equal."""
+    rewards = torch.tensor([[0.0, 3.0, 1.0, 0.5, 2.0, 3.0], [1.0] * 6], dtype=torch.float64)
+    selection = select_rollouts(rewards, 3, get_down_sampler("max_variance"), "kept")
+    best = max(itertools.combinations(range(6), 3), key=lambda c: rewards[0, list(c)].var().item())
+    assert torch.isclose(rewards[0, selection.kept[0]].var(), rewards[0, list(best)].var())
+    kept = rewards.gather(1, selection.kept)
+    assert torch.allclose(selection.advantages, population_group_advantages(kept))
+    everything = select_rollouts(rewards, 3, get_down_sampler("max_variance"), "all")
+    assert torch.allclose(everything.advantages, population_group_advantages(rewards).gather(1, everything.kept))
+    assert selection.contrast.tolist() == [True, False]
+
+
+def first_token_reward(completion_ids, **kwargs) -> list[float]:
+    """The first completion token's id, so a test chooses each rollout's reward."""
+    return [float(ids[0]) for ids in completion_ids]
+
+
+def _loop(cls, tokenizer, n: int, **pods) -> _AsyncRolloutLoop:
+    metrics = queue.Queue()
+    return cls(
+        model_name="tiny",
+        dataset=[],
+        reward_funcs=[first_token_reward],
+        processing_class=tokenizer,
+        eos_token_ids=[tokenizer.eos_token_id],
+        rollout_buffer=None,
+        model_version_value=None,
+        heartbeat_value=None,
+        failed_event=None,
+        exception_info_queue=None,
+        metrics_queue=metrics,
+        num_generations=n,
+        max_inflight_tasks=1,
+        **pods,
+    )
+
+
+def _group(rewards: list[int], group_id: int = 0, forked: int | None = None) -> RolloutGroup:
+    """A scored-to-be group whose rollout ``i`` starts with token ``rewards[i]``; rollout ``forked`` has two rows."""
+    n = len(rewards)
+    sequences = []
+    for i, token in enumerate(rewards):
+        rows = 2 if i == forked else 1
+        sequences.append(
+            [TrainingSequence([5, 6, token, 7], [0, 0, 1, 1], [0.0, 0.0, -1.0, -2.0], f"r{i}") for _ in range(rows)]
+        )
+    return RolloutGroup(
+        prompts=[[{"role": "user", "content": "q"}]] * n,
+        reward_kwargs={},
+        completions=[[{"role": "assistant", "content": str(r)}] for r in rewards],
+        completions_ids=[[token, 7] for token in rewards],
+        completions_sequences=sequences,
+        tool_call_counts=[0] * n,
+        tool_failure_counts=[0] * n,
+        model_version=0,
+        group_id=group_id,
+        env_rewards=[None] * n,
+        rollout_rewards=[None] * n,
+    )
+
+
+def _score(loop: _AsyncRolloutLoop, group: RolloutGroup) -> list:
+    try:
+        return loop._loop.run_until_complete(loop._score_group(group))
+    finally:
+        loop._loop.close()
+        loop._tool_pool.shutdown()
+
+
+POD = dict(pods_down_sampler="max_variance", pods_advantage_scope="kept", pods_seed=0)
+
+
+def test_worker_with_n_equal_to_m_queues_exactly_what_trls_worker_queues(tiny_model_path):
+    """pods_n == pods_m is TRL's asynchronous GRPO: the same rows with the same advantages."""
+    tokenizer = async_tokenizer(tiny_model_path)
+    rewards = [3, 1, 4, 1]
+    trl = _score(_loop(_AsyncRolloutLoop, tokenizer, 4), _group(rewards))
+    pods = _score(_loop(PODSRolloutLoop, tokenizer, 4, pods_m=4, pods_generation="fixed", **POD), _group(rewards))
+    assert [s.advantage for s in pods] == pytest.approx([s.advantage for s in trl], abs=1e-12)
+    assert [s.input_ids.tolist() for s in pods] == [s.input_ids.tolist() for s in trl]
+
+
+def test_worker_keeps_m_of_n_whole_conversations_and_drops_groups_without_contrast(tiny_model_path):
+    """N = 6, M = 2: the worker queues the two extreme rollouts (a forked conversation with both its rows), with
+    advantages over the two; with pods_generation="refill" a constant group queues nothing and its id reaches the
+    trainer with the next metrics."""
+    tokenizer = async_tokenizer(tiny_model_path)
+    loop = _loop(PODSRolloutLoop, tokenizer, 6, pods_m=2, pods_generation="refill", **POD)
+    samples = loop._loop.run_until_complete(loop._score_group(_group([9, 2, 4, 30, 5, 6], forked=3)))
+    assert [s.input_ids[2] for s in samples] == [2, 30, 30]
+    assert [s.advantage for s in samples] == pytest.approx([-1.0, 1.0, 1.0])
+    assert _score(loop, _group([8] * 6, group_id=1)) == []
+    loop._push_metrics({})
+    payload = loop._metrics_queue.get_nowait()
+    assert payload[DROPPED_GROUPS] == (1,)
+    assert payload["pods/groups_dropped_total"] == 1 and payload["pods/rollouts_queued_total"] == 2
+    assert payload["pods/rollouts_generated_total"] == 12
+    assert payload["pods/frac_zero_std_groups_all"] == (1.0, 2)
+    assert payload["pods/reward_mean_kept"] == (32.0, 2)
+
+
+def test_varlen_attention_equals_causal_attention_of_each_sample():
+    """TRL's tree layout of two samples sharing a 3-token prefix (segments: the prefix, each tail; each segment's
+    keys: its root-to-segment path): the CPU kernel gives every token what plain causal attention over its own
+    sample gives it, with grouped-query heads (4 query heads, 2 key/value heads)."""
+    torch.manual_seed(0)
+    prefix, tails = 3, (2, 4)
+    length = prefix + sum(tails)
+    q, k, v = torch.randn(length, 4, 8), torch.randn(length, 2, 8), torch.randn(length, 2, 8)
+    paths = [list(range(3)), list(range(3)) + [3, 4], list(range(3)) + [5, 6, 7, 8]]
+    kv_index = torch.tensor(list(itertools.chain(*paths)))
+    cu_q = torch.tensor([0, 3, 5, 9], dtype=torch.int32)
+    cu_k = torch.tensor([0, 3, 8, 15], dtype=torch.int32)
+    out = varlen_attention(q, k.index_select(0, kv_index), v.index_select(0, kv_index), cu_q, cu_k, 4, 7)
+    for path in paths[1:]:
+        index = torch.tensor(path)
+        qs, ks, vs = (x[index].transpose(0, 1) for x in (q, k, v))  # [H, L, D]
+        reference = torch.nn.functional.scaled_dot_product_attention(
+            qs, ks.repeat_interleave(2, 0), vs.repeat_interleave(2, 0), is_causal=True
+        )
+        assert torch.allclose(out[index], reference.transpose(0, 1), atol=1e-6)
