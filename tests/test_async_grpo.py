@@ -4,8 +4,13 @@ tests/test_async_grpo_vllm.py."""
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import queue
+import re
+import shlex
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -158,3 +163,64 @@ def test_varlen_attention_equals_causal_attention_of_each_sample():
             qs, ks.repeat_interleave(2, 0), vs.repeat_interleave(2, 0), is_causal=True
         )
         assert torch.allclose(out[index], reference.transpose(0, 1), atol=1e-6)
+
+
+ROOT = Path(__file__).parent.parent
+ASYNC_RECIPES = sorted((ROOT / "recipes" / "async").glob("*.yaml"))
+
+
+def _header_commands(recipe: Path) -> list[list[str]]:
+    """The commands of a recipe header (`#   ` lines, backslash continuations joined), as argument lists."""
+    header = recipe.read_text().split("\n\n", 1)[0]
+    lines = [line[1:].strip() for line in header.splitlines() if line.startswith("#   ")]
+    commands, current = [], ""
+    for line in lines:
+        current += " " + line.removesuffix("\\").strip()
+        if not line.endswith("\\"):
+            commands.append(shlex.split(current))
+            current = ""
+    return commands
+
+
+def _split_env(words: list[str]) -> tuple[dict[str, str], list[str]]:
+    env = dict(word.split("=", 1) for word in itertools.takewhile(lambda w: re.fullmatch(r"[A-Z_]+=\S*", w), words))
+    return env, words[len(env) :]
+
+
+@pytest.mark.parametrize("recipe", ASYNC_RECIPES, ids=lambda p: p.stem)
+def test_async_recipe_server_and_training_commands_fit_together(recipe, tmp_path, monkeypatch):
+    """The header's `vllm serve` has what TRL's asynchronous trainer needs (dev mode, runtime LoRA, room for
+    max_staleness + 2 adapters of the recipe's rank, the recipe's dtype and port, the context for prompt and
+    completion); its GPUs and the training processes' GPUs are disjoint; the training command parses into a
+    `PODSAsyncGRPOConfig` through the launch script."""
+    from trl import TrlParser
+    from trl.experimental.async_grpo.async_grpo_trainer import round_lora_rank
+
+    (serve_env, serve), (train_env, train) = (_split_env(words) for words in _header_commands(recipe))
+    assert serve[:2] == ["vllm", "serve"] and train[:2] == ["accelerate", "launch"]
+    script = train[train.index("--num_processes") + 2]
+    spec = importlib.util.spec_from_file_location("train_pods_async", ROOT / script)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # its dataclass looks its module up
+    spec.loader.exec_module(module)
+    parser = TrlParser((module.ScriptArguments, PODSAsyncGRPOConfig, module.ModelArguments))
+    args = train[train.index(script) + 1 :]
+    args[args.index("--config") + 1] = str(ROOT / args[args.index("--config") + 1])
+    overrides = ["--use_cpu", "true", "--bf16", "false", "--output_dir", str(tmp_path)]
+    _, config, model = parser.parse_args_and_config(args=[*args, *overrides])
+    assert (ROOT / train[train.index("--config_file") + 1]).is_file()
+
+    def flag(name: str) -> str:
+        return serve[serve.index(name) + 1]
+
+    assert serve[2] == model.model_name_or_path and flag("--dtype") == config.dtype
+    assert serve_env["VLLM_SERVER_DEV_MODE"] == serve_env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "1"
+    assert "--enable-lora" in serve and int(flag("--max-loras")) >= config.max_staleness + 2
+    assert model.use_peft and int(flag("--max-lora-rank")) >= round_lora_rank(model.lora_r)
+    assert flag("--logprobs-mode") == "processed_logprobs", "log-probs after temperature, as the trainer computes"
+    assert int(flag("--max-model-len")) >= config.max_completion_length + 512
+    assert config.vllm_server_base_url.endswith(f":{flag('--port')}")
+    server_gpus, train_gpus = (set(env["CUDA_VISIBLE_DEVICES"].split(",")) for env in (serve_env, train_env))
+    assert len(server_gpus) == int(flag("--data-parallel-size")) and not server_gpus & train_gpus
+    assert len(train_gpus) == int(train[train.index("--num_processes") + 1])
+    assert config.pods_n > config.pods_m and config.num_generations == config.pods_m

@@ -25,6 +25,7 @@ from tiny_model import build_tiny_model
 
 ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}  # GiB of KV cache per engine; vLLM-CPU's default takes far more
 MAX_MODEL_LENGTH = 128
+MAX_SEQUENCES = 128  # sequences `OpenAIServer` runs at once
 
 
 def build_vllm_model(path: str | Path) -> Path:
@@ -111,7 +112,11 @@ class VLLMServer:
 class OpenAIServer(VLLMServer):
     """`vllm serve` for ``model``, as TRL's `AsyncGRPOTrainer` needs it (shared/notes/async-grpo.md): fp32 like the
     trainer, runtime LoRA adapters of rank <= 8 (``max_loras`` loaded at once), sampled-token log-probs after
-    temperature, and the dev-mode endpoints (`/pause`, `/resume`, `/server_info`)."""
+    temperature, and the dev-mode endpoints (`/pause`, `/resume`, `/server_info`).
+
+    A step's token budget holds every sequence it may run whole, so no prompt is ever prefilled in chunks: TRL's worker
+    seeds every request, and vLLM-CPU's engine dies on a seeded request's partial prefill ("CPU Generator does not use
+    offset", seen with 64 requests in flight)."""
 
     health = "/health"
 
@@ -126,6 +131,7 @@ class OpenAIServer(VLLMServer):
             "--max-model-len", str(MAX_MODEL_LENGTH), "--enforce-eager", "--dtype", "float32",
             "--enable-lora", "--max-lora-rank", "8", "--max-loras", str(self.max_loras),
             "--logprobs-mode", "processed_logprobs", "--max-logprobs", "-1",
+            "--max-num-seqs", str(MAX_SEQUENCES), "--max-num-batched-tokens", str(MAX_SEQUENCES * MAX_MODEL_LENGTH),
         ]  # fmt: skip
 
     def environment(self) -> dict[str, str]:
