@@ -5,6 +5,7 @@ tests/test_async_grpo_vllm.py."""
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import itertools
 import queue
 import re
@@ -224,3 +225,29 @@ def test_async_recipe_server_and_training_commands_fit_together(recipe, tmp_path
     assert len(server_gpus) == int(flag("--data-parallel-size")) and not server_gpus & train_gpus
     assert len(train_gpus) == int(train[train.index("--num_processes") + 1])
     assert config.pods_n > config.pods_m and config.num_generations == config.pods_m
+
+
+def test_trl_async_seams_that_pods_relies_on():
+    """TRL 1.16's asynchronous trainer internals that PODS overrides or reads: if an upgrade moves one, this fails
+    instead of PODS silently queuing every rollout. The worker class is a class attribute whose loop receives the
+    worker's extra keyword arguments; `_score_group` is a coroutine of the group; metrics go through
+    `_push_metrics` with `_counters` and `_rates`; the trainer builds TRL's worker itself, writes the resume position
+    in `_save_checkpoint`, and looks up the attention kernel and the peak FLOPs by module-level name."""
+    from trl.experimental.async_grpo import async_grpo_trainer, packing
+    from trl.experimental.async_grpo.async_grpo_trainer import AsyncGRPOTrainer
+    from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker
+
+    assert AsyncRolloutWorker._loop_cls is _AsyncRolloutLoop
+    worker_parameters = list(inspect.signature(AsyncRolloutWorker).parameters)
+    assert worker_parameters == ["queue_maxsize", "child_ready_timeout", "loop_kwargs"]
+    assert inspect.iscoroutinefunction(_AsyncRolloutLoop._score_group)
+    assert list(inspect.signature(_AsyncRolloutLoop._score_group).parameters) == ["self", "group"]
+    assert list(inspect.signature(_AsyncRolloutLoop._push_metrics).parameters) == ["self", "values"]
+    init = inspect.getsource(_AsyncRolloutLoop.__init__)
+    assert "self._counters" in init and "self._rates" in init
+    assert "self.rollout_worker = AsyncRolloutWorker(" in inspect.getsource(AsyncGRPOTrainer.__init__)
+    assert '"prompt_index"' in inspect.getsource(AsyncGRPOTrainer._save_checkpoint)
+    assert "self._step_samples = 0.0" in inspect.getsource(AsyncGRPOTrainer._log_step_metrics)
+    assert "_flash_attn().flash_attn_varlen_func(" in inspect.getsource(packing.tree_attention)
+    assert "get_peak_flops_per_device(" in inspect.getsource(AsyncGRPOTrainer.__init__)
+    assert hasattr(async_grpo_trainer, "get_peak_flops_per_device")
