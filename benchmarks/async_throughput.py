@@ -24,7 +24,7 @@ machine's cores, so the asynchronous runs overlap generation and training only a
 can. Run in the vLLM test environment (README, "Tests"); rewrites the ``async_throughput`` section of
 docs/benchmarks.md::
 
-    python benchmarks/async_throughput.py              # 14 steps per run (about 5 minutes here)
+    python benchmarks/async_throughput.py    # 2 rounds of 3 runs of 14 steps (about 10 minutes here)
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--hidden", type=int, default=64, help="model width (head_dim 32)")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of all methods, order rotated")
     return parser
 
 
@@ -200,34 +201,45 @@ def _rates(args: argparse.Namespace, times: list[float], generated_per_step: flo
     }
 
 
-def report(args: argparse.Namespace, parser: argparse.ArgumentParser, results: dict[str, dict]) -> str:
+def report(args: argparse.Namespace, parser: argparse.ArgumentParser, results: dict[str, list[dict]]) -> str:
     n, m = args.n, args.m
     label = {"sync PODS": f"sync PODS {n}->{m} (server mode)", "async GRPO": f"async GRPO {m}"}
     label["async PODS"] = f"async PODS {n}->{m}"
     rows = [
-        "| run | steps / min | kept rows / min | rollouts generated / min | median step (s) | trainer wait / step (s) "
-        "| weight sync / step (s) | mean staleness | stale rows dropped |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| run | round | steps / min | kept rows / min | rollouts generated / min | median step (s) | trainer wait / "
+        "step (s) | weight sync / step (s) | mean staleness | stale rows dropped | load average (1 min) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for method, result in results.items():
-        if "staleness" in result:
-            wait, sync = f"{result['wait_s_per_step']:.2f}", f"{result['sync_s_per_step']:.2f}"
-            staleness, stale = f"{result['staleness']:.2f}", f"{result['stale_rows_dropped']:.0f}"
-        else:
-            wait, sync, staleness, stale = "–", "not transferred", "0 (on-policy)", "–"
-        rows.append(
-            f"| {label[method]} | {result['steps_per_minute']:.1f} | {result['kept_rows_per_minute']:.0f} | "
-            f"{result['rollouts_per_minute']:.0f} | {result['step_s']:.2f} | {wait} | {sync} | {staleness} | {stale} |"
-        )
+    for method, runs in results.items():
+        for result in runs:
+            if "staleness" in result:
+                wait, sync = f"{result['wait_s_per_step']:.2f}", f"{result['sync_s_per_step']:.2f}"
+                staleness, stale = f"{result['staleness']:.2f}", f"{result['stale_rows_dropped']:.0f}"
+            else:
+                wait, sync, staleness, stale = "–", "not transferred", "0 (on-policy)", "–"
+            rows.append(
+                f"| {label[method]} | {result['round']} | {result['steps_per_minute']:.1f} | "
+                f"{result['kept_rows_per_minute']:.0f} | {result['rollouts_per_minute']:.0f} | "
+                f"{result['step_s']:.2f} | {wait} | {sync} | {staleness} | {stale} | "
+                f"{result['load'][0]:.1f} -> {result['load'][1]:.1f} |"
+            )
+    means = ", ".join(
+        f"{label[method]} {statistics.mean(run['steps_per_minute'] for run in runs):.1f}"
+        for method, runs in results.items()
+    )
     return f"""## Asynchronous PODS: steps and kept rows per minute on a real vLLM CPU server
 
 `PODSAsyncGRPOTrainer` (PODS in TRL's asynchronous rollout worker) against TRL's `AsyncGRPOTrainer` and the
 synchronous `PODSGRPOTrainer` in vLLM server mode; {args.prompts} prompts x {m} kept rows per optimizer step in every
 run, {args.max_completion_length}-token completions, LoRA r=8, random Qwen2 (hidden {args.hidden}, {args.layers}
 layers). Rates between the end of step {args.warmup} and step {args.steps}; the synchronous run's server keeps its
-initial weights (NCCL transfer replaced, see the script), the asynchronous runs sync their adapter every step.
+initial weights (NCCL transfer replaced, see the script), the asynchronous runs sync their adapter every step. The runs
+follow one another, {args.rounds} round(s) with the order rotated; the machine is shared, so each row gives the load
+average at its start and end.
 
 {chr(10).join(rows)}
+
+Mean steps per minute over the rounds: {means}.
 
 - Command: `{command_line("async_throughput.py", parser, args)}` (vLLM test environment)
 {environment()}
@@ -239,7 +251,7 @@ def main() -> None:
     args = parser.parse_args()
     from vllm_real import build_tiny_model
 
-    results = {}
+    results: dict[str, list[dict]] = {method: [] for method in args.methods}
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
         model = build_tiny_model(
@@ -250,13 +262,18 @@ def main() -> None:
             intermediate_size=2 * args.hidden,
             num_hidden_layers=args.layers,
         )
-        for method in args.methods:
-            start = time.perf_counter()
-            if method == "sync PODS":
-                results[method] = run_sync(args, model, out)
-            else:
-                results[method] = run_async(args, model, out, pods=method == "async PODS")
-            print(f"{method}: {results[method]} ({time.perf_counter() - start:.0f} s)", flush=True)
+        for round_ in range(args.rounds):
+            order = args.methods[round_ % len(args.methods) :] + args.methods[: round_ % len(args.methods)]
+            for method in order:
+                start, load = time.perf_counter(), os.getloadavg()[0]
+                run = out / f"{round_}"
+                run.mkdir(exist_ok=True)
+                if method == "sync PODS":
+                    result = run_sync(args, model, run)
+                else:
+                    result = run_async(args, model, run, pods=method == "async PODS")
+                results[method].append({**result, "round": round_, "load": (load, os.getloadavg()[0])})
+                print(f"{method}: {results[method][-1]} ({time.perf_counter() - start:.0f} s)", flush=True)
     write_section("async_throughput", report(args, parser, results))
 
 
