@@ -251,3 +251,19 @@ def test_trl_async_seams_that_pods_relies_on():
     assert "_flash_attn().flash_attn_varlen_func(" in inspect.getsource(packing.tree_attention)
     assert "get_peak_flops_per_device(" in inspect.getsource(AsyncGRPOTrainer.__init__)
     assert hasattr(async_grpo_trainer, "get_peak_flops_per_device")
+
+
+def test_docs_name_every_async_config_field():
+    """docs/async.md documents every field PODSAsyncGRPOConfig adds to AsyncGRPOConfig or gives another default."""
+    import dataclasses
+
+    from trl.experimental.async_grpo import AsyncGRPOConfig
+
+    trl_defaults = {f.name: f.default for f in dataclasses.fields(AsyncGRPOConfig)}
+    page = (ROOT / "docs" / "async.md").read_text()
+    fields = [
+        f.name
+        for f in dataclasses.fields(PODSAsyncGRPOConfig)
+        if f.name not in trl_defaults or trl_defaults[f.name] != f.default
+    ]
+    assert fields and [name for name in fields if f"| `{name}` |" not in page] == []
