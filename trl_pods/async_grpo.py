@@ -306,7 +306,8 @@ class PODSAsyncGRPOTrainer(AsyncGRPOTrainer):
         super().log(logs, start_time)
 
     def _log_step_metrics(self) -> None:
-        self._metrics["train"]["pods/rollouts_trained"].append(self._step_samples)
+        # TRL's `batch/samples_per_step`, which it reconstructs as forwarded tokens / mean length: a float count
+        self._metrics["train"]["pods/rollouts_trained"].append(float(round(self._step_samples)))
         super()._log_step_metrics()
 
     def _save_checkpoint(self, model, trial) -> None:
