@@ -14,9 +14,9 @@ Three runs train the same LoRA adapter of the same model on the same prompts, wi
 The asynchronous runs batch a fixed number of rows per step (``token_budget=0``), so a step is ``--prompts x M`` rows
 in all three. Steps per minute are taken between the end of step ``--warmup`` and the last step (the start-up -- the
 worker's child process, the server's first requests -- is left out); kept rows per minute are that times the rows
-per step. Rollouts generated per minute count what the server produced in the same window for the synchronous run
-(N per prompt per step) and what the worker reports (`pods/rollouts_generated_total`, or M per queued group for
-GRPO) for the asynchronous ones.
+per step. Rollouts generated per minute are N per prompt per step for the synchronous run, and for asynchronous PODS
+what its worker scored in the same window (`pods/rollouts_generated_total`); TRL's worker reports no such count, so
+the column is empty for asynchronous GRPO.
 
 The model is the tests' tiny random Qwen2 (head_dim 32, which vLLM's CPU attention needs) unless ``--hidden`` makes
 it wider; the reward is the token-id sum mod 7 (spread within a group). The server and the trainer share this
@@ -182,23 +182,27 @@ def run_async(args: argparse.Namespace, model: Path, out: Path, pods: bool) -> d
     staleness_mean = statistics.mean(entry["sample/staleness_mean"] for entry in logs)
     stale = sum(entry.get("sample/dropped_stale_total", 0.0) for entry in logs)
     generated = sum(entry.get("pods/rollouts_generated_total", 0.0) for entry in logs) / len(logs)
-    rates = _rates(args, clock.times, generated_per_step=generated if pods else None)
+    rates = _rates(args, clock.times, generated_per_step=generated if pods else None)  # None: not reported
     extra = {"wait_s_per_step": statistics.mean(waits), "sync_s_per_step": statistics.mean(syncs)}
     return {**rates, **extra, "staleness": staleness_mean, "stale_rows_dropped": stale}
 
 
 def _rates(args: argparse.Namespace, times: list[float], generated_per_step: float | None) -> dict:
-    """Steps, kept rows and rollouts generated per minute between the end of the warm-up and the last step."""
+    """Steps, kept rows and rollouts generated per minute between the end of the warm-up and the last step (no
+    rollout rate where ``generated_per_step`` is None)."""
     window = times[args.warmup - 1 :]
     steps_per_minute = 60 * (len(window) - 1) / (window[-1] - window[0])
     rows = args.prompts * args.m
-    generated = rows if generated_per_step is None else generated_per_step  # GRPO M generates what it trains
     return {
         "steps_per_minute": steps_per_minute,
         "kept_rows_per_minute": steps_per_minute * rows,
-        "rollouts_per_minute": steps_per_minute * generated,
+        "rollouts_per_minute": None if generated_per_step is None else steps_per_minute * generated_per_step,
         "step_s": statistics.median(b - a for a, b in zip(window[:-1], window[1:], strict=True)),
     }
+
+
+def _count(value: float | None) -> str:
+    return "–" if value is None else f"{value:.0f}"
 
 
 def report(args: argparse.Namespace, parser: argparse.ArgumentParser, results: dict[str, list[dict]]) -> str:
@@ -219,7 +223,7 @@ def report(args: argparse.Namespace, parser: argparse.ArgumentParser, results: d
                 wait, sync, staleness, stale = "–", "not transferred", "0 (on-policy)", "–"
             rows.append(
                 f"| {label[method]} | {result['round']} | {result['steps_per_minute']:.1f} | "
-                f"{result['kept_rows_per_minute']:.0f} | {result['rollouts_per_minute']:.0f} | "
+                f"{result['kept_rows_per_minute']:.0f} | {_count(result['rollouts_per_minute'])} | "
                 f"{result['step_s']:.2f} | {wait} | {sync} | {staleness} | {stale} | "
                 f"{result['load'][0]:.1f} -> {result['load'][1]:.1f} |"
             )
@@ -230,12 +234,15 @@ def report(args: argparse.Namespace, parser: argparse.ArgumentParser, results: d
     return f"""## Asynchronous PODS: steps and kept rows per minute on a real vLLM CPU server
 
 `PODSAsyncGRPOTrainer` (PODS in TRL's asynchronous rollout worker) against TRL's `AsyncGRPOTrainer` and the
-synchronous `PODSGRPOTrainer` in vLLM server mode; {args.prompts} prompts x {m} kept rows per optimizer step in every
-run, {args.max_completion_length}-token completions, LoRA r=8, random Qwen2 (hidden {args.hidden}, {args.layers}
-layers). Rates between the end of step {args.warmup} and step {args.steps}; the synchronous run's server keeps its
-initial weights (NCCL transfer replaced, see the script), the asynchronous runs sync their adapter every step. The runs
-follow one another, {args.rounds} round(s) with the order rotated; the machine is shared, so each row gives the load
-average at its start and end.
+synchronous `PODSGRPOTrainer` in vLLM server mode, each run with its own real vLLM CPU server:
+
+- every run: {args.prompts} prompts x {m} kept rows per optimizer step, {args.max_completion_length}-token completions,
+  LoRA r=8, a random Qwen2 (hidden {args.hidden}, {args.layers} layers);
+- rates between the end of step {args.warmup} and step {args.steps};
+- the synchronous run's server keeps its initial weights (NCCL transfer replaced, see the script); the asynchronous
+  runs sync their adapter every step;
+- the runs follow one another, {args.rounds} round(s) with the order rotated; the machine is shared, so each row gives
+  the load average at its start and end.
 
 {chr(10).join(rows)}
 
