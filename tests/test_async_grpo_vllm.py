@@ -26,7 +26,7 @@ N, M = 8, 2
 STALENESS = 1
 ALIGNED = 1e-4  # |vLLM log-prob - HF log-prob| per token: both fp32, so only kernel rounding (~1e-6) separates them
 KEPT_CONSTANT = "pods/frac_zero_std_groups_kept"
-SERVED = 2e-3  # the same through vLLM's CPU LoRA path, which rounds differently (6e-4 seen); the initial model: ~0.3
+SERVED = 5e-3  # the same through vLLM's CPU LoRA path, which rounds differently (6e-4 seen); the initial model: ~0.3
 PROMPTS = 16  # "What is i plus i+1?": even i score 1 for every rollout (no contrast), odd i the token-sum mod 7
 
 
