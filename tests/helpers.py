@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
@@ -178,3 +180,29 @@ def step_losses(records: list[list[dict]]) -> list[tuple[float, float]]:
         reference = sum(r["kept"] * r["reference"] for rank in mine for r in rank) / max(kept, 1)
         result.append((loss, reference))
     return result
+
+
+def prompt_index(prompt) -> int:
+    """i of a `prompts_dataset` prompt, "What is i plus i+1?"."""
+    return int(prompt[0]["content"].split()[2])
+
+
+class RoleReward:
+    """Rewards by the role of prompt i, ``roles[i % len(roles)]``: "right" always 1, "wrong" always 0, "half"
+    alternates 0, 1 over the rollouts of that prompt it scores in a step, "rare" earns 1 only for the 4th. Counts the
+    rollouts scored per (step, prompt) in ``seen``."""
+
+    __name__ = "role_reward"
+
+    def __init__(self, roles: tuple[str, ...]):
+        self.roles, self.seen = roles, Counter()
+
+    def __call__(self, prompts, trainer_state, **kwargs) -> list[float]:
+        rewards = []
+        for prompt in prompts:
+            i = prompt_index(prompt)
+            slot = self.seen[trainer_state.global_step, i]
+            self.seen[trainer_state.global_step, i] += 1
+            role = self.roles[i % len(self.roles)]
+            rewards.append({"right": 1.0, "wrong": 0.0, "half": float(slot % 2), "rare": float(slot == 3)}[role])
+        return rewards

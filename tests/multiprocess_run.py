@@ -15,9 +15,11 @@ within the TP group).
 `--adaptive` generates in waves (pods_n_initial 4, pods_n 8); `--reward sevens-constant` gives the prompts numbered 0
 and 7 a constant reward, so their groups are topped up to 8 while the others stop after the first wave. With seed 0
 the two steps draw prompts (4, 0) and (7, 3), one per rank: rank 1 alone tops up in the first step, rank 0 in the
-second. `--budgeted` allocates 4 to 8 rollouts per prompt, 6 on average, from each prompt's history; with
-`--prompts 2` both prompts come back every step (`--steps` of them), and `--reward zero-solved` makes prompt 0
-always solved (1) and the other a coin flip (token-sum parity), so from the second step prompt 0 gets 4, the other 8.
+second. `--budgeted` allocates 4 to 8 rollouts per prompt, 6 on average (each rank within its own share), from each
+prompt's history; with `--prompts 4 --prompts-per-step 4` every prompt comes back every step (`--steps` of them), and
+`--reward zero-solved` makes prompt 0 always solved (1) and the others coin flips (token-sum parity), so from the
+second step prompt 0 gets 4 and its rank's other prompt 8. `--dynamic refill` draws further prompts (2 draws at most,
+a pool of 2 prompts per trained prompt) and `--dynamic screened` pilots 4 rollouts of twice the prompts.
 
 `--drop-constant` makes the groups of even prompts constant and drops them (prompts in order, so with 2 processes
 rank 0 holds only dropped rows), recording each micro-batch's loss against TRL's; `--token-fraction` turns on token
@@ -154,8 +156,14 @@ def main() -> None:
     parser.add_argument("--cross-group", action="store_true", help="D3S cross-group selection")
     parser.add_argument("--adaptive", action="store_true", help="adaptive over-generation: 4 first, up to 8")
     parser.add_argument("--budgeted", action="store_true", help="budgeted generation: 6 per prompt on average, 4-8")
+    parser.add_argument(
+        "--dynamic",
+        choices=["refill", "screened"],
+        help="refill (2 draws at most) or screened (pilot 4 of twice the prompts)",
+    )
     parser.add_argument("--prompts", type=int, default=8, help="prompts in the data set (2: both in every step)")
     parser.add_argument("--steps", type=int, default=2, help="optimizer steps")
+    parser.add_argument("--prompts-per-step", type=int, default=2, help="prompts per optimizer step, all ranks")
     parser.add_argument("--reward", default="token-sum", choices=["token-sum", "sevens-constant", "zero-solved"])
     parser.add_argument("--drop-constant", action="store_true", help="constant groups for even prompts, dropped")
     parser.add_argument("--loss-type", default="dapo")
@@ -189,6 +197,10 @@ def main() -> None:
         extra.update(pods_generation="adaptive", pods_n_initial=4)
     if args.budgeted:
         extra.update(pods_generation="budgeted", pods_budget=6)
+    if args.dynamic == "refill":
+        extra.update(pods_generation="refill", pods_max_draws=2)
+    if args.dynamic == "screened":
+        extra.update(pods_generation="screened", pods_screen_ratio=2, pods_n_initial=4)
     if args.drop_constant:
         extra.update(pods_drop_constant_groups=True, shuffle_dataset=False, beta=0.1)
     model, tokenizer = load(args.model)
@@ -196,7 +208,7 @@ def main() -> None:
         args.out,
         pods_n=8,
         pods_m=4,
-        per_device_train_batch_size=8 // world // args.accumulation,
+        per_device_train_batch_size=4 * args.prompts_per_step // world // args.accumulation,
         gradient_accumulation_steps=args.accumulation,
         max_steps=args.steps,
         pods_down_sampler=args.sampler,

@@ -122,7 +122,7 @@ def test_lockstep_rows_and_gathered_rows():
 
 
 def test_wave_metrics_by_hand():
-    """Waves, rollouts generated (lockstep padding included), fraction topped up and fraction that found contrast."""
+    """Fraction of groups topped up, and of those the fraction that found contrast (NaN when none was topped up)."""
     rewards = torch.tensor(
         [
             [1.0, 0.0, NAN, NAN, NAN, NAN, NAN, NAN],  # contrast at once: 2
@@ -132,19 +132,10 @@ def test_wave_metrics_by_hand():
         ]
     )
     counts = torch.tensor([2, 8, 4, 2])
-    metrics = wave_metrics(rewards, counts, n_initial=2, n_max=8, groups_per_process=2)
-    # wave 1: 4 groups x 2; wave 2: groups 1 (rank 0) and 2 (rank 1) x 2; wave 3: group 1 x 4, rank 1 pads 4 rows.
-    assert metrics == {
-        "waves": 3.0,
-        "rollouts_generated": 8 + 4 + 4 + 4,
-        "rollouts_padding": 4.0,
-        "frac_groups_topped_up": 0.5,
-        "frac_topped_up_with_contrast": 0.5,
-    }
-    single = wave_metrics(rewards, counts, n_initial=2, n_max=8, groups_per_process=4)
-    assert single["rollouts_padding"] == 0.0 and single["rollouts_generated"] == 16
-    none = wave_metrics(rewards[[0, 3]], counts[[0, 3]], n_initial=2, n_max=8, groups_per_process=2)
-    assert none["waves"] == 1.0 and none["frac_groups_topped_up"] == 0.0
+    metrics = wave_metrics(rewards, counts, n_initial=2)
+    assert metrics == {"frac_groups_topped_up": 0.5, "frac_topped_up_with_contrast": 0.5}
+    none = wave_metrics(rewards[[0, 3]], counts[[0, 3]], n_initial=2)
+    assert none["frac_groups_topped_up"] == 0.0
     assert none["frac_topped_up_with_contrast"] != none["frac_topped_up_with_contrast"], "NaN: no group topped up"
 
 

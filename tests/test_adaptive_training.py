@@ -111,9 +111,9 @@ class WaveSpy(SpyTrainer):
     """SpyTrainer that also keeps one input row per group and every generated completion of each generation."""
 
     def _generate_and_score(self, inputs):
-        generation, rewards_per_func, counts = super()._generate_and_score(inputs)
-        self.generated_ids = [ids for ids in generation[1] if ids is not None]
-        return generation, rewards_per_func, counts
+        rollouts = super()._generate_and_score(inputs)
+        self.generated_ids = [ids for ids in rollouts.generation[1] if ids is not None]
+        return rollouts
 
     def _generate_score_and_select(self, inputs):
         phase1 = super()._generate_score_and_select(inputs)

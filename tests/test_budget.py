@@ -17,7 +17,6 @@ from trl_pods.budget import (
     allocate,
     contrast_probability,
     expected_signal,
-    generation_calls,
     get_allocation_rule,
     greedy_allocation,
     prompt_key,
@@ -187,15 +186,98 @@ def test_history_memory_per_prompt():
     assert (python_bytes + table_bytes) / len(keys) < 100
 
 
-def test_levels_are_capped_and_later_values_snap_to_the_nearest():
-    """Graded rewards: the first MAX_LEVELS distinct values become levels; a later new value counts for its nearest
-    level, so memory stays bounded whatever the reward emits."""
+def test_graded_rewards_keep_their_exact_values_as_levels():
+    """Up to MAX_LEVELS distinct values (0/1, graded or partial credit) the levels are the values themselves."""
     history = PromptHistory(capacity=10, decay=1.0)
     history.update([1], torch.arange(MAX_LEVELS, dtype=torch.float).unsqueeze(0))
-    history.update([2], torch.tensor([[3.2, 100.0]]))
-    assert len(history.levels) == MAX_LEVELS
+    history.update([2], torch.tensor([[3.0, 3.0, 15.0]]))
+    assert history.levels == [float(v) for v in range(MAX_LEVELS)] and history.edges is None
     counts = (history.posterior([2]) - history.posterior([99]))[0]
-    assert counts[3].item() == pytest.approx(1.0) and counts[MAX_LEVELS - 1].item() == pytest.approx(1.0)
+    assert counts[3].item() == pytest.approx(2.0) and counts[15].item() == pytest.approx(1.0)
+
+
+def _reward_model_visits(generator: torch.Generator, prompts: int, n: int) -> torch.Tensor:
+    """``[prompts, n]`` rewards shaped like a reward model's: a continuous score around each prompt's own mean (prompt
+    quality spread 1, rollout spread 0.6), except every fourth prompt, which always earns the same fixed penalty
+    (e.g. a failed format check), so its group has no contrast."""
+    means = torch.linspace(-1.5, 1.5, prompts).unsqueeze(1)  # [P, 1]
+    scores = means + 0.6 * torch.randn(prompts, n, generator=generator)
+    scores[::4] = -3.0
+    return scores
+
+
+def test_continuous_rewards_are_binned_by_quantiles_that_follow_the_distribution():
+    """A reward model's scores (more than MAX_LEVELS distinct values) are counted in quantile bins of the recent
+    rewards, not frozen at the first values seen: the levels span the scores' range, the fixed penalty keeps a bin of
+    its own, and when the scores drift the bins drift with them."""
+    generator = torch.Generator().manual_seed(0)
+    history = PromptHistory(capacity=100, decay=0.8)
+    keys = list(range(16))
+    history.update(keys[:2], _reward_model_visits(generator, 2, 8))  # the first prompts alone: few values
+    for _ in range(6):
+        history.update(keys, _reward_model_visits(generator, 16, 8))
+    levels = history.level_values()
+    assert history.edges is not None and 8 <= levels.numel() <= MAX_LEVELS
+    assert levels.min().item() == -3.0, "the penalty is a bin of its own"
+    spread = levels[levels > -3.0]
+    assert spread.min() < -1.0 and spread.max() > 1.0, f"levels cover the scores: {levels.tolist()}"
+    for _ in range(8):  # the policy improves: every score moves up by 2
+        history.update(keys, _reward_model_visits(generator, 16, 8) + 2.0)
+    assert history.level_values().max() > levels.max() + 1.5, "the bins followed the scores"
+
+
+def test_continuous_rewards_give_a_calibrated_allocation():
+    """With a reward model's kind of output, the contrast predicted before generating is within 0.1 of the contrast
+    observed from the fourth visit on (frozen levels predicted 0.53 against 1.0 observed), and per prompt it separates
+    the prompts whose score varies from those that always earn the fixed penalty."""
+    generator = torch.Generator().manual_seed(1)
+    allocation = BudgetedAllocation(4, 16, 8, "expected_signal", capacity=100, decay=0.8)
+    keys = list(range(16))
+    errors = []
+    for visit in range(10):
+        counts = allocation.plan(keys)
+        history = allocation.history
+        rewards = _reward_model_visits(generator, 16, 16)
+        rewards[torch.arange(16) >= counts.unsqueeze(1)] = torch.nan  # [G, N], only the allocated rollouts
+        if visit >= 3:
+            contrast = contrast_probability(history.posterior(keys), history.level_values(), 16)  # [G, 17]
+            predicted = contrast.gather(1, counts.unsqueeze(1)).squeeze(1)  # [G]
+        metrics = allocation.observe(rewards)
+        if visit >= 3:
+            errors.append(abs(metrics["predicted_contrast"] - metrics["observed_contrast"]))
+            penalty = torch.arange(16) % 4 == 0
+            assert predicted[~penalty].min() > 0.9 and predicted[penalty].max() < 0.4, predicted.tolist()
+    assert max(errors) < 0.1, errors
+
+
+def test_a_prompt_twice_in_one_generation_is_visited_once():
+    """Two groups of the same prompt in one generation count as one visit: earlier counts decay once, and both
+    groups' rollouts are added."""
+    history = PromptHistory(capacity=10, decay=0.5)
+    history.update([7], torch.tensor([[1.0, 1.0, 0.0, 0.0]]))
+    history.update([7, 7], torch.tensor([[1.0, 0.0], [1.0, 1.0]]))
+    counts = (history.posterior([7]) - history.posterior([99]))[0]
+    assert counts.tolist() == pytest.approx([0.5 * 2 + 3, 0.5 * 2 + 1])
+
+
+@pytest.mark.parametrize("processes", [1, 2, 4])
+def test_each_process_spends_its_own_share_of_the_budget(processes):
+    """Each process's prompts share its own budget, all of it: with equal prompts per process every process generates
+    the same number of rollouts (no padding: generated / budget = 1), also before any history and with prompts of
+    very different odds."""
+    allocation = BudgetedAllocation(4, 16, 8, "expected_signal", capacity=100, decay=0.8)
+    keys = list(range(16))
+    for visit in range(3):
+        counts = allocation.plan(keys, processes)  # [G]
+        per_process = counts.view(processes, -1).sum(dim=1)
+        assert per_process.tolist() == [8 * 16 // processes] * processes, (visit, counts.tolist())
+        success = torch.linspace(0, 1, 16).unsqueeze(1)  # prompt g solved with probability g / 15
+        rewards = (torch.rand(16, 16, generator=torch.Generator().manual_seed(visit)) < success).float()
+        rewards[torch.arange(16) >= counts.unsqueeze(1)] = torch.nan
+        allocation.observe(rewards)
+    assert counts.min() == 4 and counts.max() > 8, "the history moved rollouts between prompts"
+    with pytest.raises(ValueError, match="shared equally"):
+        allocation.plan(keys[:15], 2)
 
 
 def test_prompt_key_is_a_content_digest():
@@ -204,16 +286,6 @@ def test_prompt_key_is_a_content_digest():
     assert prompt_key(chat) == prompt_key([dict(reversed(list(chat[0].items())))])
     assert prompt_key(chat) != prompt_key([{"role": "user", "content": "What is 2 + 4?"}])
     assert 0 <= prompt_key("x") < 2**63
-
-
-def test_generation_calls_one_call_or_one_per_group_size():
-    """HF generate and vLLM colocate take every row as its own request: one call. vLLM server mode requests one n
-    per call: one call per distinct count, ascending."""
-    counts = torch.tensor([4, 8, 4, 6])
-    ((groups, size),) = generation_calls(counts, one_size_per_call=False)
-    assert groups.tolist() == [0, 1, 2, 3] and size == 1
-    calls = [(groups.tolist(), size) for groups, size in generation_calls(counts, one_size_per_call=True)]
-    assert calls == [([0, 2], 4), ([3], 6), ([1], 8)]
 
 
 def test_allocation_rules_are_pluggable():

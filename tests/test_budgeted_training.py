@@ -1,14 +1,12 @@
 """Budgeted generation end to end on the tiny model (1 process): counts allocated from each prompt's history before
 anything is generated, within the budget and the bounds; prompts whose history shows no contrast get pods_m; one
-generation call (HF generate, vLLM colocate) or one per distinct count (vLLM server, through the stand-in); every
-rollout scored once; selection inside what was generated; the allocation metrics."""
+generation call on every engine (HF generate, vLLM colocate and server, through the stand-in); every rollout scored
+once; selection inside what was generated; the allocation metrics."""
 
 from __future__ import annotations
 
-from collections import Counter
-
 import pytest
-from helpers import load, pods_config, prompts_dataset, record_generate_sizes
+from helpers import RoleReward, load, pods_config, prompt_index, prompts_dataset, record_generate_sizes
 from test_trainer import SpyTrainer
 from vllm_standin import FakeVLLMGeneration, install
 
@@ -17,30 +15,6 @@ from trl_pods.adaptive import generated_slots
 N, M, BUDGET, PROMPTS = 8, 2, 4, 4  # 16 rollouts per generation for 4 prompts, each between 2 and 8
 ROLES = ("right", "wrong", "half", "rare")
 STEPS = 4
-
-
-def _prompt_index(prompt) -> int:
-    return int(prompt[0]["content"].split()[2])  # "What is i plus i+1?"
-
-
-class RoleReward:
-    """Rewards by prompt (index i % 4, each prompt once per generation): "right" always 1, "wrong" always 0, "half"
-    alternates 0, 1 over a generation's rollouts, "rare" earns 1 only for its 4th rollout. Counts the rollouts it
-    scores per (step, prompt)."""
-
-    __name__ = "role_reward"
-
-    def __init__(self):
-        self.seen: Counter = Counter()
-
-    def __call__(self, prompts, trainer_state, **kwargs):
-        rewards = []
-        for prompt in prompts:
-            i = _prompt_index(prompt)
-            slot = self.seen[trainer_state.global_step, i]
-            self.seen[trainer_state.global_step, i] += 1
-            rewards.append({"right": 1.0, "wrong": 0.0, "half": slot % 2, "rare": float(slot == 3)}[ROLES[i % 4]])
-        return rewards
 
 
 def _train(model_path, out, **options) -> tuple[SpyTrainer, RoleReward]:
@@ -56,14 +30,14 @@ def _train(model_path, out, **options) -> tuple[SpyTrainer, RoleReward]:
         max_steps=STEPS,
         **options,
     )
-    reward = RoleReward()
+    reward = RoleReward(ROLES)
     trainer = SpyTrainer(model, reward, config, train_dataset=prompts_dataset(PROMPTS), processing_class=tokenizer)
     trainer.train()
     return trainer, reward
 
 
 def _roles(phase1) -> list[str]:
-    return [ROLES[_prompt_index(row["prompt"]) % 4] for row in phase1["inputs"][::M]]
+    return [ROLES[prompt_index(row["prompt"]) % 4] for row in phase1["inputs"][::M]]
 
 
 def _check_allocation(trainer: SpyTrainer, reward: RoleReward) -> list[list[int]]:
@@ -82,7 +56,7 @@ def _check_allocation(trainer: SpyTrainer, reward: RoleReward) -> list[list[int]
             assert counts.sum() == BUDGET * PROMPTS
         if step == STEPS - 1:
             assert by_role["wrong"] == M, "no contrast over three visits: pods_m"
-        prompts = [_prompt_index(row["prompt"]) for row in phase1["inputs"][::M]]
+        prompts = [prompt_index(row["prompt"]) for row in phase1["inputs"][::M]]
         assert [reward.seen[step, i] for i in prompts] == counts.tolist(), "every rollout is scored exactly once"
         filled = generated_slots(counts, N)
         assert not phase1["rewards"][~filled].isfinite().any() and not (phase1["kept"] & ~filled).any()
@@ -113,17 +87,15 @@ def test_hf_generate_allocates_from_history_in_one_call(tiny_model_path, tmp_pat
 
 @pytest.mark.parametrize("mode", ["colocate", "server"])
 def test_vllm_budgeted_calls(tiny_model_path, tmp_path, monkeypatch, mode):
-    """vLLM (stand-in, TRL's real VLLMGeneration): colocate sends the whole allocation in one engine call (n = 1
-    per row); server mode sends one call per distinct count, each prompt once with n = its count. The
+    """vLLM (stand-in, TRL's real VLLMGeneration): both modes send the whole allocation in one engine call, every
+    row its own request (n = 1; server mode through TRL's gather, deduplication and scatter). The
     importance-sampling ratio stays 1, so vLLM log-probs follow their rows into the slots."""
     install(monkeypatch)
     trainer, reward = _train(tiny_model_path, tmp_path, use_vllm=True, vllm_mode=mode)
     counts = _check_allocation(trainer, reward)
     engine = FakeVLLMGeneration.instances[-1]
     if mode == "server":
-        calls = [(len(prompts), n) for prompts, n in engine.vllm_client.calls]
-        expected = [(c.count(size), size) for c in counts for size in sorted(set(c))]
-        assert calls == expected
+        assert [(len(prompts), n) for prompts, n in engine.vllm_client.calls] == [(sum(c), 1) for c in counts]
     else:
         assert [(c["requests"], c["n"]) for c in engine.llm.calls] == [(sum(c), 1) for c in counts]
     key = "sampling/importance_sampling_ratio/mean"

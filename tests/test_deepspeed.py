@@ -82,7 +82,11 @@ def test_zero3_adaptive_generation_with_one_rank_topping_up(tiny_model_path, tmp
 LAYOUTS = {  # process count and options of tests/multiprocess_run.py
     "rounds": (1, ["--chunk-size", "4"]),
     "waves": (1, ["--adaptive", "--reward", "sevens-constant"]),
-    "budgeted-2-processes": (2, ["--budgeted", "--reward", "zero-solved", "--prompts", "2", "--steps", "3"]),
+    "budgeted-2-processes": (
+        2,
+        ["--budgeted", "--reward", "zero-solved", "--prompts", "4", "--prompts-per-step", "4", "--steps", "3"],
+    ),
+    "screened-2-processes": (2, ["--dynamic", "screened", "--reward", "sevens-constant"]),
 }
 
 
@@ -90,9 +94,10 @@ LAYOUTS = {  # process count and options of tests/multiprocess_run.py
 def test_zero3_gathers_weights_once_per_generation(tiny_model_path, tmp_path, layout):
     """ZeRO-3: TRL gathers the full weights around each generate call, so rounds of 4 sequences out of 16
     (pods_generation_chunk_size) gathered them 4 times per generation, and adaptive waves once per wave. They are
-    gathered once per generation, and training still works. Budgeted generation on 2 processes: once prompt 0's
-    history shows it always solved, it gets 4 rollouts and the other prompt 8, so one rank pads its generate call
-    (a collective under ZeRO-3) to the other's rows; both ranks agree on every allocation."""
+    gathered once per generation, and training still works. Budgeted generation on 2 processes: one generate call
+    (a collective under ZeRO-3) per generation, both ranks agreeing on every allocation and spending their own share,
+    so neither pads. Screened generation on 2 processes: the pilot and the commit (two collective calls) share one
+    gather."""
     processes, options = LAYOUTS[layout]
     command = [
         sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(RECIPES / "zero3.yaml"),
@@ -113,6 +118,10 @@ def test_zero3_gathers_weights_once_per_generation(tiny_model_path, tmp_path, la
         assert max(waves) > 1, "a generation with top-up waves"
     if layout.startswith("budgeted"):
         counts = [[record["counts"] for record in rank["records"]] for rank in ranks]
-        assert counts[0] == counts[1] and counts[0][0] == [6, 6] and sorted(counts[0][2]) == [4, 8]
+        assert counts[0] == counts[1] and counts[0][0] == [6] * 4 and sorted(counts[0][2]) != [6] * 4
+        assert all(sum(c[:2]) == sum(c[2:]) == 12 for c in counts[0]), "each rank spends its own share"
         padding = [e["pods/rollouts_padding"] for e in ranks[0]["logs"] if "pods/rollouts_padding" in e]
-        assert padding[2] == 4.0, "the rank with 4 rollouts generated 8 rows, in step with the other"
+        assert padding == [0.0] * 3
+    if layout.startswith("screened"):
+        calls = [e["pods/generation_calls"] for e in ranks[0]["logs"] if "pods/generation_calls" in e]
+        assert calls == [2.0] * steps and ranks[0]["records"][0]["kept"] == ranks[1]["records"][0]["kept"]

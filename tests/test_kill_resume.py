@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 pytestmark = pytest.mark.slow
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.slow
 
 def _command(model, out, max_steps, save_steps, *extra):
     return [
-        sys.executable, "-m", "trl_pods.cli", "train", "--model_name_or_path", str(model), "--output_dir", str(out),
+        "train", "--model_name_or_path", str(model), "--output_dir", str(out),
         "--task", "arithmetic", "--pods_n", "8", "--pods_m", "4",
         "--per_device_train_batch_size", "4", "--max_steps", str(max_steps), "--save_steps", str(save_steps),
         "--logging_steps", "1", "--learning_rate", "0.01", "--max_completion_length", "6", "--use_cpu", "true",
@@ -76,6 +77,53 @@ LAYOUTS = {  # options, then a checkpoint step inside a generation cycle (genera
 }
 
 
+def _launch(processes: int) -> list[str]:
+    if processes == 1:
+        return [sys.executable, "-m", "trl_pods.cli"]
+    port = str(29500 + (os.getpid() + 7) % 1000)
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes), "--master_port", port,
+            "-m", "trl_pods.cli"]  # fmt: skip
+
+
+def _kill(process: subprocess.Popen) -> None:
+    """SIGKILL the launcher and every process under it (torchrun gives its workers sessions of their own)."""
+    for child in [*psutil.Process(process.pid).children(recursive=True), psutil.Process(process.pid)]:
+        child.send_signal(signal.SIGKILL)
+    process.wait()
+
+
+def _run(command: list[str]) -> None:
+    result = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=600)
+    errors = [line for line in result.stderr.splitlines() if "Warning" not in line]
+    assert result.returncode == 0, "\n".join(errors)[-6000:]
+
+
+def _kill_and_resume(tmp_path, command, checkpoint_step: int, max_steps: int) -> tuple[Path, Path]:
+    """Run ``command(out)`` to the end in ``reference``; run it again in ``killed``, SIGKILL it once the checkpoint
+    of ``checkpoint_step`` is complete, and resume it from that checkpoint. Returns both output folders."""
+    reference, killed = tmp_path / "reference", tmp_path / "killed"
+    _run(command(reference))
+    process = subprocess.Popen(command(killed), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not _checkpoint_complete(killed / f"checkpoint-{checkpoint_step}", checkpoint_step):
+        assert process.poll() is None and time.monotonic() < deadline, "the run ended before its checkpoint"
+        time.sleep(0.02)
+    _kill(process)
+    assert not (killed / f"checkpoint-{max_steps}").exists(), "the run finished before it was killed"
+    _run(command(killed, "--resume_from_checkpoint", "last"))
+    return reference, killed
+
+
+def _assert_same_run(reference: Path, killed: Path) -> dict[tuple[int, int], dict]:
+    expected, resumed = _selections(reference), _selections(killed)
+    assert sorted(expected) == sorted(resumed)
+    for key in expected:
+        for field in ("prompts", "rewards", "kept", "generated"):
+            assert resumed[key][field] == expected[key][field], (key, field)
+    assert _logged(killed) == _logged(reference), "the resumed run diverged from the uninterrupted one"
+    return expected
+
+
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_killed_run_resumes_exactly(tiny_model_path, tmp_path, layout):
     """SIGKILL after a checkpoint, resume from it: the resumed run equals the uninterrupted one (selections, waves,
@@ -83,37 +131,56 @@ def test_killed_run_resumes_exactly(tiny_model_path, tmp_path, layout):
     and the run must carry on with the buffered rollouts rather than generate again."""
     options, checkpoint_step = LAYOUTS[layout]
     max_steps = checkpoint_step + 2
-    reference, killed = tmp_path / "reference", tmp_path / "killed"
 
     def command(out, *extra):
-        return _command(tiny_model_path, out, max_steps, checkpoint_step, *options, *extra)
+        return [*_launch(1), *_command(tiny_model_path, out, max_steps, checkpoint_step, *options, *extra)]
 
-    subprocess.run(command(reference), env=_env(), check=True, capture_output=True, timeout=600)
-
-    process = subprocess.Popen(command(killed), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 300
-    while not _checkpoint_complete(killed / f"checkpoint-{checkpoint_step}", checkpoint_step):
-        assert process.poll() is None and time.monotonic() < deadline, "the run ended before its checkpoint"
-        time.sleep(0.02)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    assert not (killed / f"checkpoint-{max_steps}").exists(), "the run finished before it was killed"
-
-    resume = command(killed, "--resume_from_checkpoint", "last")
-    subprocess.run(resume, env=_env(), check=True, capture_output=True, timeout=600)
-
-    expected, resumed = _selections(reference), _selections(killed)
-    assert sorted(expected) == sorted(resumed)
-    for key in expected:
-        for field in ("prompts", "rewards", "kept", "generated"):
-            assert resumed[key][field] == expected[key][field], (key, field)
+    expected = _assert_same_run(*_kill_and_resume(tmp_path, command, checkpoint_step, max_steps))
     if layout == "adaptive":
         counts = [count for record in expected.values() for count in record["generated"]]
         assert 8 in counts and 4 in counts, f"both one-wave and topped-up groups must occur: {counts}"
     if layout == "budgeted":  # a resumed run that lost the history would spread the budget evenly (6, 6)
         after = [sorted(record["generated"]) for (step, _), record in expected.items() if step >= checkpoint_step]
         assert after == [[4, 8], [4, 8]], f"allocations after the checkpoint come from the history: {after}"
-    assert _logged(killed) == _logged(reference), "the resumed run diverged from the uninterrupted one"
+
+
+# Two processes, two trained prompts each per step, an epoch of 2 optimizer steps (8 training prompts; refill and
+# screened read a pool of 3 and 2 prompts per trained prompt, so 24 and 16). The checkpoint at step 3 lies one step
+# into epoch 1, so the resumed run skips a batch of a later epoch (accelerate's SkipBatchSampler around its
+# BatchSamplerShard) and must still see epoch 1's order, then epoch 2's.
+RARE = ["--reward_funcs", "helpers.slow_rare_reward"]
+TWO_PROCESS_MODES = {
+    "fixed": (["--reward_funcs", "helpers.slow_token_sum_reward"], 8),
+    "adaptive": ([*RARE, "--pods_generation", "adaptive"], 8),
+    "budgeted": (["--reward_funcs", "helpers.slow_even_solved_reward", "--pods_generation", "budgeted",
+                  "--pods_budget", "6"], 8),
+    "refill": ([*RARE, "--pods_generation", "refill", "--pods_max_draws", "3"], 24),
+    "screened": ([*RARE, "--pods_generation", "screened", "--pods_screen_ratio", "2", "--pods_n_initial", "2"], 16),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", list(TWO_PROCESS_MODES))
+def test_killed_two_process_run_resumes_exactly_mid_epoch(tiny_model_path, tmp_path, mode):
+    """2 torchrun processes, SIGKILL one step into the second epoch, resume: every later step (the rest of epoch 1
+    and epoch 2) trains on the uninterrupted run's prompts, rollouts and selections, with its losses. Guards the CPU
+    crash loading the PODS state onto ``cpu:0``, and a resumed epoch replaying epoch 0's prompt order."""
+    mode_options, train_size = TWO_PROCESS_MODES[mode]
+    options = [*mode_options, "--arithmetic_train_size", str(train_size), "--per_device_train_batch_size", "8"]
+
+    def command(out, *extra):
+        return [*_launch(2), *_command(tiny_model_path, out, 5, 3, *options, *extra)]
+
+    reference, killed = _kill_and_resume(tmp_path, command, 3, 5)
+    expected = _assert_same_run(reference, killed)
+    epochs = [sorted(expected[(step, 0)]["prompts"]) for step in range(5)]
+    assert epochs[0] + epochs[1] != epochs[2] + epochs[3], "epochs 0 and 1 drew the same order: nothing is tested"
+    counts = [count for record in expected.values() for count in record["generated"]]
+    if mode == "adaptive":
+        assert 8 in counts and 4 in counts, f"both one-wave and topped-up groups must occur: {counts}"
+    if mode == "refill":  # some generation drew further prompts for its groups without contrast
+        assert any(sum(c > 0 for c in record["generated"]) > 4 for record in expected.values()), expected
+    if mode == "screened":  # pool prompts piloted only, and chosen ones committed
+        assert {2, 8} <= set(counts), counts
 
 
 def test_epoch_replay_gives_a_resumed_run_the_epochs_order():

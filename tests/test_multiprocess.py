@@ -146,46 +146,68 @@ def test_adaptive_vllm_with_two_processes(tiny_model_path, tmp_path, generation)
         assert r0["kept"] == r1["kept"] and r0["counts"] == r1["counts"]
 
 
-BUDGETED = ("--budgeted", "--reward", "zero-solved", "--prompts", "2", "--steps", "3")
+BUDGETED = ("--budgeted", "--reward", "zero-solved", "--prompts", "4", "--prompts-per-step", "4", "--steps", "3")
 
 
-def test_budgeted_two_processes_match_one_process(tiny_model_path, tmp_path):
-    """Budgeted generation with identical rollouts on 1 and 2 processes (one prompt per rank, both prompts every
-    step): the same allocation, rewards, selections and advantages. Prompt 0 is always solved, so once its history
-    shows it, it gets 4 and the other prompt (a coin flip) 8: the rank holding prompt 0 pads its call to 8 rows,
-    nothing hangs, and the logged metrics agree across ranks."""
+def test_budgeted_two_processes_spend_their_own_budgets_without_padding(tiny_model_path, tmp_path):
+    """Budgeted generation on 2 ranks (two prompts each, all four every step, identical rollouts): both ranks compute
+    the same allocation, each spends exactly its own share (12 rollouts), so no rank pads; once prompt 0's history
+    shows it always solved it gets 4 (as on one process) and its rank's other prompt 8 (one process spreads what
+    prompt 0 leaves over all three others); rewards and selections agree across ranks, and the logged metrics too."""
     options = ("--generation", "deterministic", *BUDGETED)
     ranks = run_worker(tiny_model_path, tmp_path / "two", 2, *options, timeout=300)
     (single,) = run_worker(tiny_model_path, tmp_path / "one", 1, *options, timeout=300)
-    for one, r0, r1 in zip(single["records"], ranks[0]["records"], ranks[1]["records"], strict=True):
-        assert r0["counts"] == r1["counts"] == one["counts"]
-        assert json.dumps(r0["rewards"]) == json.dumps(r1["rewards"]) == json.dumps(one["rewards"])  # NaN-padded
-        assert r0["kept"] == r1["kept"] == one["kept"]
-        assert r0["advantages"] + r1["advantages"] == pytest.approx(one["advantages"], abs=1e-6)
-    first = [one["prompts"][0] for one in single["records"]]  # group 0's prompt of each step
-    zero = [0 if prompt.startswith("What is 0 ") else 1 for prompt in first]
-    counts = [record["counts"] for record in single["records"]]
-    assert counts[0] == [6, 6], "no history yet: the budget spread evenly"
-    assert [c[z] for c, z in zip(counts[1:], zero[1:], strict=True)] == [4, 4], "prompt 0 never shows contrast"
-    assert all(sum(c) == 12 for c in counts)
+    for r0, r1 in zip(ranks[0]["records"], ranks[1]["records"], strict=True):
+        assert r0["counts"] == r1["counts"]
+        assert json.dumps(r0["rewards"]) == json.dumps(r1["rewards"])  # NaN-padded
+        assert r0["kept"] == r1["kept"]
+        assert [sum(r0["counts"][:2]), sum(r0["counts"][2:])] == [12, 12], "each rank spends its own share"
+    records = zip(ranks[0]["records"], ranks[1]["records"], strict=True)
+    two = [(r0["prompts"] + r1["prompts"], r0["counts"]) for r0, r1 in records]
+    one = [(record["prompts"], record["counts"]) for record in single["records"]]
+    for run, (prompts, counts) in [("two", step) for step in two[1:]] + [("one", step) for step in one[1:]]:
+        groups = prompts[::8]  # each group's prompt (8 rows each)
+        solved = next(g for g, prompt in enumerate(groups) if prompt.startswith("What is 0 "))
+        assert counts[solved] == 4 and sum(counts) == 24, (run, groups, counts)
+        if run == "two":  # what prompt 0 leaves of its rank's share goes to the other prompt of that rank
+            assert counts[solved ^ 1] == 8, (groups, counts)
     logs = [[{k: v for k, v in e.items() if k != "pods/selection_time"} for e in rank["logs"]] for rank in ranks]
     assert logs[0] == logs[1], "logged metrics differ across ranks"
-    padding = [e["pods/rollouts_padding"] for e in logs[0] if "pods/rollouts_padding" in e]
-    assert padding == [0.0, 4.0, 4.0], "the rank with 4 rollouts pads the call to the other rank's 8"
-    assert all(e["pods/rollouts_padding"] == 0.0 for e in single["logs"] if "pods/rollouts_padding" in e)
+    assert [e["pods/rollouts_padding"] for e in logs[0] if "pods/rollouts_padding" in e] == [0.0] * 3
+    assert [e["pods/rollouts_generated"] for e in logs[0] if "pods/rollouts_generated" in e] == [24.0] * 3
 
 
 def test_budgeted_vllm_server_with_two_processes(tiny_model_path, tmp_path):
-    """vLLM server mode (stand-in; TRL's real gather, dedup by group size and scatter) with budgeted generation on 2
-    ranks: one call per distinct count, equal rows from each rank in every call (the rank without a group of that
-    count pads), completions back in the right rows (prompt ids match, importance-sampling ratio 1)."""
+    """vLLM server mode (stand-in; TRL's real gather, dedup and scatter) with budgeted generation on 2 ranks: one call
+    per generation with every rank's rows, each its own request (n = 1), and the completions back in the right rows
+    (prompt ids match, importance-sampling ratio 1)."""
     ranks = run_worker(tiny_model_path, tmp_path, 2, "--generation", "vllm-server", *BUDGETED, timeout=300)
     counts = [record["counts"] for record in ranks[0]["records"]]
-    assert counts[0] == [6, 6] and sorted(counts[1]) == sorted(counts[2]) == [4, 8]
-    assert ranks[0]["server_calls"] == [[2, 6], [2, 4], [2, 8], [2, 4], [2, 8]], "both ranks' rows, deduplicated"
+    assert counts[0] == [6, 6, 6, 6] and all(sum(c) == 24 for c in counts)
+    assert ranks[0]["server_calls"] == [[24, 1]] * 3, "one call per generation: both ranks' rows, n = 1 each"
     for rank in ranks:
         assert all(record["prompt_ids_match"] for record in rank["records"])
         assert _ratios(rank["logs"]) == pytest.approx([1.0] * 3, abs=1e-3)
+    for r0, r1 in zip(ranks[0]["records"], ranks[1]["records"], strict=True):
+        assert r0["kept"] == r1["kept"] and r0["counts"] == r1["counts"]
+
+
+@pytest.mark.parametrize("dynamic", ["refill", "screened"])
+def test_dynamic_sampling_vllm_server_with_two_processes(tiny_model_path, tmp_path, dynamic):
+    """Refill and screened in vLLM server mode (stand-in; TRL's real gather, dedup and scatter) on 2 ranks: every
+    call asks for its rollouts per prompt (a draw: N; the pilot: 4, then the commit: the other 4), both ranks choose
+    alike and train on equal rows, and completions come back to their rows (importance-sampling ratio 1)."""
+    options = ("--generation", "vllm-server", "--dynamic", dynamic, "--reward", "sevens-constant")
+    ranks = run_worker(tiny_model_path, tmp_path, 2, *options, timeout=300)
+    calls = ranks[0]["server_calls"]
+    if dynamic == "screened":
+        assert calls == [[4, 4], [2, 4]] * 2, "pilot of the pool (4 prompts), then the 2 chosen"
+    else:
+        assert all(n == 8 for _, n in calls) and 2 <= len(calls) <= 4, calls
+    for rank in ranks:
+        assert all(record["prompt_ids_match"] for record in rank["records"])
+        assert _ratios(rank["logs"]) == pytest.approx([1.0] * 2, abs=1e-3)
+        assert all(len(record["kept_prompts"]) == 4 for record in rank["records"]), "one trained prompt x M rows"
     for r0, r1 in zip(ranks[0]["records"], ranks[1]["records"], strict=True):
         assert r0["kept"] == r1["kept"] and r0["counts"] == r1["counts"]
 

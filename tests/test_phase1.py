@@ -3,6 +3,8 @@ calls, so the tests see which rows each step received, the slot layout, the NaN 
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import pytest
 import torch
 
@@ -15,6 +17,7 @@ from trl_pods.phase1 import (
     select_rollouts,
     selection_seed,
 )
+from trl_pods.screening import frontier
 
 
 def _inputs(groups: list[str], n: int) -> list[dict]:
@@ -48,6 +51,7 @@ class FakeSteps:
         self.rewards = {prompt: list(values) for prompt, values in rewards.items()}
         self.others = list(others or [])
         self.calls: list[tuple] = []
+        self.allocated_for: list[int] = []
 
     def _generation(self, rows: list[dict]) -> tuple:
         call, copies = sum(c[0].startswith("generate") for c in self.calls) - 1, {}
@@ -81,8 +85,19 @@ class FakeSteps:
         return torch.cat([local, *others]), {"note": [f"r{i}" for i in range(max(real, 1))]}
 
     def steps(self, allocation: list[int] | None = None) -> GenerationSteps:
-        allocate = None if allocation is None else lambda: torch.tensor(allocation)
-        return GenerationSteps(self.generate, self.score, self.generate_wave, self.score_wave, allocate=allocate)
+        def allocate(processes: int) -> torch.Tensor:
+            self.allocated_for.append(processes)
+            return torch.tensor(allocation)
+
+        @contextmanager
+        def one_weight_load():
+            self.calls.append(("weights loaded",))
+            yield
+            self.calls.append(("weights released",))
+
+        return GenerationSteps(
+            self.generate, self.score, self.generate_wave, self.score_wave, one_weight_load, allocate
+        )
 
 
 def test_fixed_generation_generates_and_scores_every_row_once_then_keeps_m():
@@ -93,7 +108,7 @@ def test_fixed_generation_generates_and_scores_every_row_once_then_keeps_m():
     inputs = _inputs(["a", "b"], 4)
     rollouts = generate_and_score(inputs, settings, fake.steps())
     assert fake.calls == [("generate", ["a"] * 4 + ["b"] * 4), ("score", ["a"] * 4 + ["b"] * 4)]
-    assert rollouts.counts.tolist() == [4, 4] and rollouts.waves == 0 and rollouts.extra_columns == {}
+    assert rollouts.counts.tolist() == [4, 4] and rollouts.calls == 1 and rollouts.extra_columns == {}
     selection = select_rollouts(rollouts.rewards_per_func, rollouts.counts, len(inputs), 2, 0, settings)
     assert selection.kept.tolist() == [[True, True, False, False], [False, False, True, True]]
     assert selection.local == [0, 1, 6, 7] and selection.kept_rows.tolist() == [0, 1, 6, 7]
@@ -110,14 +125,16 @@ def test_adaptive_waves_top_up_groups_without_contrast_into_their_slots():
     inputs = _inputs(["a", "b"], 8)
     rollouts = generate_and_score(inputs, settings, fake.steps())
     assert fake.calls == [
+        ("weights loaded",),  # dependent waves share one weight load
         ("generate_wave", ["a", "a", "b", "b"], 2),
         ("score_wave", 4, 4),
         ("generate_wave", ["b", "b"], 2),
         ("score_wave", 2, 2),
         ("generate_wave", ["b"] * 4, 4),
         ("score_wave", 4, 4),
+        ("weights released",),
     ]
-    assert rollouts.counts.tolist() == [2, 8] and rollouts.waves == 3
+    assert rollouts.counts.tolist() == [2, 8] and rollouts.calls == 3
     completions = rollouts.generation[1]
     assert completions[:8] == [[0, 0], [0, 1]] + [None] * 6
     assert completions[8:] == [[0, 0], [0, 1], [1, 0], [1, 1], [2, 0], [2, 1], [2, 2], [2, 3]]
@@ -139,10 +156,12 @@ def test_adaptive_process_without_a_waiting_group_pads_its_wave():
     inputs = _inputs(["a"], 4)
     rollouts = generate_and_score(inputs, settings, fake.steps())
     assert fake.calls == [
+        ("weights loaded",),
         ("generate_wave", ["a", "a"], 2),
         ("score_wave", 2, 2),
         ("generate_wave", ["a", "a"], 2),
         ("score_wave", 2, 0),
+        ("weights released",),
     ]
     assert rollouts.counts.tolist() == [2, 4]
     assert rollouts.generation[1] == [[0, 0], [0, 1], None, None], "padding rows are not kept"
@@ -151,32 +170,103 @@ def test_adaptive_process_without_a_waiting_group_pads_its_wave():
     assert rewards[4:].tolist() == [1.0, 1.0, 1.0, 0.0]
 
 
-@pytest.mark.parametrize("one_size_per_call", [False, True], ids=["one-call", "per-size"])
-def test_budgeted_generation_fills_the_allocated_slots_in_independent_calls(one_size_per_call):
-    """Budgeted, two processes (this one holds groups 0 and 1 of 4, allocated 2, 4, 3, 2): without a group size per
-    call, one call with every allocated row (the other process pads to the busiest's 6 rows); with one (vLLM server),
-    one call per distinct count, in which a process without a group of that count pads whole groups. Rows land in slot
-    layout, the gathered rewards of the other process in its slots."""
-    others = [[9.0, 9.0], [7.0, 7.0, 7.0], [0.0] * 4] if one_size_per_call else [[7.0, 7.0, 7.0, 9.0, 9.0, 0.0]]
+def test_budgeted_generation_fills_the_allocated_slots_in_one_call():
+    """Budgeted, two processes (this one holds groups 0 and 1 of 4, allocated 2, 4, 3, 2): one call with every
+    allocated row, each its own request (group size 1, which vLLM server mode takes unchanged); the other process
+    needs 5 rows and pads one, and the recorded cost says so. Rows land in slot layout, the gathered rewards of the
+    other process in its slots, and scoring comes after generating, outside any weight load."""
+    others = [[7.0, 7.0, 7.0, 9.0, 9.0, 0.0]]
     fake = FakeSteps({"a": [0.0, 1.0], "b": [2.0, 3.0, 4.0, 5.0]}, others=others)
-    settings = _settings(n=4, processes=2, generation="budgeted", one_size_per_call=one_size_per_call)
+    settings = _settings(n=4, processes=2, generation="budgeted")
     inputs = _inputs(["a", "b"], 4)
     rollouts = generate_and_score(inputs, settings, fake.steps(allocation=[2, 4, 3, 2]))
-    if one_size_per_call:  # counts 2 (groups 0 and 3, one per process), 3 (group 2), 4 (group 1)
-        assert fake.calls == [
-            ("generate_wave", ["a", "a"], 2),
-            ("score_wave", 2, 2),
-            ("generate_wave", ["a"] * 3, 3),  # padding only: group 2 lives on the other process
-            ("score_wave", 3, 0),
-            ("generate_wave", ["b"] * 4, 4),
-            ("score_wave", 4, 4),
-        ]
-    else:  # this process needs 2 + 4 rows, the other 3 + 2 (it pads one)
-        assert fake.calls == [("generate_wave", ["a", "a", "b", "b", "b", "b"], 1), ("score_wave", 6, 6)]
-    assert rollouts.counts.tolist() == [2, 4, 3, 2] and rollouts.waves == (3 if one_size_per_call else 1)
+    assert fake.calls == [("generate_wave", ["a", "a", "b", "b", "b", "b"], 1), ("score_wave", 6, 6)]
+    assert fake.allocated_for == [2], "the allocation is told the number of processes"
+    assert rollouts.counts.tolist() == [2, 4, 3, 2]
+    assert (rollouts.calls, rollouts.generated, rollouts.padding) == (1, 12, 1)
     assert rollouts.generation[1][2:4] == [None, None], "group 0 holds 2 slots"
     rewards = rollouts.rewards_per_func[:, 0].nan_to_num(-1).tolist()
     assert rewards == [0.0, 1.0, -1, -1, 2.0, 3.0, 4.0, 5.0, 7.0, 7.0, 7.0, -1, 9.0, 9.0, -1, -1]
+
+
+def test_refill_draws_further_prompts_for_the_missing_groups_on_every_process():
+    """Refill, two processes, two trained prompts each from a pool of four: the first draw takes each process's first
+    two prompts (N each); this process found one group with contrast, so a second draw takes its next prompt while
+    the other process, already full, pads; draws stop once both hold their share. The chosen groups are those with
+    contrast, in draw order; undrawn prompts stay empty; the selection keeps M rows of chosen groups only."""
+    nan = float("nan")
+    fake = FakeSteps({"a": [1.0, 1.0], "b": [0.0, 1.0], "c": [0.0, 1.0]}, others=[[0.0, 1.0, 1.0, 0.0], [nan, nan]])
+    settings = _settings(n=2, processes=2, generation="refill", pool=2)
+    inputs = _inputs(["a", "b", "c", "d"], 2)
+    rollouts = generate_and_score(inputs, settings, fake.steps())
+    assert fake.calls == [
+        ("weights loaded",),  # a draw depends on the last one's rewards: one weight load for all
+        ("generate_wave", ["a", "a", "b", "b"], 2),
+        ("score_wave", 4, 4),
+        ("generate_wave", ["c", "c"], 2),
+        ("score_wave", 2, 2),
+        ("weights released",),
+    ]
+    assert rollouts.counts.tolist() == [2, 2, 2, 0, 2, 2, 0, 0]
+    assert rollouts.chosen.tolist() == [False, True, True, False, True, True, False, False]
+    assert (rollouts.calls, rollouts.generated, rollouts.padding) == (2, 12, 2)
+    assert rollouts.metrics == {
+        "draws": 2.0, "groups_filled_without_contrast": 0.0, "prompts_drawn": 5.0, "prompts_trained": 4.0,
+    }  # fmt: skip
+    selection = select_rollouts(
+        rollouts.rewards_per_func, rollouts.counts, len(inputs), 2, 0, settings, rollouts.chosen
+    )
+    assert selection.local == [2, 3, 4, 5], "this process trains on b and c, M rows each"
+    assert selection.kept.sum(1).tolist() == [0, 2, 2, 0, 2, 2, 0, 0]
+
+
+def test_refill_fills_with_groups_without_contrast_after_its_last_draw():
+    """When the pool runs out of draws, the remainder is filled with the first drawn groups without contrast."""
+    fake = FakeSteps({"a": [1.0, 1.0], "b": [0.0, 0.0], "c": [1.0, 0.0], "d": [1.0, 1.0]})
+    settings = _settings(n=2, generation="refill", pool=2)
+    rollouts = generate_and_score(_inputs(["a", "b", "c", "d"], 2), settings, fake.steps())
+    assert [call[1] for call in fake.calls if call[0] == "generate_wave"] == [
+        ["a", "a", "b", "b"],
+        ["c", "c", "d", "d"],
+    ]
+    assert rollouts.chosen.tolist() == [True, False, True, False], "c (contrast), then a, the first without"
+    assert rollouts.metrics["groups_filled_without_contrast"] == 1.0 and rollouts.metrics["draws"] == 2.0
+
+
+def test_screened_pilots_every_pool_prompt_then_commits_the_chosen():
+    """Screened, one process, two trained prompts from a pool of four: one pilot call (2 rollouts each), the rule
+    (frontier) picks b (pilot contrast) and c (unsolved, reserved), and one commit call gives them their other 2
+    rollouts in slots 2..3, their pilot staying in the group; the pilot's and the commit's contrast are reported."""
+    rewards = {"a": [1.0, 1.0], "b": [0.0, 1.0, 1.0, 0.0], "c": [0.0, 0.0, 0.0, 1.0], "d": [0.0, 0.0]}
+    fake = FakeSteps(rewards)
+    settings = _settings(n=4, n_initial=2, generation="screened", pool=2, screen_rule=frontier)
+    inputs = _inputs(["a", "b", "c", "d"], 4)
+    rollouts = generate_and_score(inputs, settings, fake.steps())
+    assert fake.calls == [
+        ("weights loaded",),
+        ("generate_wave", ["a", "a", "b", "b", "c", "c", "d", "d"], 2),
+        ("score_wave", 8, 8),
+        ("generate_wave", ["b", "b", "c", "c"], 2),
+        ("score_wave", 4, 4),
+        ("weights released",),
+    ]
+    assert rollouts.counts.tolist() == [2, 4, 4, 2] and rollouts.chosen.tolist() == [False, True, True, False]
+    assert rollouts.rewards_per_func[4:12, 0].tolist() == [0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0]
+    assert rollouts.metrics == {
+        "predicted_contrast": 0.5, "observed_contrast": 1.0, "prompts_drawn": 4.0, "prompts_trained": 2.0,
+    }  # fmt: skip
+    selection = select_rollouts(
+        rollouts.rewards_per_func, rollouts.counts, len(inputs), 2, 0, settings, rollouts.chosen
+    )
+    assert selection.kept.sum(1).tolist() == [0, 2, 2, 0] and selection.kept[2, 3], "c keeps its one success"
+
+
+def test_a_screening_rule_returning_wrong_picks_is_refused():
+    """A rule must pick exactly its share of distinct groups of its pool."""
+    fake = FakeSteps({"a": [0.0, 1.0], "b": [0.0, 1.0]})
+    settings = _settings(n=4, n_initial=2, generation="screened", pool=2, screen_rule=lambda p, c, g: torch.arange(2))
+    with pytest.raises(ValueError, match="pods_screen_rule"):
+        generate_and_score(_inputs(["a", "b"], 4), settings, fake.steps())
 
 
 def test_cross_group_and_dropped_groups_selection():

@@ -36,6 +36,10 @@ def test_overridden_methods_exist_with_the_expected_signatures():
     assert "is_training" in inspect.signature(Trainer._get_dataloader).parameters
     assert {"tools", "rollout_func", "environment_factory"} <= set(inspect.signature(GRPOTrainer).parameters)
     assert params["_get_train_sampler"] == ["self", "dataset"]
+    run_epoch = inspect.signature(Trainer._run_epoch).parameters  # hands the sampler its epoch (exact resume)
+    assert {"epoch", "train_dataloader"} <= set(run_epoch)
+    loop = inspect.getsource(Trainer._inner_training_loop)
+    assert "self._run_epoch(" in loop and "epoch=epoch," in loop, "called once per epoch with the epoch by keyword"
 
 
 def test_repeat_sampler_draws_one_permutation_per_pass_from_its_seeded_generator():

@@ -48,9 +48,9 @@ class Recorder(PODSGRPOTrainer):
         self.vllm_generation.sync_weights = counting_sync
 
     def _generate_and_score(self, inputs):
-        generation, rewards_per_func, counts = super()._generate_and_score(inputs)
-        self.generations.append(generation[1])
-        return generation, rewards_per_func, counts
+        rollouts = super()._generate_and_score(inputs)
+        self.generations.append(rollouts.generation[1])
+        return rollouts
 
 
 def _train(model_path, out, reward=token_sum_reward, steps=3, peft_config=None, prompts=8, **options) -> Recorder:
@@ -232,6 +232,26 @@ def test_budgeted_generation_on_colocate_engine(vllm_model_path, tmp_path):
     assert gap < ALIGNED < initial_gap, (gap, initial_gap)
 
 
+DYNAMIC = {  # 2 trained prompts per generation from a pool of 4 (refill: at most 2 draws; screened: pilot 2 of 4)
+    "refill": dict(pods_generation="refill", pods_max_draws=2),
+    "screened": dict(pods_generation="screened", pods_screen_ratio=2, pods_n_initial=2),
+}
+
+
+@pytest.mark.parametrize("generation", list(DYNAMIC))
+def test_dynamic_sampling_on_colocate_engine(vllm_model_path, tmp_path, generation):
+    """Refill and screened on the real engine: one weight sync per generation however many calls (draws; pilot and
+    commit), the calls logged as made, vLLM log-probs aligned with the kept rows through the slot layout, and the
+    trained rows are 2 prompts x M."""
+    trainer = _train(vllm_model_path, tmp_path, rare_reward, learning_rate=1e-2, **DYNAMIC[generation])
+    calls = [e["pods/generation_calls"] for e in trainer.state.log_history if "pods/generation_calls" in e]
+    assert trainer.syncs == 3 and len(calls) == 3
+    assert all(c == 2.0 for c in calls) if generation == "screened" else all(1.0 <= c <= 2.0 for c in calls)
+    assert all(e["pods/rollouts_trained"] == 2 * M for e in trainer.state.log_history if "pods/rollouts_trained" in e)
+    gaps = _logp_gaps(trainer)
+    assert len(gaps) == 3 and max(gaps) < ALIGNED, gaps
+
+
 def test_lora_adapters_are_merged_into_the_colocate_engine(vllm_model_path, tmp_path):
     """LoRA + colocate (the single-GPU recipes): TRL's sync merges the adapters into the weights it pushes, so vLLM's
     log-probs match the adapted policy at every step, and after a final sync the engine follows it."""
@@ -253,20 +273,32 @@ def vllm_server(vllm_model_path, tmp_path_factory):
     server.stop()
 
 
-@pytest.mark.parametrize("generation", ["fixed", "adaptive", "budgeted"])
+@pytest.mark.parametrize("generation", ["fixed", "adaptive", "budgeted", "refill", "screened"])
 def test_server_mode_on_a_real_trl_vllm_serve(vllm_model_path, vllm_server, tmp_path, monkeypatch, generation):
     """Generation through a real `trl vllm-serve` (TRL deduplicates the prompts and asks for n per prompt; adaptive
-    waves ask for each wave's size, budgeted generation for each distinct count). Only the NCCL weight transfer is
+    waves ask for each wave's size; budgeted generation sends one call per generation, every row its own request, and
+    the logged call count is what the server received). Only the NCCL weight transfer is
     replaced (CUDA-only; tests/vllm_real.py), so the server keeps its initial weights: its log-probs match the
     trainer's on the first step, before training moves the trainer's weights. The sync still runs once per optimizer
     step."""
-    syncs = []
+    from trl.generation.vllm_client import VLLMClient
+
+    syncs, requests = [], []
     replace_nccl_weight_transfer(monkeypatch.setattr, syncs)
+    generate = VLLMClient.generate
+
+    def counted(client, prompts, *args, **kwargs):
+        requests.append((len(prompts), kwargs.get("n", 1)))
+        return generate(client, prompts, *args, **kwargs)
+
+    monkeypatch.setattr(VLLMClient, "generate", counted)
     options, reward = {}, token_sum_reward
     if generation == "adaptive":
         options, reward = dict(pods_generation="adaptive", pods_n_initial=M), rare_reward
     if generation == "budgeted":
         options, reward = BUDGETED, zero_solved_reward
+    if generation in DYNAMIC:
+        options, reward = DYNAMIC[generation], rare_reward
     trainer = _train(
         vllm_model_path,
         tmp_path,
@@ -283,10 +315,14 @@ def test_server_mode_on_a_real_trl_vllm_serve(vllm_model_path, vllm_server, tmp_
         waves = [e["pods/waves"] for e in trainer.state.log_history if "pods/waves" in e]
         assert generated == [e["pods/rollouts_generated"] for e in trainer.state.log_history if "pods/waves" in e]
         assert max(waves) > 1 or min(generated) == 2 * M, waves
-    elif generation == "budgeted":  # the second generation: one server call for n = 4, one for n = 8
+    elif generation == "budgeted":  # 12 rows per generation, each its own request
         assert [sorted(a) for a in _allocations(trainer)] == [[6, 6], [4, 8]]
         calls = [e["pods/generation_calls"] for e in trainer.state.log_history if "pods/generation_calls" in e]
-        assert calls == [1.0, 2.0]
+        assert calls == [1.0, 1.0] and requests == [(12, 1), (12, 1)], requests
+    elif generation == "screened":  # the pool's pilot (4 prompts, n = 2), then the 2 chosen (n = N - 2)
+        assert requests == [(4, 2), (2, N - 2)] * 2, requests
+    elif generation == "refill":
+        assert all(n == N for _, n in requests) and 2 <= len(requests) <= 4, requests
     else:
         assert generated == [2 * N, 2 * N]
     for g in trainer.generations:

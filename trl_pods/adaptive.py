@@ -21,7 +21,7 @@ Every decision is a function of the gathered reward matrix, so all processes tak
 part in every wave with the same number of rows (TRL gathers rewards and lengths, vLLM server mode slices the
 broadcast by rank, tensor-parallel vLLM and ZeRO-3 generate collectively): each process generates for as many
 rows as the busiest one (`lockstep_rows`), padding with copies of its own prompts whose rollouts are
-discarded (`wave_metrics` counts them).
+discarded (counted in `pods/rollouts_padding`).
 
 This module imports only torch.
 """
@@ -154,37 +154,22 @@ def gathered_rows(groups: torch.Tensor, sizes: torch.Tensor, groups_per_process:
     return torch.cat([torch.arange(s, s + size) for s, size in zip(start.tolist(), sizes.tolist(), strict=True)])
 
 
-def wave_metrics(
-    rewards: torch.Tensor, counts: torch.Tensor, n_initial: int, n_max: int, groups_per_process: int
-) -> dict[str, float]:
-    """Cost and effect of the waves, the same on every process.
+def wave_metrics(rewards: torch.Tensor, counts: torch.Tensor, n_initial: int) -> dict[str, float]:
+    """The effect of the waves, the same on every process (their cost, calls and rollouts generated, is recorded
+    while generating).
 
     Args:
         rewards: ``[G, n_max]`` slot-order rewards (NaN: unscorable or unfilled).
         counts: ``[G]`` rollouts generated per group.
         n_initial: rollouts per group in the first wave.
-        n_max: the most rollouts a group may get.
-        groups_per_process: groups each process holds (G when there is one process).
 
     Returns:
-        ``waves``; ``rollouts_generated`` (every rollout generated, lockstep padding included);
-        ``rollouts_padding`` (rollouts generated only to keep the processes in step, then discarded);
-        ``frac_groups_topped_up`` (groups that got more than ``n_initial``); ``frac_topped_up_with_contrast`` (of
+        ``frac_groups_topped_up`` (groups that got more than ``n_initial``) and ``frac_topped_up_with_contrast`` (of
         those, the fraction whose rewards finally differ; NaN when none was topped up).
     """
-    counts = counts.cpu()
-    schedule = torch.tensor(count_schedule(n_initial, n_max))  # [W]
-    sizes = schedule.diff(prepend=schedule.new_zeros(1))  # [W]
-    took_part = counts.unsqueeze(0) >= schedule.unsqueeze(1)  # [W, G]: the group was in wave w
-    per_process = took_part.view(len(schedule), -1, groups_per_process).sum(dim=2)  # [W, processes]
-    generated = (per_process.amax(dim=1) * per_process.size(1) * sizes).sum()
-    padding = float(generated - counts.sum())
-    topped_up = counts > n_initial
+    topped_up = counts.cpu() > n_initial
     contrast = has_contrast(rewards.cpu())[topped_up]
     return {
-        "waves": float(took_part.any(dim=1).sum()),
-        "rollouts_generated": float(generated),
-        "rollouts_padding": padding,
         "frac_groups_topped_up": topped_up.float().mean().item(),
         "frac_topped_up_with_contrast": contrast.float().mean().item() if contrast.numel() else float("nan"),
     }

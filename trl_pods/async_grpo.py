@@ -42,7 +42,7 @@ from trl.experimental.async_grpo.async_rollout_worker import (
 
 from .adaptive import has_contrast
 from .advantages import population_group_advantages
-from .config import ADVANTAGE_SCOPES, PODSConfig
+from .config import ADVANTAGE_SCOPES, _resolve_group_sizes
 from .down_sampling import DownSampler, get_down_sampler
 
 ASYNC_GENERATION_MODES = ("fixed", "refill")
@@ -115,7 +115,7 @@ class PODSAsyncGRPOConfig(AsyncGRPOConfig):
     )
 
     def __post_init__(self):
-        PODSConfig._resolve_group_sizes(self)  # the synchronous config's rule for pods_n, pods_m, num_generations
+        _resolve_group_sizes(self)  # the synchronous config's rule for pods_n, pods_m and num_generations
         super().__post_init__()
         get_down_sampler(self.pods_down_sampler)  # raises with the list of known names
         if self.pods_advantage_scope not in ADVANTAGE_SCOPES:

@@ -5,26 +5,33 @@ getting between ``m`` (the rollouts it keeps) and ``n_max``. Training revisits i
 last visits tell how a prompt behaves: one the policy always solves gains nothing from more rollouts, one it solves
 half the time shows contrast with a few, one it rarely solves needs many to show a single success.
 
-**History** (`PromptHistory`). Per prompt, keyed by a digest of its content, the (decayed) count of each distinct
-reward value its rollouts earned. The values are the task's reward *levels*: the first `MAX_LEVELS` distinct values
-seen (0/1 correctness has two; graded rewards a few more); a later new value counts for its nearest level. A prompt
-with counts ``c`` has a Dirichlet posterior ``Dir(c + prior)`` over the levels, the prior being
+**History** (`PromptHistory`). Per prompt, keyed by a digest of its content, the (decayed) count of its rollouts'
+rewards at each reward *level*. While the rewards take at most `MAX_LEVELS` distinct values (0/1 correctness, graded
+or partial credit), the levels are those values. Beyond that (a reward model, a continuous score) the levels are
+`MAX_LEVELS` quantile bins of the last `RECENT_REWARDS` rewards, each represented by the mean of its rewards, and
+re-cut after every update so that they follow the reward distribution as training moves it (a prompt's counts move
+to the new bin holding their old level's value); a point mass, such as a fixed penalty, keeps a bin of its own. A
+prompt with counts ``c`` has a Dirichlet posterior ``Dir(c + prior)`` over the levels, the prior being
 `PRIOR_STRENGTH` rollouts distributed as the recent population's outcomes, so a prompt seen for the first time gets
 the population's odds. Memory is bounded: at most ``capacity`` prompts are kept, the least recently visited forgotten
-first (measured: about 70 bytes of bookkeeping plus 4 bytes per level per prompt; 1M prompts with 0/1 rewards take
-about 80 MB).
+first (a test bounds it below 100 bytes per prompt with 0/1 rewards: bookkeeping plus 4 bytes per level).
 
 **Allocation.** A rule scores the expected learning signal of giving each prompt ``n = 0 .. n_max`` rollouts
 (`expected_signal` by default; pluggable like the down-samplers); `greedy_allocation` then spends the budget one
 rollout at a time on the largest marginal gain, which is exact for scores concave in ``n`` (checked against brute
-force in the tests). The default signal is the probability that the group shows contrast with ``n`` rollouts times
-the value of learning on the prompt, integrated over the posterior in closed form (Dirichlet moments, no sampling):
+force in the tests). Each process spends its own share of the budget on its own prompts (`BudgetedAllocation.plan`),
+so with equal prompts per process every process generates the same number of rollouts and none pads. The default
+signal is the probability that the group shows contrast with ``n`` rollouts times the value of learning on the
+prompt, integrated over the posterior in closed form (Dirichlet moments, no sampling):
 
     E[(1 - sum_v theta_v ** n) * Var_theta(r) * (1 - E_theta[r])],   r = reward scaled to [0, 1] over the levels
 
 For 0/1 rewards the value is Knapsack-RL's ``p (1 - p) ** 2``. It vanishes as the success rate goes to 0 or to 1, so a
 prompt whose visits never showed contrast gets ``m``, where contrast probability alone (`contrast_probability`)
-would pour rollouts into nearly solved prompts (their rare failure is "contrast").
+would pour rollouts into nearly solved prompts (their rare failure is "contrast"). With continuous rewards the
+contrast is calibrated (a test checks it within 0.1 of what is observed), but a prompt whose scores vary shows it with
+any few rollouts, so its score stops growing there: the rest of the budget goes where contrast is still uncertain,
+such as prompts that always earned the same score (their posterior keeps a small chance of another one).
 
 This module imports only torch.
 """
@@ -33,7 +40,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -49,14 +56,16 @@ __all__ = [
     "allocate",
     "contrast_probability",
     "expected_signal",
-    "generation_calls",
     "get_allocation_rule",
     "greedy_allocation",
     "prompt_key",
     "register_allocation_rule",
 ]
 
-MAX_LEVELS = 16  # distinct reward values a history tracks
+logger = logging.getLogger(__name__)
+
+MAX_LEVELS = 16  # reward levels a history tracks: distinct values, or quantile bins beyond that many
+RECENT_REWARDS = 4096  # rewards the quantile bins of continuous rewards are cut from
 PRIOR_STRENGTH = 2.0  # rollouts' worth of population prior in each prompt's posterior
 
 AllocationRule = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
@@ -70,7 +79,8 @@ def prompt_key(prompt: Any) -> int:
 
 class PromptHistory:
     """Decayed counts of each reward level per prompt, for at most ``capacity`` prompts (least recently visited are
-    forgotten first).
+    forgotten first). The levels are the distinct reward values, or quantile bins once there are more than
+    `MAX_LEVELS` of them (see the module).
 
     Args:
         capacity: the most prompts kept.
@@ -80,7 +90,9 @@ class PromptHistory:
 
     def __init__(self, capacity: int, decay: float):
         self.capacity, self.decay = capacity, decay
-        self.levels: list[float] = []  # distinct reward values, in order of first appearance
+        self.levels: list[float] = []  # distinct reward values in order of first appearance, or the bins' means
+        self.edges: torch.Tensor | None = None  # [L - 1] upper edges of the quantile bins; None: exact values
+        self.recent = torch.zeros(0, dtype=torch.float64)  # the last RECENT_REWARDS finite rewards, oldest first
         self.population = torch.zeros(0, dtype=torch.float64)  # [L] decayed outcome counts over all prompts
         self.rows: dict[int, int] = {}  # key -> row of `counts`, least recently visited first
         self.counts = torch.zeros(0, 0)  # [rows, L]
@@ -105,31 +117,69 @@ class PromptHistory:
 
     def update(self, keys: list[int], rewards: torch.Tensor) -> None:
         """Add one visit of each prompt: ``rewards`` ``[G, N]`` are its rollouts' rewards (NaN: not generated or
-        unscorable, and infinite values are ignored). Call it with the same gathered values on every process."""
-        indices = [[self._level(value) for value in values if math.isfinite(value)] for values in rewards.tolist()]
-        outcome = torch.zeros(len(keys), len(self.levels))  # [G, L]
-        for g, levels in enumerate(indices):
-            outcome[g] += torch.bincount(torch.tensor(levels, dtype=torch.long), minlength=len(self.levels))
-        self.population = self.population * self.decay + outcome.sum(dim=0).double()
-        for key, row_outcome in zip(keys, outcome, strict=True):
+        unscorable, and infinite values are ignored). A prompt listed twice is visited once, with both groups'
+        rewards. Call it with the same gathered values on every process."""
+        rewards = rewards.detach().double().cpu()
+        finite = rewards[rewards.isfinite()]  # [R]
+        self.recent = torch.cat([self.recent, finite])[-RECENT_REWARDS:]
+        self._fit_levels(finite)
+        visits: dict[int, torch.Tensor] = {}
+        for key, values in zip(keys, rewards, strict=True):
+            levels = self._level_of(values[values.isfinite()])
+            outcome = torch.bincount(levels, minlength=len(self.levels)).float()  # [L]
+            visits[key] = visits[key] + outcome if key in visits else outcome
+        self.population = self.population * self.decay + sum(visits.values(), torch.zeros(len(self.levels))).double()
+        for key, outcome in visits.items():
             row = self.rows.pop(key, None)  # re-inserted last: most recently visited
             if row is None:
                 row = self._free_row()
-                self.counts[row] = row_outcome
+                self.counts[row] = outcome
             else:
-                self.counts[row] = self.counts[row] * self.decay + row_outcome
+                self.counts[row] = self.counts[row] * self.decay + outcome
             self.rows[key] = row
 
-    def _level(self, value: float) -> int:
-        for i, level in enumerate(self.levels):
-            if abs(value - level) <= 1e-6 * max(1.0, abs(level)):
-                return i
-        if len(self.levels) == MAX_LEVELS:
-            return min(range(MAX_LEVELS), key=lambda i: abs(value - self.levels[i]))
-        self.levels.append(value)
-        self.population = torch.cat([self.population, self.population.new_zeros(1)])
-        self.counts = torch.cat([self.counts, self.counts.new_zeros(self.counts.size(0), 1)], dim=1)
-        return len(self.levels) - 1
+    def _fit_levels(self, new: torch.Tensor) -> None:
+        """Add the new distinct values as levels while there are at most `MAX_LEVELS`; past that, (re-)cut the
+        quantile bins of the recent rewards and move every count to the bin of its old level's value."""
+        if self.edges is None:
+            fresh = [value for value in dict.fromkeys(new.tolist()) if not self._known_value(value)]
+            if len(self.levels) + len(fresh) <= MAX_LEVELS:
+                self._remap(self.levels + fresh, None, torch.arange(len(self.levels)))
+                return
+            logger.info(
+                "Rewards took more than %d distinct values: budgeted generation's history now counts them in %d "
+                "quantile bins of the last %d rewards, re-cut after every generation.",
+                MAX_LEVELS, MAX_LEVELS, RECENT_REWARDS,
+            )  # fmt: skip
+        quantiles = torch.arange(1, MAX_LEVELS, dtype=torch.float64) / MAX_LEVELS
+        edges = torch.quantile(self.recent, quantiles).unique()  # a point mass keeps one edge, so one bin
+        size = torch.bincount(torch.searchsorted(edges, self.recent), minlength=edges.numel() + 1)
+        keep = size[:-1] > 0  # edge i closes bin i, (edges[i - 1], edges[i]]: drop the edges of empty bins
+        if size[-1] == 0 and keep.any():
+            keep[int(keep.nonzero().max())] = False
+        edges = edges[keep]  # [L - 1]
+        bins = torch.searchsorted(edges, self.recent)  # [R]
+        total = torch.zeros(edges.numel() + 1, dtype=torch.float64).index_add_(0, bins, self.recent)
+        levels = (total / torch.bincount(bins, minlength=edges.numel() + 1)).tolist()  # each bin's mean
+        self._remap(levels, edges, torch.searchsorted(edges, self.level_values()))
+
+    def _known_value(self, value: float) -> bool:
+        return any(abs(value - level) <= 1e-6 * max(1.0, abs(level)) for level in self.levels)
+
+    def _remap(self, levels: list[float], edges: torch.Tensor | None, target: torch.Tensor) -> None:
+        """Switch to ``levels``: the counts of old level ``i`` move to new level ``target[i]``."""
+        size = len(levels)
+        self.population = torch.zeros(size, dtype=torch.float64).index_add_(0, target, self.population)
+        self.counts = torch.zeros(self.counts.size(0), size).index_add_(1, target, self.counts)
+        self.levels, self.edges = levels, edges
+
+    def _level_of(self, values: torch.Tensor) -> torch.Tensor:
+        """``[R]`` level index of each finite reward value."""
+        if self.edges is not None:
+            return torch.searchsorted(self.edges, values)
+        known = self.level_values()
+        close = (values.unsqueeze(1) - known).abs() <= 1e-6 * known.abs().clamp_min(1.0)  # [R, L]
+        return close.long().argmax(dim=1)
 
     def _free_row(self) -> int:
         if len(self.rows) >= self.capacity:  # forget the least recently visited prompt, reuse its row
@@ -144,18 +194,24 @@ class PromptHistory:
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint saves: enough for a resumed run to allocate exactly as the uninterrupted one."""
         rows = torch.tensor(list(self.rows.values()), dtype=torch.long)
-        return {
+        state = {
             "keys": torch.tensor(list(self.rows), dtype=torch.long),  # least recently visited first
             "counts": self.counts[rows].clone(),
             "levels": torch.tensor(self.levels, dtype=torch.float64),
             "population": self.population.clone(),
+            "recent": self.recent.clone(),
         }
+        if self.edges is not None:
+            state["edges"] = self.edges.clone()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.levels = state["levels"].tolist()
         self.population = state["population"].clone()
         self.counts = state["counts"].clone()
         self.rows = {key: row for row, key in enumerate(state["keys"].tolist())}
+        self.recent = state["recent"].clone()
+        self.edges = state["edges"].clone() if "edges" in state else None
 
 
 # ---------------------------------------------------------------- expected learning signal under Dir(alpha)
@@ -226,11 +282,13 @@ def get_allocation_rule(name: str) -> AllocationRule:
 
 
 def greedy_allocation(scores: torch.Tensor, low: int, high: int, total: int) -> torch.Tensor:
-    """``[G]`` rollouts per prompt in ``[low, high]``, at most ``total`` in all, maximising ``sum_g scores[g, n_g]``.
+    """``[G]`` rollouts per prompt in ``[low, high]``, ``min(total, G * high)`` in all, maximising
+    ``sum_g scores[g, n_g]``.
 
-    Starting from ``low`` each, the budget goes one rollout at a time to the largest positive marginal gain
+    Starting from ``low`` each, the budget goes one rollout at a time to the largest marginal gain
     ``scores[g, n + 1] - scores[g, n]`` (ties: the smaller count, then the lower group), which is optimal when every
-    row of ``scores`` (``[G, high + 1]``) is concave in ``n``.
+    row of ``scores`` (``[G, high + 1]``) is concave in ``n``. The whole budget is spent, even on gains of zero, so
+    that the rollouts generated are known before generating (processes generate alike, and none pads).
     """
     g = scores.size(0)
     if total < g * low:
@@ -242,8 +300,7 @@ def greedy_allocation(scores: torch.Tensor, low: int, high: int, total: int) -> 
             "more than the one before); greedy allocation is not optimal otherwise."
         )
     by_step = gains.t().flatten()  # [(high - low) * G]: position i is step i // G of group i % G
-    order = torch.sort(-by_step, stable=True).indices[: total - g * low]  # ties: smaller step, then lower group
-    taken = order[by_step[order] > 0]
+    taken = torch.sort(-by_step, stable=True).indices[: total - g * low]  # ties: smaller step, then lower group
     return low + torch.bincount(taken % g, minlength=g)
 
 
@@ -251,7 +308,7 @@ def allocate(
     history: PromptHistory, keys: list[int], low: int, high: int, budget: float, rule: AllocationRule
 ) -> torch.Tensor:
     """``[G]`` rollouts for the prompts ``keys`` (all processes, in group order): ``greedy_allocation`` of ``rule``'s
-    scores under each prompt's posterior, at most ``floor(budget * G)`` in all. Until two reward levels have been
+    scores under each prompt's posterior, ``floor(budget * G)`` in all. Until two reward levels have been
     seen there is no contrast to predict, and the budget is spread evenly."""
     total = int(budget * len(keys) + 1e-9)
     if len(history.levels) < 2:
@@ -261,15 +318,6 @@ def allocate(
     if not isinstance(scores, torch.Tensor) or tuple(scores.shape) != (len(keys), high + 1):
         raise ValueError(f"An allocation rule must return a tensor of shape {(len(keys), high + 1)} (scores per n).")
     return greedy_allocation(scores.double(), low, high, total)
-
-
-def generation_calls(counts: torch.Tensor, one_size_per_call: bool) -> list[tuple[torch.Tensor, int]]:
-    """The generation calls of an allocation, as ``(groups, group size)`` pairs: one call with every group (group
-    size 1: each row is its own request, as HF generate and vLLM colocate take them), or, where a call requests one
-    group size for all its prompts (vLLM server mode deduplicates prompts by it), one call per distinct count."""
-    if not one_size_per_call:
-        return [(torch.arange(counts.numel()), 1)]
-    return [((counts == size).nonzero().squeeze(1), size) for size in counts.unique().tolist()]
 
 
 class BudgetedAllocation:
@@ -288,9 +336,18 @@ class BudgetedAllocation:
         self.history = PromptHistory(capacity, decay)
         self._planned: tuple[list[int], torch.Tensor, torch.Tensor] | None = None
 
-    def plan(self, keys: list[int]) -> torch.Tensor:
-        """``[G]`` rollouts for the prompts ``keys`` (all processes, in group order)."""
-        counts = allocate(self.history, keys, self.low, self.high, self.budget, self.rule)
+    def plan(self, keys: list[int], processes: int = 1) -> torch.Tensor:
+        """``[G]`` rollouts for the prompts ``keys`` (all processes, in group order, ``G / processes`` each): each
+        process's prompts share its own ``budget * G / processes`` rollouts, so processes generate alike."""
+        if len(keys) % processes:
+            raise ValueError(f"{len(keys)} prompts cannot be shared equally by {processes} processes.")
+        per_process = len(keys) // processes
+        counts = torch.cat(
+            [
+                allocate(self.history, keys[first : first + per_process], self.low, self.high, self.budget, self.rule)
+                for first in range(0, len(keys), per_process)
+            ]
+        )
         self._planned = (keys, counts, self.history.known(keys))
         return counts
 

@@ -10,9 +10,10 @@ from .budget import get_allocation_rule
 from .down_sampling import get_down_sampler
 from .losses import MICRO_BATCH_TOKEN_LOSSES, SEQUENCE_AVERAGE_LOSSES
 from .schedules import SCHEDULES
+from .screening import get_screen_rule
 
 ADVANTAGE_SCOPES = ("kept", "all")
-GENERATION_MODES = ("fixed", "adaptive", "budgeted")
+GENERATION_MODES = ("fixed", "adaptive", "budgeted", "refill", "screened")
 
 
 @dataclass
@@ -80,24 +81,41 @@ class PODSConfig(GRPOConfig):
             `pods_m` and `pods_n` rollouts, `pods_budget` per prompt on average, allocated from what its earlier
             visits showed (`trl_pods.budget`). Adaptive learns which prompts lack contrast by generating for them,
             in up to `1 + log2(pods_n / pods_n_initial)` dependent waves and with no cap on the total; budgeted
-            spends a fixed budget in independent calls (one; one per distinct count in vLLM server mode), and needs
-            prompts that recur (epochs) to do better than spreading it evenly.
+            spends a fixed budget in one call, and needs prompts that recur (epochs) to do better than spreading it
+            evenly.
+            `"refill"` (DAPO's dynamic sampling) and `"screened"` (pilot, then commit) choose *which* prompts to train
+            on from a larger pool read from the data loader (`trl_pods.screening`): refill generates `pods_n` for the
+            batch's prompts and draws further pool prompts for the groups without contrast, at most `pods_max_draws`
+            draws; screened generates a pilot of `pods_n_initial` for `pods_screen_ratio` times the batch's prompts
+            and gives the remaining rollouts to those `pods_screen_rule` picks. Pool prompts not trained on are
+            consumed for the epoch.
         pods_n_initial (`int`, *optional*):
-            Rollouts per prompt in the first wave of adaptive generation (between `pods_m` and `pods_n`). Defaults
-            to `pods_m`.
+            Rollouts per prompt in the first wave of adaptive generation (between `pods_m` and `pods_n`), or in the
+            pilot of screened generation (between 2 and `pods_n`). Defaults to `pods_m`.
         pods_budget (`float`, *optional*):
-            Budgeted generation: mean rollouts generated per prompt per generation, over all processes (between
-            `pods_m` and `pods_n`; at most `floor(pods_budget x prompts)` rollouts in all).
+            Budgeted generation: mean rollouts generated per prompt per generation (between `pods_m` and `pods_n`).
+            Each process spends `floor(pods_budget x its prompts)` rollouts on its own prompts, so processes generate
+            alike and none pads.
         pods_allocation (`str`, *optional*, defaults to `"expected_signal"`):
             Budgeted generation: the rule scoring what `n` rollouts of a prompt are worth, maximised under the budget:
             `"expected_signal"` (probability of contrast x p(1-p)^2, over the history's uncertainty), `"contrast"`,
             a name registered with `trl_pods.budget.register_allocation_rule`, or a dotted import path.
         pods_history_size (`int`, *optional*, defaults to `1000000`):
             Budgeted generation: the most prompts whose reward history is kept (the least recently visited are
-            forgotten first); about 80 bytes per prompt with 0/1 rewards.
+            forgotten first); under 100 bytes per prompt with 0/1 rewards (a test bounds it), 64 more with
+            continuous rewards (16 quantile bins).
         pods_history_decay (`float`, *optional*, defaults to `0.8`):
             Budgeted generation: weight of a prompt's earlier outcomes at each new visit (1.0: every visit counts
             alike), so the history follows the changing policy.
+        pods_max_draws (`int`, *optional*, defaults to `3`):
+            Refill: the most draws (generation calls) per generation. The data loader reads `pods_max_draws` prompts
+            per trained prompt, the pool the draws take from.
+        pods_screen_ratio (`int`, *optional*, defaults to `2`):
+            Screened: prompts piloted per trained prompt (the data loader reads that many).
+        pods_screen_rule (`str`, *optional*, defaults to `"frontier"`):
+            Screened: the rule picking the prompts to train on from their pilots: `"frontier"` (pilot contrast first,
+            a quarter of the picks reserved for prompts whose pilot all failed), `"contrast"`, `"random"`, a name
+            registered with `trl_pods.screening.register_screen_rule`, or a dotted import path.
         pods_log_all_rollouts (`bool`, *optional*, defaults to `False`):
             With `log_completions`, the completions table shows every generated rollout of the logged prompts, with
             a `kept` column (discarded rows have no advantage), instead of the kept rows only.
@@ -190,15 +208,39 @@ class PODSConfig(GRPOConfig):
         metadata={
             "help": "'fixed': pods_n rollouts per prompt. 'adaptive': pods_n_initial per prompt, then prompts whose "
             "rewards are all equal get more in waves (doubling, at most pods_n) until their rewards differ. "
-            "'budgeted': pods_budget per prompt on average, allocated before generating from each prompt's history.",
+            "'budgeted': pods_budget per prompt on average, allocated before generating from each prompt's history. "
+            "'refill' (DAPO's dynamic sampling): further prompts drawn for the groups without contrast. 'screened': a "
+            "pilot for pods_screen_ratio x the prompts, the rest of pods_n for those pods_screen_rule picks.",
             "choices": list(GENERATION_MODES),
         },
     )
     pods_n_initial: int | None = field(
         default=None,
         metadata={
-            "help": "Adaptive generation: rollouts per prompt in the first wave (pods_m <= pods_n_initial <= pods_n). "
-            "Defaults to pods_m."
+            "help": "Adaptive generation: rollouts per prompt in the first wave (pods_m <= pods_n_initial <= pods_n); "
+            "screened generation: rollouts per prompt in the pilot (2 <= pods_n_initial <= pods_n). Default: pods_m."
+        },
+    )
+    pods_max_draws: int = field(
+        default=3,
+        metadata={
+            "help": "Refill: the most draws per generation; the data loader reads pods_max_draws prompts per trained "
+            "prompt (the pool that further draws take from; pool prompts not trained on are consumed for the epoch)."
+        },
+    )
+    pods_screen_ratio: int = field(
+        default=2,
+        metadata={
+            "help": "Screened: prompts piloted per trained prompt (the data loader reads that many; those not chosen "
+            "are consumed for the epoch)."
+        },
+    )
+    pods_screen_rule: str = field(
+        default="frontier",
+        metadata={
+            "help": "Screened: rule picking the prompts to train on from their pilots: 'frontier' (contrast first, a "
+            "quarter of the picks for prompts whose pilot all failed), 'contrast', 'random', a registered name or a "
+            "dotted import path."
         },
     )
     pods_budget: float | None = field(
@@ -241,16 +283,17 @@ class PODSConfig(GRPOConfig):
     )
 
     def __post_init__(self):
-        self._resolve_group_sizes()
+        _resolve_group_sizes(self)
         if self.generation_batch_size is None:  # checked before GRPOConfig's coarser check, for a PODS message
             steps = self.steps_per_generation or self.gradient_accumulation_steps
-            self._check_whole_groups_per_process(self.per_device_train_batch_size * steps)
+            _check_whole_groups_per_process(self, self.per_device_train_batch_size * steps)
         super().__post_init__()
-        self._check_whole_groups_per_process(self.per_device_train_batch_size * self.steps_per_generation)
+        _check_whole_groups_per_process(self, self.per_device_train_batch_size * self.steps_per_generation)
         get_down_sampler(self.pods_down_sampler)  # raises with the list of known names
-        self._check_d3s()
+        _check_d3s(self)
         _check_adaptive_generation(self)
         _check_budgeted_generation(self)
+        _check_dynamic_sampling(self)
         _check_rollouts_can_differ(self)
         if self.pods_advantage_scope not in ADVANTAGE_SCOPES:
             raise ValueError(
@@ -262,104 +305,109 @@ class PODSConfig(GRPOConfig):
                 "multi_objective_aggregation='sum_then_normalize'; set it, or use pods_advantage_scope='kept'."
             )
 
-    def _check_d3s(self) -> None:
-        if self.pods_cross_group and self.pods_advantage_scope != "all":
-            raise ValueError(
-                "pods_cross_group compares advantages across prompts, which needs full-group advantages: set "
-                "pods_advantage_scope='all'."
-            )
-        if self.pods_schedule not in SCHEDULES:
-            raise ValueError(f"pods_schedule must be one of {SCHEDULES}; got {self.pods_schedule!r}.")
-        has_start = self.pods_m_start is not None or self.pods_token_fraction_start is not None
-        if has_start == (self.pods_schedule == "constant"):
-            raise ValueError(
-                "A schedule needs a start value and a shape: set pods_m_start and/or pods_token_fraction_start with "
-                f"pods_schedule='linear' or 'cosine' (got pods_schedule={self.pods_schedule!r})."
-            )
-        if self.pods_m_start is not None and not 2 <= self.pods_m_start <= self.pods_m:
-            raise ValueError(f"pods_m_start must be between 2 and pods_m ({self.pods_m}); got {self.pods_m_start}.")
-        for name in ("pods_token_fraction", "pods_token_fraction_start"):
-            value = getattr(self, name)
-            if value is not None and not 0.0 < value <= 1.0:
-                raise ValueError(f"{name} must be in (0, 1]; got {value}.")
-        token_selection = self.pods_token_fraction < 1.0 or self.pods_token_fraction_start is not None
-        if token_selection and self.top_entropy_quantile < 1.0:
-            raise ValueError(
-                "pods_token_fraction replaces TRL's top_entropy_quantile (its score, |advantage| x entropy, ranks "
-                "tokens by entropy within a sequence too): set top_entropy_quantile=1.0."
-            )
-        if token_selection and (self.entropy_coef != 0.0 or self.use_adaptive_entropy):
-            raise ValueError(
-                "pods_token_fraction weights the per-token loss, which would also weight TRL's entropy bonus: set "
-                "entropy_coef=0 and use_adaptive_entropy=False, or pods_token_fraction=1.0."
-            )
-        if self.pods_drop_constant_groups:
-            self._check_dropping()
-        if self.pods_generation_chunk_size is not None:
-            if self.pods_generation_chunk_size < 1:
-                raise ValueError(f"pods_generation_chunk_size must be >= 1; got {self.pods_generation_chunk_size}.")
-            if self.use_vllm or self.use_transformers_continuous_batching:
-                raise ValueError(
-                    "pods_generation_chunk_size bounds HF generate; vLLM and continuous batching already schedule "
-                    "sequences within their memory budget (max_num_seqs, paged KV cache). Unset it."
-                )
 
-    def _check_dropping(self) -> None:
-        if self.loss_type in MICRO_BATCH_TOKEN_LOSSES:
+def _check_d3s(config: PODSConfig) -> None:
+    if config.pods_cross_group and config.pods_advantage_scope != "all":
+        raise ValueError(
+            "pods_cross_group compares advantages across prompts, which needs full-group advantages: set "
+            "pods_advantage_scope='all'."
+        )
+    if config.pods_schedule not in SCHEDULES:
+        raise ValueError(f"pods_schedule must be one of {SCHEDULES}; got {config.pods_schedule!r}.")
+    has_start = config.pods_m_start is not None or config.pods_token_fraction_start is not None
+    if has_start == (config.pods_schedule == "constant"):
+        raise ValueError(
+            "A schedule needs a start value and a shape: set pods_m_start and/or pods_token_fraction_start with "
+            f"pods_schedule='linear' or 'cosine' (got pods_schedule={config.pods_schedule!r})."
+        )
+    if config.pods_m_start is not None and not 2 <= config.pods_m_start <= config.pods_m:
+        raise ValueError(f"pods_m_start must be between 2 and pods_m ({config.pods_m}); got {config.pods_m_start}.")
+    for name in ("pods_token_fraction", "pods_token_fraction_start"):
+        value = getattr(config, name)
+        if value is not None and not 0.0 < value <= 1.0:
+            raise ValueError(f"{name} must be in (0, 1]; got {value}.")
+    token_selection = config.pods_token_fraction < 1.0 or config.pods_token_fraction_start is not None
+    if token_selection and config.top_entropy_quantile < 1.0:
+        raise ValueError(
+            "pods_token_fraction replaces TRL's top_entropy_quantile (its score, |advantage| x entropy, ranks "
+            "tokens by entropy within a sequence too): set top_entropy_quantile=1.0."
+        )
+    if token_selection and (config.entropy_coef != 0.0 or config.use_adaptive_entropy):
+        raise ValueError(
+            "pods_token_fraction weights the per-token loss, which would also weight TRL's entropy bonus: set "
+            "entropy_coef=0 and use_adaptive_entropy=False, or pods_token_fraction=1.0."
+        )
+    if config.pods_drop_constant_groups:
+        _check_dropping(config)
+    if config.pods_generation_chunk_size is not None:
+        if config.pods_generation_chunk_size < 1:
+            raise ValueError(f"pods_generation_chunk_size must be >= 1; got {config.pods_generation_chunk_size}.")
+        if config.use_vllm or config.use_transformers_continuous_batching:
             raise ValueError(
-                f"pods_drop_constant_groups cannot keep loss_type={self.loss_type!r} exact: it divides each process's "
-                "micro-batch by its own token count, so which micro-batch a dropped row lands in would reweight the "
-                "others. Use loss_type='dapo' (normalised by the tokens of the whole batch) or a sequence-averaged "
-                "loss ('grpo', 'dr_grpo', 'sapo', 'luspo')."
-            )
-        if self.loss_type in SEQUENCE_AVERAGE_LOSSES and self.steps_per_generation % self.gradient_accumulation_steps:
-            raise ValueError(
-                f"pods_drop_constant_groups with loss_type={self.loss_type!r} averages over the sequences an "
-                "optimizer step keeps, counted when a generation is split, so each optimizer step must lie within one "
-                f"generation: steps_per_generation ({self.steps_per_generation}) must be a multiple of "
-                f"gradient_accumulation_steps ({self.gradient_accumulation_steps})."
+                "pods_generation_chunk_size bounds HF generate; vLLM and continuous batching already schedule "
+                "sequences within their memory budget (max_num_seqs, paged KV cache). Unset it."
             )
 
-    def _check_whole_groups_per_process(self, rows: int) -> None:
-        if rows % self.pods_m != 0:
-            raise ValueError(
-                f"Each process keeps per_device_train_batch_size * steps_per_generation = {rows} rows per generation, "
-                f"which is not a multiple of pods_m ({self.pods_m}). A prompt's pods_n rollouts must be generated, "
-                f"scored and down-sampled on one process: make it a multiple of {self.pods_m}."
-            )
 
-    def _resolve_group_sizes(self) -> None:
-        if self.pods_m is None and self.num_generations is None:
-            self.pods_m = 8
-        elif self.pods_m is None:
-            self.pods_m = self.num_generations
-        elif self.num_generations is not None and self.num_generations != self.pods_m:
-            raise ValueError(
-                f"pods_m ({self.pods_m}) and num_generations ({self.num_generations}) disagree. pods_m is the GRPO "
-                "group size of the update, so set only pods_m (num_generations follows it) or set both equal."
-            )
-        self.num_generations = self.pods_m
-        if self.pods_m < 2:
-            raise ValueError(
-                f"pods_m must be at least 2 (got {self.pods_m}): advantages are computed relative to the other kept "
-                "rollouts of the same prompt."
-            )
-        if self.pods_n is None:
-            self.pods_n = 4 * self.pods_m
-        if self.pods_n < self.pods_m:
-            raise ValueError(
-                f"pods_n ({self.pods_n}) is smaller than pods_m ({self.pods_m}): a prompt cannot keep more rollouts "
-                "than it generates. Set pods_n >= pods_m (pods_n == pods_m is plain GRPO)."
-            )
+def _check_dropping(config: PODSConfig) -> None:
+    if config.loss_type in MICRO_BATCH_TOKEN_LOSSES:
+        raise ValueError(
+            f"pods_drop_constant_groups cannot keep loss_type={config.loss_type!r} exact: it divides each process's "
+            "micro-batch by its own token count, so which micro-batch a dropped row lands in would reweight the "
+            "others. Use loss_type='dapo' (normalised by the tokens of the whole batch) or a sequence-averaged "
+            "loss ('grpo', 'dr_grpo', 'sapo', 'luspo')."
+        )
+    steps, accumulation = config.steps_per_generation, config.gradient_accumulation_steps
+    if config.loss_type in SEQUENCE_AVERAGE_LOSSES and steps % accumulation:
+        raise ValueError(
+            f"pods_drop_constant_groups with loss_type={config.loss_type!r} averages over the sequences an "
+            "optimizer step keeps, counted when a generation is split, so each optimizer step must lie within one "
+            f"generation: steps_per_generation ({config.steps_per_generation}) must be a multiple of "
+            f"gradient_accumulation_steps ({config.gradient_accumulation_steps})."
+        )
+
+
+def _check_whole_groups_per_process(config: PODSConfig, rows: int) -> None:
+    if rows % config.pods_m != 0:
+        raise ValueError(
+            f"Each process keeps per_device_train_batch_size * steps_per_generation = {rows} rows per generation, "
+            f"which is not a multiple of pods_m ({config.pods_m}). A prompt's pods_n rollouts must be generated, "
+            f"scored and down-sampled on one process: make it a multiple of {config.pods_m}."
+        )
+
+
+def _resolve_group_sizes(config: PODSConfig) -> None:
+    if config.pods_m is None and config.num_generations is None:
+        config.pods_m = 8
+    elif config.pods_m is None:
+        config.pods_m = config.num_generations
+    elif config.num_generations is not None and config.num_generations != config.pods_m:
+        raise ValueError(
+            f"pods_m ({config.pods_m}) and num_generations ({config.num_generations}) disagree. pods_m is the GRPO "
+            "group size of the update, so set only pods_m (num_generations follows it) or set both equal."
+        )
+    config.num_generations = config.pods_m
+    if config.pods_m < 2:
+        raise ValueError(
+            f"pods_m must be at least 2 (got {config.pods_m}): advantages are computed relative to the other kept "
+            "rollouts of the same prompt."
+        )
+    if config.pods_n is None:
+        config.pods_n = 4 * config.pods_m
+    if config.pods_n < config.pods_m:
+        raise ValueError(
+            f"pods_n ({config.pods_n}) is smaller than pods_m ({config.pods_m}): a prompt cannot keep more rollouts "
+            "than it generates. Set pods_n >= pods_m (pods_n == pods_m is plain GRPO)."
+        )
 
 
 def _check_adaptive_generation(config: PODSConfig) -> None:
     if config.pods_generation not in GENERATION_MODES:
         raise ValueError(f"pods_generation must be one of {GENERATION_MODES}; got {config.pods_generation!r}.")
-    if config.pods_generation != "adaptive" and config.pods_n_initial is not None:
+    if config.pods_generation not in ("adaptive", "screened") and config.pods_n_initial is not None:
         raise ValueError(
-            f"pods_n_initial only applies to pods_generation='adaptive' (got {config.pods_generation!r}): set "
-            "pods_generation='adaptive' or unset pods_n_initial."
+            f"pods_n_initial only applies to pods_generation='adaptive' or 'screened' (got "
+            f"{config.pods_generation!r}): set one of them, or unset pods_n_initial."
         )
     if config.pods_generation == "adaptive":
         if config.pods_n_initial is None:
@@ -393,6 +441,31 @@ def _check_budgeted_generation(config: PODSConfig) -> None:
         raise ValueError(f"pods_history_size must be >= 1; got {config.pods_history_size}.")
     if not 0.0 < config.pods_history_decay <= 1.0:
         raise ValueError(f"pods_history_decay must be in (0, 1]; got {config.pods_history_decay}.")
+
+
+def _check_dynamic_sampling(config: PODSConfig) -> None:
+    generation = config.pods_generation
+    if config.pods_max_draws < 1 or config.pods_screen_ratio < 2:
+        raise ValueError(
+            f"pods_max_draws must be >= 1 and pods_screen_ratio >= 2 (got {config.pods_max_draws} and "
+            f"{config.pods_screen_ratio}): a screen needs more prompts than it trains on."
+        )
+    if generation not in ("refill", "screened"):
+        return
+    if config.pods_cross_group:
+        raise ValueError(
+            f"pods_generation={generation!r} chooses which prompts to train on, and pods_cross_group would then "
+            "move their rollouts across prompts again; use one or the other."
+        )
+    if generation == "screened":
+        get_screen_rule(config.pods_screen_rule)  # raises with the list of known names
+        if config.pods_n_initial is None:
+            config.pods_n_initial = config.pods_m
+        if not 2 <= config.pods_n_initial <= config.pods_n:
+            raise ValueError(
+                f"pods_n_initial, the pilot's rollouts per prompt, must be between 2 (to show contrast) and pods_n "
+                f"({config.pods_n}); got {config.pods_n_initial}."
+            )
 
 
 def _check_rollouts_can_differ(config: PODSConfig) -> None:

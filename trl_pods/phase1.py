@@ -4,32 +4,30 @@ The data loader repeats every prompt N times (`generation_layout`), each process
 rows are ``G_local * N``. Rollouts sit in **slot layout**: local row ``g * N + s`` is the ``s``-th rollout of the
 process's group ``g``. With ``pods_generation="fixed"`` one generation call fills every slot; with ``"adaptive"``
 (`trl_pods.adaptive`) waves fill the first slots of each group and leave the rest empty (None, NaN rewards); with
-``"budgeted"`` (`trl_pods.budget`) each group's count is decided before generating and filled in one call (one per
-distinct count in vLLM server mode).
+``"budgeted"`` (`trl_pods.budget`) each group's count is decided before generating and filled in one call (in vLLM
+server mode one call too).
 
-The orchestration takes its steps as callables (`GenerationSteps`: generate, score, and their per-wave variants), so
-it runs without a model; the trainer passes its own `_generate` and `_calculate_rewards`. Selection (`select`) works
-on the gathered ``[G, N]`` objective, so every process computes the same kept mask.
+This module is the pure orchestration: it takes its steps as callables (`GenerationSteps`: generate, score, and
+their per-call variants) and imports neither TRL nor a model, so tests drive it with fakes; the trainer's steps, the
+glue that reads and flips `GRPOTrainer`'s state, are in `trl_pods.trainer_steps`. Selection (`select`) works on the
+gathered ``[G, N]`` objective, so every process computes the same kept mask.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import trl.trainer.grpo_trainer as grpo_trainer_module
-from trl.models import unwrap_model_for_generation
 
 from .adaptive import gathered_rows, generated_slots, has_contrast, lockstep_rows, top_up_waves
 from .advantages import full_group_advantages, group_objective
-from .budget import generation_calls, prompt_key
 from .down_sampling import max_variance_across_groups
 from .schedules import kept_per_prompt, scheduled_value
-from .vllm_engine import engine_awake
+from .screening import missing_groups, refill_choice
 
 Generation = tuple  # the 8-tuple of GRPOTrainer._generate
 PER_ROW = (0, 1, 2, 3, 4, 6)  # its per-row items: prompt_ids, completion_ids, tool_mask, completions, logprobs, images
@@ -53,7 +51,10 @@ class Phase1Settings:
         scale_rewards: TRL's `scale_rewards` (full-group advantages).
         drop_constant_groups: Mark groups with all-zero advantages as dropped.
         advantage_scope: ``"kept"`` or ``"all"``.
-        one_size_per_call: Each generation call requests one group size for all its prompts (vLLM server mode).
+        pool: Prompts per process's groups per trained prompt (refill: `pods_max_draws`, screened:
+            `pods_screen_ratio`; 1 otherwise): the process trains on ``groups / pool`` of its groups.
+        screen_rule: Screened: ``(pilot [G, k], chosen, generator) -> [chosen]`` (`trl_pods.screening`).
+        seed: Seed of the generation's random rules (the same on every process).
     """
 
     n: int
@@ -69,7 +70,9 @@ class Phase1Settings:
     scale_rewards: str = "group"
     drop_constant_groups: bool = False
     advantage_scope: str = "kept"
-    one_size_per_call: bool = False
+    pool: int = 1
+    screen_rule: Callable | None = None
+    seed: int = 0
 
 
 @dataclass(frozen=True)
@@ -79,12 +82,12 @@ class GenerationSteps:
     Attributes:
         generate: ``rows -> Generation``: N rollouts of each prompt of ``rows`` (one row per rollout).
         score: ``(rows, generation) -> [P * rows, F]``: rewards of every row, gathered over processes.
-        generate_wave: ``(rows, size) -> Generation``: one call of several (waves, budgeted), requesting ``size``
+        generate_wave: ``(rows, size) -> Generation``: one call of a wave or an allocation, requesting ``size``
             rollouts per prompt (consecutive rows; 1: every row is its own request).
         score_wave: ``(rows, generation, real) -> ([P * rows, F], log_extra columns)``: rewards of the first ``real``
             rows (the others are padding: NaN), gathered, and the `log_extra` columns the reward functions logged.
-        one_weight_load: Context manager under which all calls of a generation run.
-        allocate: Budgeted: ``() -> [G]`` rollouts per group, all processes, the same on each.
+        one_weight_load: Context manager under which dependent calls (waves) share one weight load.
+        allocate: Budgeted: ``(processes) -> [G]`` rollouts per group, all processes, the same on each.
     """
 
     generate: Callable[[list[dict]], Generation]
@@ -104,14 +107,22 @@ class Rollouts:
         rewards_per_func: ``[G * N, F]`` rewards gathered over processes, NaN rows where nothing was generated.
         counts: ``[G]`` rollouts generated per group (CPU), G counting the groups of all processes.
         extra_columns: Adaptive, budgeted: the reward functions' `log_extra` columns in slot layout.
-        waves: Adaptive, budgeted: the number of generation calls (0 for fixed generation).
+        calls: Generation calls made (recorded: 1 for fixed generation).
+        generated: Rollouts generated over all processes, padding included (recorded).
+        padding: Of those, rollouts generated only to keep the processes in step, then discarded.
+        chosen: Refill, screened: ``[G]`` bool, the groups to train on (None: all).
+        metrics: What the mode reports besides (`pods/<name>`), the same on every process.
     """
 
     generation: Generation
     rewards_per_func: torch.Tensor
     counts: torch.Tensor
     extra_columns: dict[str, list] = field(default_factory=dict)
-    waves: int = 0
+    calls: int = 1
+    generated: int = 0
+    padding: int = 0
+    chosen: torch.Tensor | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -185,9 +196,14 @@ def generate_and_score(inputs: list[dict[str, Any]], settings: Phase1Settings, s
         return generate_in_waves(inputs, settings, steps)
     if settings.generation == "budgeted":
         return generate_budgeted(inputs, settings, steps)
+    if settings.generation == "refill":
+        return generate_refill(inputs, settings, steps)
+    if settings.generation == "screened":
+        return generate_screened(inputs, settings, steps)
     generation = steps.generate(inputs)
     rewards_per_func = steps.score(inputs, generation)  # [G * N, F]
-    return Rollouts(generation, rewards_per_func, torch.full((rewards_per_func.size(0) // settings.n,), settings.n))
+    counts = torch.full((rewards_per_func.size(0) // settings.n,), settings.n)
+    return Rollouts(generation, rewards_per_func, counts, generated=rewards_per_func.size(0))
 
 
 class SlotFiller:
@@ -203,7 +219,7 @@ class SlotFiller:
         self.groups_per_process = len(inputs) // settings.n
         self.layout = SlotLayout(len(inputs))
         self.rewards_per_func: torch.Tensor | None = None  # [G * N, F]
-        self.calls = 0
+        self.calls = self.generated = self.padding = 0  # recorded over all processes
 
     def fill(self, groups: torch.Tensor, first_slot: int, sizes: torch.Tensor, group_size: int) -> torch.Tensor:
         """Generate ``sizes[i]`` rollouts of group ``groups[i]`` (global indices, ascending, the same on every
@@ -229,11 +245,21 @@ class SlotFiller:
         slots = (groups * n + first_slot).repeat_interleave(sizes) + offsets  # [sizes.sum()]
         self.rewards_per_func[slots.to(self.rewards_per_func.device)] = ours
         self.calls += 1
+        self.generated += lockstep * settings.processes
+        self.padding += lockstep * settings.processes - int(sizes.sum())
         return ours
 
-    def rollouts(self, counts: torch.Tensor) -> Rollouts:
-        layout = self.layout
-        return Rollouts(tuple(layout.items), self.rewards_per_func, counts, layout.extra_columns(), self.calls)
+    def rollouts(self, counts: torch.Tensor, **chosen_and_metrics: Any) -> Rollouts:
+        layout, rewards = self.layout, self.rewards_per_func
+        extra = layout.extra_columns()
+        return Rollouts(
+            tuple(layout.items), rewards, counts, extra, self.calls, self.generated, self.padding, **chosen_and_metrics
+        )
+
+    def objective(self, groups: torch.Tensor, size: int, ours: torch.Tensor) -> torch.Tensor:
+        """``[A, size]`` TRL's reward of the ``size`` rollouts just filled for each of ``groups``, from ``ours``."""
+        per_func = ours.view(groups.numel(), size, ours.size(1)).detach().cpu()  # [A, size, F]
+        return group_objective(per_func, self.settings.reward_weights, "sum_then_normalize")
 
 
 def generate_in_waves(inputs: list[dict[str, Any]], settings: Phase1Settings, steps: GenerationSteps) -> Rollouts:
@@ -243,8 +269,7 @@ def generate_in_waves(inputs: list[dict[str, Any]], settings: Phase1Settings, st
 
     def wave(groups: torch.Tensor, first_slot: int, size: int) -> torch.Tensor:
         ours = filler.fill(groups, first_slot, torch.full_like(groups, size), size)  # [A * size, F]
-        per_func = ours.view(-1, size, ours.size(1)).detach().cpu()  # [A, size, F]
-        return group_objective(per_func, settings.reward_weights, "sum_then_normalize")  # [A, size], TRL's reward
+        return filler.objective(groups, size, ours)  # [A, size], TRL's reward
 
     with steps.one_weight_load():
         waves = top_up_waves(filler.groups_per_process * settings.processes, settings.n_initial, settings.n, wave)
@@ -252,26 +277,115 @@ def generate_in_waves(inputs: list[dict[str, Any]], settings: Phase1Settings, st
 
 
 def generate_budgeted(inputs: list[dict[str, Any]], settings: Phase1Settings, steps: GenerationSteps) -> Rollouts:
-    """Budgeted generation: ``steps.allocate`` gives every group its count before anything is generated; the calls
-    (`budget.generation_calls`: one, or one per distinct count) are independent and share one weight load."""
+    """Budgeted generation: ``steps.allocate`` gives every group its count before anything is generated (each
+    process's groups share its own budget, so processes generate alike), then one call generates them, every row its
+    own request (group size 1, which vLLM server mode also takes unchanged), and the rewards are computed after it,
+    once the engine has released the weights, as TRL does."""
     filler = SlotFiller(inputs, settings, steps)
-    counts = steps.allocate()  # [G], the same on every process
-    with steps.one_weight_load():
-        for groups, group_size in generation_calls(counts, settings.one_size_per_call):
-            filler.fill(groups, 0, counts[groups], group_size)
+    counts = steps.allocate(settings.processes)  # [G], the same on every process
+    filler.fill(torch.arange(counts.numel()), 0, counts, 1)
     return filler.rollouts(counts)
 
 
+def generate_refill(inputs: list[dict[str, Any]], settings: Phase1Settings, steps: GenerationSteps) -> Rollouts:
+    """Refill (DAPO's dynamic sampling, `trl_pods.screening`): draws of N rollouts per prompt, each process taking
+    the next prompts of its pool for the groups with contrast it still lacks, until every process holds its share or
+    ``settings.pool`` draws are made; the draws share one weight load (each depends on the last one's rewards)."""
+    filler = SlotFiller(inputs, settings, steps)
+    n, per_process, processes = settings.n, filler.groups_per_process, settings.processes
+    share = per_process // settings.pool  # groups each process trains on
+    groups = per_process * processes
+    rewards = torch.full((groups, n), torch.nan)  # [G, N]
+    drawn = torch.zeros(groups, dtype=torch.bool)
+    taken = [0] * processes  # pool prompts each process has drawn
+    missing = [share] * processes
+    with steps.one_weight_load():
+        for _ in range(settings.pool):
+            starts = [r * per_process + taken[r] for r in range(processes)]
+            draw = torch.cat([torch.arange(start, start + size) for start, size in zip(starts, missing, strict=True)])
+            ours = filler.fill(draw, 0, torch.full_like(draw, n), n)  # [A * N, F]
+            rewards[draw], drawn[draw] = filler.objective(draw, n, ours), True
+            for r in range(processes):
+                taken[r] += missing[r]
+                block = slice(r * per_process, (r + 1) * per_process)
+                missing[r] = min(missing_groups(rewards[block], drawn[block], share), per_process - taken[r])
+            if not any(missing):
+                break
+    chosen, filled = torch.zeros(groups, dtype=torch.bool), 0
+    for r in range(processes):
+        block = slice(r * per_process, (r + 1) * per_process)
+        picked, lacking = refill_choice(rewards[block], drawn[block], share)
+        chosen[r * per_process + picked], filled = True, filled + lacking
+    metrics = {"draws": float(filler.calls), "groups_filled_without_contrast": float(filled)}
+    metrics.update(prompts_drawn=float(drawn.sum()), prompts_trained=float(chosen.sum()))
+    return filler.rollouts(drawn.long() * n, chosen=chosen, metrics=metrics)
+
+
+def generate_screened(inputs: list[dict[str, Any]], settings: Phase1Settings, steps: GenerationSteps) -> Rollouts:
+    """Screened (pilot, then commit, `trl_pods.screening`): a pilot of ``n_initial`` rollouts for every pool prompt in
+    one call; each process's rule picks its share from its own pool; the chosen get their other ``N - n_initial``
+    rollouts in a second call (one weight load for both: the commit depends on the pilot's rewards)."""
+    filler = SlotFiller(inputs, settings, steps)
+    n, k, per_process = settings.n, settings.n_initial, filler.groups_per_process
+    share, groups = per_process // settings.pool, per_process * settings.processes
+    everyone = torch.arange(groups)
+    with steps.one_weight_load():
+        pilot = filler.objective(everyone, k, filler.fill(everyone, 0, torch.full_like(everyone, k), k))  # [G, k]
+        chosen = torch.zeros(groups, dtype=torch.bool)
+        for first in range(0, groups, per_process):
+            generator = torch.Generator().manual_seed(settings.seed + first)
+            picked = settings.screen_rule(pilot[first : first + per_process], share, generator)
+            _check_screen_choice(picked, per_process, share)
+            chosen[first + picked] = True
+        commit = chosen.nonzero().squeeze(1)
+        if n > k:
+            full = filler.objective(commit, n - k, filler.fill(commit, k, torch.full_like(commit, n - k), n - k))
+    rewards = torch.cat([pilot[commit], full], dim=1) if n > k else pilot[commit]  # [B, N]
+    metrics = {
+        "predicted_contrast": has_contrast(pilot[commit]).float().mean().item(),
+        "observed_contrast": has_contrast(rewards).float().mean().item(),
+        "prompts_drawn": float(groups),
+        "prompts_trained": float(commit.numel()),
+    }
+    counts = torch.where(chosen, n, k)
+    return filler.rollouts(counts, chosen=chosen, metrics=metrics)
+
+
+def _check_screen_choice(picked: Any, pool: int, share: int) -> None:
+    if (
+        not isinstance(picked, torch.Tensor)
+        or picked.dtype != torch.long
+        or tuple(picked.shape) != (share,)
+        or picked.unique().numel() != share
+        or (share and (picked.min() < 0 or picked.max() >= pool))
+    ):
+        raise ValueError(
+            f"The screening rule (pods_screen_rule) must return a LongTensor of {share} distinct group indices in "
+            f"[0, {pool}) (the groups of one process's pool to train on)."
+        )
+
+
 def select(
-    rewards: torch.Tensor, m: int, groups_per_process: int, counts: torch.Tensor, settings: Phase1Settings, seed: int
+    rewards: torch.Tensor,
+    m: int,
+    groups_per_process: int,
+    counts: torch.Tensor,
+    settings: Phase1Settings,
+    seed: int,
+    chosen: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``[G, N]`` bool mask of the kept rollouts, computed from the gathered ``[G, N]`` objective (the same on every
     process).
 
     Per-group rules keep exactly ``m`` per group (``seed`` seeds their generator); with cross-group selection each
     process's groups share one budget of ``groups_per_process * m`` rollouts, chosen on full-group advantages. Only
-    generated slots (the first ``counts[g]`` of group ``g``) may be kept.
+    generated slots (the first ``counts[g]`` of group ``g``) may be kept, and with ``chosen`` (``[G]`` bool: refill,
+    screened) only rows of the chosen groups.
     """
+    if chosen is not None:
+        mask = torch.zeros_like(rewards, dtype=torch.bool)
+        mask[chosen] = select(rewards[chosen], m, groups_per_process, counts[chosen], settings, seed)
+        return mask
     g, n = rewards.shape
     generated = generated_slots(counts, n)  # [G, N]
     if settings.cross_group:
@@ -316,15 +430,22 @@ def constant_groups(grouped: torch.Tensor, kept: torch.Tensor, settings: Phase1S
 
 
 def select_rollouts(
-    rewards_per_func: torch.Tensor, counts: torch.Tensor, local_rows: int, m: int, seed: int, settings: Phase1Settings
+    rewards_per_func: torch.Tensor,
+    counts: torch.Tensor,
+    local_rows: int,
+    m: int,
+    seed: int,
+    settings: Phase1Settings,
+    chosen: torch.Tensor | None = None,
 ) -> Selection:
-    """Select M per prompt from the gathered ``[G * N, F]`` rewards; ``local_rows`` is this process's row count."""
+    """Select M per prompt (of the ``chosen`` groups, refill and screened) from the gathered ``[G * N, F]``
+    rewards; ``local_rows`` is this process's row count."""
     n = settings.n
     grouped = rewards_per_func.view(-1, n, rewards_per_func.size(1)).detach().cpu()  # [G, N, F], all processes
     rewards = group_objective(grouped, settings.reward_weights, "sum_then_normalize")  # [G, N], TRL's reward
     objective = group_objective(grouped, settings.reward_weights, settings.aggregation)  # [G, N]
     start = time.perf_counter()
-    kept = select(objective, m, local_rows // n, counts, settings, seed)  # [G, N] bool
+    kept = select(objective, m, local_rows // n, counts, settings, seed, chosen)  # [G, N] bool
     seconds = time.perf_counter() - start
     kept_rows = kept.flatten().nonzero().squeeze(1)  # [K], ordered by group, then rollout
     first_row = settings.process_index * local_rows
@@ -362,123 +483,3 @@ def selection_seed(seed: int, global_step: int, micro_step: int, accumulation: i
     the generation within it (``micro_step`` is TRL's micro-step counter)."""
     position = global_step * accumulation + micro_step % accumulation
     return (seed * 1_000_003 + position) % (2**63)
-
-
-# ---------------------------------------------------------------- the trainer's side of the steps
-
-
-@contextmanager
-def generation_layout(trainer: Any):
-    """Within the block, TRL sees the batch as generated: groups of `pods_n` rows instead of `pods_m`."""
-    if trainer.pods_n is None:
-        yield
-        return
-    kept_batch = trainer.args.generation_batch_size
-    trainer.num_generations = trainer.pods_n
-    trainer.args.generation_batch_size = kept_batch // trainer.pods_m * trainer.pods_n
-    try:
-        yield
-    finally:
-        trainer.num_generations = trainer.pods_m
-        trainer.args.generation_batch_size = kept_batch
-
-
-@contextmanager
-def group_size(trainer: Any, size: int):
-    """Within the block, TRL generates groups of ``size`` rows (what vLLM server mode requests per prompt)."""
-    trainer.num_generations = size
-    try:
-        yield
-    finally:
-        trainer.num_generations = trainer.pods_m
-
-
-@contextmanager
-def rewards_not_gathered():
-    """Within the block, TRL's `_calculate_rewards` returns this process's rewards (it skips its final gather)."""
-    gather = grpo_trainer_module.gather
-    grpo_trainer_module.gather = lambda tensor: tensor
-    try:
-        yield
-    finally:
-        grpo_trainer_module.gather = gather
-
-
-def take_new(pending: dict[str, list], before: dict[str, int]) -> dict[str, list]:
-    """Remove and return what was appended to each list of ``pending`` since the lengths ``before`` were taken."""
-    new = {}
-    for key, values in pending.items():
-        start = before.get(key, 0)
-        if len(values) > start:
-            new[key] = values[start:]
-            del values[start:]
-    return new
-
-
-def score_own_rows(trainer: Any, rows: list[dict], generation: Generation, real: int) -> tuple[torch.Tensor, dict]:
-    """Score a wave's own rows (the first ``real``), not its padding, and gather them: ``[P * len(rows), F]``, NaN on
-    padding rows; with the `log_extra` columns the reward functions logged for the scored rows.
-
-    Reward functions see the process's rows that have a slot, or its first padding row when it has none, so every
-    process calls them once per wave (a reward model under ZeRO-3 needs every process). What they log then describes
-    real rollouts: `log_extra` values go to their slots, and each `log_metric` value counts once per rollout scored,
-    so TRL's average over the step is per rollout, as without waves.
-    """
-    scored = max(real, 1)
-    extra_before = {column: len(values) for column, values in trainer._pending_extra_logs.items()}
-    metrics_before = {name: len(values) for name, values in trainer._pending_metrics.items()}
-    prompts = [row["prompt"] for row in rows[:scored]]
-    with rewards_not_gathered():
-        local = trainer._calculate_rewards(rows[:scored], prompts, generation[3][:scored], generation[1][:scored])
-    extra = take_new(trainer._pending_extra_logs, extra_before)
-    for name, values in take_new(trainer._pending_metrics, metrics_before).items():
-        trainer._pending_metrics[name].extend(value for value in values for _ in range(real))
-    padded = local.new_full((len(rows), local.size(1)), torch.nan)  # [rows, F]
-    padded[:real] = local[:real]
-    return trainer.accelerator.gather(padded), extra
-
-
-def one_size_per_call(args: Any) -> bool:
-    """A generation call requests one group size for all its prompts: vLLM server mode (`generate_budgeted`)."""
-    return args.use_vllm and args.vllm_mode == "server"
-
-
-def allocate_groups(trainer: Any, inputs: list[dict[str, Any]]) -> torch.Tensor:
-    """Budgeted generation: ``[G]`` rollouts for this generation's groups (all processes), from the prompts' keys,
-    gathered so that every process allocates alike."""
-    keys = [prompt_key(row["prompt"]) for row in inputs[:: trainer.pods_n]]
-    gathered = trainer.accelerator.gather(torch.tensor(keys, device=trainer.accelerator.device))
-    return trainer._pods_budget.plan(gathered.tolist())
-
-
-@contextmanager
-def one_weight_load_per_generation(trainer: Any):
-    """Within the block, the generation calls of one generation (rounds, waves, budgeted calls) share one weight load.
-
-    vLLM colocate with sleep mode: the engine stays awake between the calls (`engine_awake`), so the weights are
-    pushed once. HF generate under DeepSpeed ZeRO-3 with `ds3_gather_for_generation`: TRL gathers the full weights
-    around each `generate` call; they are gathered once for the block instead, as TRL does for one call.
-    """
-    if trainer.use_vllm:
-
-        def sync() -> None:  # as TRL's generation does once per optimizer step
-            trainer.vllm_generation.sync_weights()
-            trainer._last_loaded_step = trainer.state.global_step
-
-        with engine_awake(getattr(trainer, "vllm_generation", None), sync):
-            yield
-        return
-    if not (trainer._dist.is_zero3 and trainer.args.ds3_gather_for_generation):
-        yield
-        return
-    with unwrap_model_for_generation(
-        trainer.model_wrapped,
-        trainer.accelerator,
-        gather_deepspeed3_params=True,
-        gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
-    ):
-        trainer.args.ds3_gather_for_generation = False
-        try:
-            yield
-        finally:
-            trainer.args.ds3_gather_for_generation = True

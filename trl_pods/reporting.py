@@ -16,10 +16,9 @@ from typing import Any
 import torch
 from accelerate.utils import gather_object
 
-from .adaptive import generated_slots, has_contrast, lockstep_rows, wave_metrics
+from .adaptive import generated_slots, has_contrast, wave_metrics
 from .advantages import nanstd
-from .budget import generation_calls
-from .phase1 import Selection, one_size_per_call
+from .phase1 import Rollouts, Selection
 
 SELECTION_LOG = "pods_selections.jsonl"
 LENGTH_METRICS = tuple(  # what TRL's `_generate` logs about the completions of each call
@@ -36,40 +35,36 @@ def digest(value: Any) -> str:
 def log_selection(
     metrics: dict[str, list],
     selection: Selection,
-    counts: torch.Tensor,
+    rollouts: Rollouts,
     args: Any,
-    processes: int,
     token_fraction: float | None,
     allocation: dict[str, float],
 ) -> None:
     """Append one generation's `pods/*` metrics: rewards and zero-std groups over all and kept rollouts, the time
-    the rule took, rollouts generated (adaptive: the wave metrics; budgeted: with the padding and the calls, and the
-    ``allocation`` metrics of `BudgetedAllocation.observe`) and trained, M, the dropped fraction and the token
-    fraction of D3S token selection (None: off)."""
+    the rule took, the rollouts generated (with adaptive and budgeted generation also the padding and the calls, as
+    recorded while generating, the waves' effect and the ``allocation`` metrics of `BudgetedAllocation.observe`) and
+    trained, M, the dropped fraction and the token fraction of D3S token selection (None: off)."""
     rewards, kept = selection.rewards, selection.kept
     kept_rewards = rewards.masked_fill(~kept, torch.nan)
-    for scope, values in (("all", rewards), ("kept", kept_rewards)):
+    trained = kept.any(dim=1)  # [G]: refill and screened leave groups of their pool untrained
+    generated = rollouts.counts.cpu() > 0  # [G]: refill leaves pool prompts undrawn
+    for scope, values in (("all", rewards[generated]), ("kept", kept_rewards[trained])):
         metrics[f"pods/reward_mean_{scope}"].append(torch.nanmean(values).item())
         metrics[f"pods/reward_std_{scope}"].append(nanstd(values).nan_to_num(0.0).item())
         metrics[f"pods/frac_zero_std_groups_{scope}"].append((~has_contrast(values)).float().mean().item())
     metrics["pods/selection_time"].append(selection.seconds)
-    groups_per_process = rewards.size(0) // processes
+    metrics["pods/rollouts_generated"].append(float(rollouts.generated))
+    if args.pods_generation in ("refill", "screened"):
+        metrics["pods/frac_trained_groups_with_contrast"].append(has_contrast(rewards[trained]).float().mean().item())
+    if args.pods_generation != "fixed":
+        calls = "pods/waves" if args.pods_generation == "adaptive" else "pods/generation_calls"
+        metrics[calls].append(float(rollouts.calls))
+        metrics["pods/rollouts_padding"].append(float(rollouts.padding))
     if args.pods_generation == "adaptive":
-        waves = wave_metrics(rewards, counts, args.pods_n_initial, args.pods_n, groups_per_process)
-        for name, value in waves.items():  # rollouts_generated, waves, padding, fractions topped up / contrast
+        for name, value in wave_metrics(rewards, rollouts.counts, args.pods_n_initial).items():
             metrics[f"pods/{name}"].append(value)
-    elif args.pods_generation == "budgeted":
-        calls = generation_calls(counts, one_size_per_call(args))
-        generated = processes * sum(
-            lockstep_rows(groups, counts[groups], groups_per_process, processes) for groups, _ in calls
-        )
-        metrics["pods/rollouts_generated"].append(float(generated))
-        metrics["pods/rollouts_padding"].append(float(generated - counts.sum()))
-        metrics["pods/generation_calls"].append(float(len(calls)))
-        for name, value in allocation.items():
-            metrics[f"pods/{name}"].append(value)
-    else:
-        metrics["pods/rollouts_generated"].append(float(rewards.numel()))
+    for name, value in {**allocation, **rollouts.metrics}.items():
+        metrics[f"pods/{name}"].append(value)
     metrics["pods/rollouts_trained"].append(float(kept.sum()))
     metrics["pods/kept_per_prompt"].append(float(selection.m))
     if args.pods_drop_constant_groups:

@@ -79,7 +79,8 @@ def load_state(trainer: Any, checkpoint: str) -> None:
     path = os.path.join(checkpoint, RESUME_STATE.format(trainer.accelerator.process_index))
     if not os.path.isfile(path):
         return
-    state = torch.load(path, map_location=trainer.accelerator.device, weights_only=True)
+    device = trainer.accelerator.device  # "cpu:0" under torchrun with gloo, which torch.load cannot map to
+    state = torch.load(path, map_location="cpu" if device.type == "cpu" else device, weights_only=True)
     trainer._tokens_generated = state["tokens_generated"]
     if trainer._pods_budget is not None and "prompt_history" in state:
         trainer._pods_budget.history.load_state_dict({k: v.cpu() for k, v in state["prompt_history"].items()})

@@ -31,7 +31,7 @@ from datasets import Dataset
 from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
-from . import loss_seams, phase1, reporting, resume
+from . import loss_seams, phase1, reporting, resume, screening, trainer_steps
 from .budget import BudgetedAllocation
 from .config import PODSConfig
 from .down_sampling import get_down_sampler
@@ -69,6 +69,9 @@ class PODSGRPOTrainer(GRPOTrainer):
     _count_step_sequences: bool = False  # dropped groups with a sequence-averaged loss: rescale its policy term
     _loss_forward: dict[str, Any] | None = None  # what the training forward computed, while it is rescaled
     _pods_budget: BudgetedAllocation | None = None  # budgeted generation: the prompts' history and the allocation
+    _epoch_replay: resume.EpochReplay | None = None  # the training sampler, told each epoch by `_run_epoch`
+    _pods_pool: int = 1  # refill, screened: prompts read per trained prompt (`screening.pool_factor`)
+    _screen_rule: Any = None  # screened: the rule choosing the prompts to train on
 
     def __init__(self, model, reward_funcs=None, args: PODSConfig | None = None, *trainer_args, **trainer_kwargs):
         if args is None:  # as GRPOTrainer does
@@ -101,6 +104,9 @@ class PODSGRPOTrainer(GRPOTrainer):
                 args.pods_m, args.pods_n, args.pods_budget, args.pods_allocation, args.pods_history_size,
                 args.pods_history_decay,
             )  # fmt: skip
+        self._pods_pool = screening.pool_factor(args.pods_generation, args.pods_screen_ratio, args.pods_max_draws)
+        if args.pods_generation == "screened":
+            self._screen_rule = screening.get_screen_rule(args.pods_screen_rule)
         if self._token_selection:
             self.top_entropy_quantile = 0.0  # routes TRL's token-mask seam (get_high_entropy_mask) to D3S
 
@@ -108,15 +114,23 @@ class PODSGRPOTrainer(GRPOTrainer):
 
     def get_train_dataloader(self):
         # The sampler repeats every prompt pods_n times and each batch holds the prompts of pods_m-sized groups.
-        with phase1.generation_layout(self):
+        with trainer_steps.generation_layout(self):
             return super().get_train_dataloader()
 
     def _get_train_sampler(self, dataset=None):
-        return resume.EpochReplay(super()._get_train_sampler(dataset))  # a resumed run keeps the epoch's order
+        self._epoch_replay = resume.EpochReplay(super()._get_train_sampler(dataset))  # a resumed epoch keeps its order
+        return self._epoch_replay
+
+    def _run_epoch(self, *args, epoch: int, **kwargs):
+        # Trainer's set_epoch does not reach the sampler through accelerate's SkipBatchSampler(BatchSamplerShard(..))
+        # when a multi-process run resumes mid-epoch, so the epoch is handed to it here.
+        if self._epoch_replay is not None:
+            self._epoch_replay.set_epoch(epoch)
+        return super()._run_epoch(*args, epoch=epoch, **kwargs)
 
     def _get_dataloader(self, dataset, description, batch_size, *args, **kwargs):
         if kwargs.get("is_training") and self.pods_n is not None:  # sized by TRL for the kept rows: pods_m per prompt
-            batch_size = batch_size // self.pods_m * self.pods_n
+            batch_size = batch_size // self.pods_m * self.pods_n * self._pods_pool
         return super()._get_dataloader(dataset, description, batch_size, *args, **kwargs)
 
     # ---------------------------------------------------------------- the two phases
@@ -158,10 +172,13 @@ class PODSGRPOTrainer(GRPOTrainer):
         (same on every process); report it. Returns what phase 2 serves to TRL, for this process's kept rows."""
         local_rows, args = len(inputs), self.args
         tokens_seen = self.state.num_input_tokens_seen
-        generation, rewards_per_func, counts = self._generate_and_score(inputs)  # slot layout; [P * B, F]; [G]
-        m = phase1.kept_per_step(args, self._progress(), local_rows // self.pods_n)
-        seed = phase1.selection_seed(args.seed, self.state.global_step, self._step, args.gradient_accumulation_steps)
-        selection = phase1.select_rollouts(rewards_per_func, counts, local_rows, m, seed, self._phase1_settings())
+        rollouts = self._generate_and_score(inputs)  # slot layout
+        generation, rewards_per_func, counts = rollouts.generation, rollouts.rewards_per_func, rollouts.counts
+        m = phase1.kept_per_step(args, self._progress(), local_rows // self.pods_n // self._pods_pool)
+        settings = self._phase1_settings()
+        selection = phase1.select_rollouts(
+            rewards_per_func, counts, local_rows, m, settings.seed, settings, rollouts.chosen
+        )
         if args.pods_log_all_rollouts:
             process = self.accelerator.process_index
             all_rollouts = reporting.gather_all_rollouts(
@@ -170,9 +187,8 @@ class PODSGRPOTrainer(GRPOTrainer):
         reporting.filter_pending_extra_logs(self._pending_extra_logs, selection.local, local_rows)
         reporting.count_tokens(self, tokens_seen, generation, selection.local)
         fraction = loss_seams.token_fraction(args, self._progress()) if self._token_selection else None
-        processes = self.accelerator.num_processes
         allocation = self._pods_budget.observe(selection.rewards) if self._pods_budget is not None else {}
-        reporting.log_selection(self._metrics["train"], selection, counts, args, processes, fraction, allocation)
+        reporting.log_selection(self._metrics["train"], selection, rollouts, args, fraction, allocation)
         if args.pods_selection_log:
             position = {
                 "global_step": self.state.global_step,
@@ -193,32 +209,33 @@ class PODSGRPOTrainer(GRPOTrainer):
             **({"all_rollouts": all_rollouts} if args.pods_log_all_rollouts else {}),
         }
 
-    def _generate_and_score(self, inputs: list[dict[str, Any]]) -> tuple[tuple, torch.Tensor, torch.Tensor]:
+    def _generate_and_score(self, inputs: list[dict[str, Any]]) -> phase1.Rollouts:
         """Phase 1's rollouts in slot layout (`phase1.generate_and_score` with this trainer's generation and reward
-        steps): the 8-tuple of `_generate`, the gathered rewards ``[G * N, F]`` and the rollouts per group ``[G]``."""
+        steps, `trainer_steps`): the 8-tuple of `_generate`, the gathered rewards ``[G * N, F]`` and the rollouts per
+        group ``[G]``, with what generating them cost."""
         steps = phase1.GenerationSteps(
             generate=self._generate_all,
             score=lambda rows, generation: self._calculate_rewards(
                 rows, [row["prompt"] for row in rows], generation[3], generation[1]
             ),
             generate_wave=self._generate_wave,
-            score_wave=partial(phase1.score_own_rows, self),
-            one_weight_load=partial(phase1.one_weight_load_per_generation, self),
-            allocate=partial(phase1.allocate_groups, self, inputs),
+            score_wave=partial(trainer_steps.score_own_rows, self),
+            one_weight_load=partial(trainer_steps.one_weight_load_per_generation, self),
+            allocate=partial(trainer_steps.allocate_groups, self, inputs),
         )
         rollouts = phase1.generate_and_score(inputs, self._phase1_settings(), steps)
-        if rollouts.waves:  # adaptive, budgeted: the reward functions' log_extra columns, and one length entry
+        if self.args.pods_generation != "fixed":  # the reward functions' log_extra columns, and one length entry
             self._pending_extra_logs.update(rollouts.extra_columns)
             ends = [*self.eos_token_ids, self._tokenizer.pad_token_id]
-            reporting.log_lengths_once(self._metrics["train"], rollouts.waves, rollouts.generation[1], ends)
-        return rollouts.generation, rollouts.rewards_per_func, rollouts.counts
+            reporting.log_lengths_once(self._metrics["train"], rollouts.calls, rollouts.generation[1], ends)
+        return rollouts
 
     def _generate_all(self, rows: list[dict[str, Any]]) -> tuple:
-        with phase1.generation_layout(self):
+        with trainer_steps.generation_layout(self):
             return self._generate([row["prompt"] for row in rows])
 
     def _generate_wave(self, rows: list[dict[str, Any]], size: int) -> tuple:
-        with phase1.group_size(self, size):  # server mode: one request per prompt with n = size
+        with trainer_steps.group_size(self, size):  # server mode: one request per prompt with n = size
             return self._generate([row["prompt"] for row in rows])
 
     def _phase1_settings(self) -> phase1.Phase1Settings:
@@ -232,12 +249,16 @@ class PODSGRPOTrainer(GRPOTrainer):
             reward_weights=self.reward_weights,
             aggregation=self.multi_objective_aggregation,
             down_sampler=self.down_sampler,
+            pool=self._pods_pool,
+            screen_rule=self._screen_rule,
+            seed=phase1.selection_seed(
+                args.seed, self.state.global_step, self._step, args.gradient_accumulation_steps
+            ),
             down_sampler_name=args.pods_down_sampler,
             cross_group=args.pods_cross_group,
             scale_rewards=self.scale_rewards,
             drop_constant_groups=args.pods_drop_constant_groups,
             advantage_scope=args.pods_advantage_scope,
-            one_size_per_call=phase1.one_size_per_call(args),
         )
 
     def _progress(self) -> float:
@@ -248,7 +269,7 @@ class PODSGRPOTrainer(GRPOTrainer):
         if chunk is None or len(prompt_ids) <= chunk:
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, **kwargs)
         completion_ids = []
-        with phase1.one_weight_load_per_generation(self):
+        with trainer_steps.one_weight_load_per_generation(self):
             for first in range(0, len(prompt_ids), chunk):  # peak generation memory is set by `chunk`, not by N
                 ids, _ = super()._generate_single_turn(
                     prompt_ids[first : first + chunk], images, multimodal_fields, num_generations, **kwargs

@@ -1,0 +1,133 @@
+"""Dynamic sampling end to end on the tiny model (1 process): refill (DAPO) and screened (pilot, then commit) read a
+pool of prompts per generation, train on B of them (their M kept rows only reach phase 2), prefer groups with
+contrast, make at most `pods_max_draws` / exactly two generation calls on HF generate and on vLLM (stand-in, colocate
+and server), score every rollout once and log what they drew and trained."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import RoleReward, load, pods_config, prompt_index, prompts_dataset, record_generate_sizes
+from test_trainer import SpyTrainer
+from vllm_standin import FakeVLLMGeneration, install
+
+from trl_pods.adaptive import has_contrast
+
+N, M, B, PROMPTS, STEPS = 4, 2, 2, 12, 3  # B prompts trained per generation
+ROLES = ("right", "wrong", "half")  # prompt i plays ROLES[i % 3]
+
+
+class GroupSpy(SpyTrainer):
+    """SpyTrainer that also keeps one input row per pool group."""
+
+    def _generate_score_and_select(self, inputs):
+        phase1 = super()._generate_score_and_select(inputs)
+        phase1["group_inputs"] = inputs[:: self.pods_n]
+        return phase1
+
+
+def _train(model_path, out, generation: str, **options) -> tuple[GroupSpy, RoleReward]:
+    model, tokenizer = load(model_path)
+    config = pods_config(
+        out,
+        pods_n=N,
+        pods_m=M,
+        pods_generation=generation,
+        per_device_train_batch_size=B * M,
+        max_steps=STEPS,
+        **options,
+    )
+    reward = RoleReward(ROLES)
+    trainer = GroupSpy(model, reward, config, train_dataset=prompts_dataset(PROMPTS), processing_class=tokenizer)
+    trainer.train()
+    return trainer, reward
+
+
+def _check(trainer: GroupSpy, reward: RoleReward, pool: int) -> list[dict]:
+    """What every dynamic-sampling run must show; returns the logged entries of the generations."""
+    assert len(trainer.selections) == STEPS
+    for step, phase1 in enumerate(trainer.selections):
+        counts, kept, rewards = phase1["counts"], phase1["kept"], phase1["rewards"]
+        assert counts.numel() == pool * B, "the data loader reads the pool"
+        trained = kept.any(dim=1)
+        assert int(trained.sum()) == B and kept.sum(1)[trained].tolist() == [M] * B
+        if trainer.args.pods_generation == "refill":
+            available = int((has_contrast(rewards) & (counts > 0)).sum())
+            assert int(has_contrast(rewards[trained]).sum()) == min(B, available), "contrast first"
+        prompts = [prompt_index(row["prompt"]) for row in phase1["group_inputs"]]
+        assert [reward.seen[step, i] for i in prompts] == counts.tolist(), "every rollout is scored exactly once"
+    assert sum(rows for kind, rows in trainer.logp_passes if kind == "train") == STEPS * B * M
+    logs = [e for e in trainer.state.log_history if "pods/prompts_drawn" in e]
+    assert len(logs) == STEPS and all(e["pods/prompts_trained"] == B for e in logs)
+    assert [e["pods/rollouts_generated"] for e in logs] == [float(s["counts"].sum()) for s in trainer.selections]
+    assert [e["pods/rollouts_trained"] for e in logs] == [float(B * M)] * STEPS
+    return logs
+
+
+def test_refill_draws_for_missing_groups_and_trains_on_groups_with_contrast(tiny_model_path, tmp_path, monkeypatch):
+    """Refill with HF generate: each draw is one generate call of N rollouts per drawn prompt, at most
+    pods_max_draws; the trained groups are those with contrast whenever the drawn prompts offered enough."""
+    sizes = record_generate_sizes(monkeypatch)
+    trainer, reward = _train(tiny_model_path, tmp_path, "refill", pods_max_draws=3)
+    logs = _check(trainer, reward, pool=3)
+    draws = [int(e["pods/draws"]) for e in logs]
+    assert len(sizes) == sum(draws) and all(1 <= d <= 3 for d in draws)
+    assert [e["pods/generation_calls"] for e in logs] == [float(d) for d in draws]
+    assert [e["pods/prompts_drawn"] for e in logs] == [float((s["counts"] > 0).sum()) for s in trainer.selections]
+
+
+def test_screened_pilots_the_pool_then_commits_the_chosen(tiny_model_path, tmp_path, monkeypatch):
+    """Screened with HF generate: exactly two generate calls per generation (the pool's pilot, then the chosen
+    prompts' remaining rollouts); the frontier rule trains on a prompt whose pilot all failed alongside one with
+    contrast when the pool offers both."""
+    sizes = record_generate_sizes(monkeypatch)
+    trainer, reward = _train(tiny_model_path, tmp_path, "screened", pods_screen_ratio=3, pods_n_initial=2)
+    logs = _check(trainer, reward, pool=3)
+    assert sizes == [3 * B * 2, B * (N - 2)] * STEPS
+    assert all(e["pods/generation_calls"] == 2.0 and e["pods/prompts_drawn"] == 3 * B for e in logs)
+    for phase1 in trainer.selections:
+        roles = [ROLES[prompt_index(row["prompt"]) % 3] for row in phase1["group_inputs"]]
+        trained = [role for role, chosen in zip(roles, phase1["kept"].any(dim=1).tolist(), strict=True) if chosen]
+        if "wrong" in roles and "half" in roles:
+            assert sorted(trained) == ["half", "wrong"], (roles, trained)
+    for entry in logs:
+        assert 0.0 <= entry["pods/predicted_contrast"] <= entry["pods/observed_contrast"] <= 1.0
+
+
+@pytest.mark.parametrize("mode", ["colocate", "server"])
+@pytest.mark.parametrize("generation", ["refill", "screened"])
+def test_vllm_dynamic_sampling_calls(tiny_model_path, tmp_path, monkeypatch, mode, generation):
+    """vLLM (stand-in, TRL's real VLLMGeneration): refill's draws and screened's pilot and commit are one engine call
+    each; server mode asks for n = the call's rollouts per prompt (N for a draw, the pilot's size, then the rest);
+    the importance-sampling ratio stays 1, so the engine's log-probs follow their rows."""
+    install(monkeypatch)
+    options = dict(pods_max_draws=3) if generation == "refill" else dict(pods_screen_ratio=3, pods_n_initial=2)
+    trainer, reward = _train(tiny_model_path, tmp_path, generation, use_vllm=True, vllm_mode=mode, **options)
+    logs = _check(trainer, reward, pool=3)
+    engine = FakeVLLMGeneration.instances[-1]
+    calls = engine.vllm_client.calls if mode == "server" else engine.llm.calls
+    assert len(calls) == sum(e["pods/generation_calls"] for e in logs)
+    if mode == "server" and generation == "screened":
+        assert [(len(prompts), n) for prompts, n in calls] == [(3 * B, 2), (B, 2)] * STEPS
+    elif mode == "server":
+        assert all(n == N for _, n in calls)
+    key = "sampling/importance_sampling_ratio/mean"
+    assert [e[key] for e in trainer.state.log_history if key in e] == pytest.approx([1.0] * STEPS, abs=1e-3)
+
+
+def test_screened_combines_with_iterations_rounds_and_dropped_groups(tiny_model_path, tmp_path, monkeypatch):
+    """Screened with num_iterations=2 (each generation trained on twice), rounds of 4 sequences (each of the two
+    calls split into rounds) and dropped constant groups: generations come every other step, the kept rows of each
+    reach phase 2, and a trained group without contrast is dropped from the loss."""
+    sizes = record_generate_sizes(monkeypatch)
+    trainer, reward = _train(
+        tiny_model_path, tmp_path, "screened", pods_screen_ratio=3, pods_n_initial=2, num_iterations=2,
+        pods_generation_chunk_size=4, pods_drop_constant_groups=True,
+    )  # fmt: skip
+    assert len(trainer.selections) == 2, "3 steps with 2 iterations: 2 generations"
+    assert max(sizes) <= 4 and sum(sizes) == 2 * (3 * B * 2 + B * (N - 2))
+    for phase1 in trainer.selections:
+        kept, rewards = phase1["kept"], phase1["rewards"]
+        trained = kept.any(dim=1).nonzero().squeeze(1).tolist()
+        assert len(trained) == B
+        constant = [not has_contrast(rewards[g][kept[g]].unsqueeze(0)).item() for g in trained]
+        assert phase1["dropped"].tolist() == [flag for flag in constant for _ in range(M)]

@@ -1,0 +1,82 @@
+"""Dynamic sampling's pure parts (`trl_pods.screening`): the screening rules on pilot rewards, refill's choice among
+drawn groups, and the pool the data loader reads."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from trl_pods.screening import (
+    contrast_first,
+    frontier,
+    get_screen_rule,
+    missing_groups,
+    pool_factor,
+    random_screen,
+    refill_choice,
+    register_screen_rule,
+)
+
+NAN = float("nan")
+PILOT = torch.tensor(
+    [
+        [1.0, 1.0, 1.0, 1.0],  # 0: solved
+        [0.0, 0.0, 0.0, 0.0],  # 1: unsolved
+        [0.0, 1.0, 0.0, 0.0],  # 2: contrast
+        [0.0, 0.0, 0.0, 0.0],  # 3: unsolved
+        [1.0, 0.0, 1.0, 1.0],  # 4: contrast
+        [0.0, 1.0, 1.0, 0.0],  # 5: contrast
+        [0.0, 0.0, NAN, 0.0],  # 6: all scored ones at the floor, one unscorable
+        [1.0, 1.0, 0.0, 1.0],  # 7: contrast
+    ]
+)
+
+
+def test_contrast_rule_takes_groups_with_pilot_contrast_first_then_the_hardest():
+    """SPEED-RL's screen: groups whose pilot rewards differ, then the rest by pilot mean, lowest first."""
+    assert contrast_first(PILOT, 4).tolist() == [2, 4, 5, 7]
+    assert contrast_first(PILOT, 6).tolist() == [1, 2, 3, 4, 5, 7], "then unsolved (mean 0) before solved"
+
+
+def test_frontier_rule_reserves_a_quarter_of_the_picks_for_unsolved_prompts():
+    """The default must not starve the unsolved frontier: with 4 picks and 4 groups with contrast, one pick still goes
+    to a group whose whole pilot earned the pool's lowest reward (a pilot with an unscorable rollout is not one)."""
+    assert frontier(PILOT, 4).tolist() == [1, 2, 4, 5]
+    assert frontier(PILOT, 8).tolist() == list(range(8))
+    only_contrast = PILOT[[2, 4, 5, 7]]
+    assert frontier(only_contrast, 2).tolist() == [0, 1], "no unsolved group: all picks go to contrast"
+    assert frontier(torch.full((3, 4), NAN), 2).tolist() == [0, 1], "nothing scored: the first groups"
+
+
+def test_random_rule_is_seeded_and_distinct():
+    """Uniform picks, reproducible from the generator."""
+    a = random_screen(PILOT, 3, torch.Generator().manual_seed(1))
+    b = random_screen(PILOT, 3, torch.Generator().manual_seed(1))
+    assert a.tolist() == b.tolist() and a.unique().numel() == 3
+
+
+def test_rules_are_pluggable_and_unknown_names_are_refused():
+    """Registered names and dotted paths resolve; an unknown name lists the known ones."""
+    register_screen_rule("last", lambda pilot, chosen, generator=None: torch.arange(pilot.size(0))[-chosen:])
+    assert get_screen_rule("last")(PILOT, 2).tolist() == [6, 7]
+    assert get_screen_rule("trl_pods.screening.frontier") is frontier
+    with pytest.raises(ValueError, match="frontier"):
+        get_screen_rule("nope")
+
+
+def test_refill_choice_takes_contrast_in_draw_order_then_fills_with_the_first_others():
+    """Refill keeps the drawn groups with contrast, in draw order, and fills the remainder with drawn groups without
+    contrast, reporting how many; undrawn groups are never chosen."""
+    rewards = torch.full((6, 4), NAN)
+    rewards[0], rewards[1], rewards[2], rewards[3] = PILOT[0], PILOT[2], PILOT[1], PILOT[4]
+    drawn = torch.tensor([True, True, True, True, False, False])
+    assert missing_groups(rewards, drawn, 3) == 1
+    picked, filled = refill_choice(rewards, drawn, 3)
+    assert picked.tolist() == [0, 1, 3] and filled == 1
+    picked, filled = refill_choice(rewards, drawn, 2)
+    assert picked.tolist() == [1, 3] and filled == 0
+
+
+def test_pool_factor():
+    """The data loader reads the pool: screened ratio or refill's most draws per trained prompt, else 1."""
+    assert pool_factor("screened", 3, 5) == 3 and pool_factor("refill", 3, 5) == 5 and pool_factor("fixed", 3, 5) == 1

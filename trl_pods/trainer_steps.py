@@ -1,0 +1,130 @@
+"""The trainer's side of phase 1: the steps `trl_pods.phase1` calls and the contexts that flip `GRPOTrainer`'s
+state around them (the group size TRL reads, its reward gather, the weights loaded for generation).
+
+Everything here reads or writes a `PODSGRPOTrainer`; the orchestration it serves is pure (`trl_pods.phase1`).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+import trl.trainer.grpo_trainer as grpo_trainer_module
+from trl.models import unwrap_model_for_generation
+
+from .budget import prompt_key
+from .phase1 import Generation
+from .vllm_engine import engine_awake
+
+
+@contextmanager
+def generation_layout(trainer: Any):
+    """Within the block, TRL sees the batch as generated: groups of `pods_n` rows instead of `pods_m`."""
+    if trainer.pods_n is None:
+        yield
+        return
+    kept_batch = trainer.args.generation_batch_size
+    trainer.num_generations = trainer.pods_n
+    trainer.args.generation_batch_size = kept_batch // trainer.pods_m * trainer.pods_n * trainer._pods_pool
+    try:
+        yield
+    finally:
+        trainer.num_generations = trainer.pods_m
+        trainer.args.generation_batch_size = kept_batch
+
+
+@contextmanager
+def group_size(trainer: Any, size: int):
+    """Within the block, TRL generates groups of ``size`` rows (what vLLM server mode requests per prompt)."""
+    trainer.num_generations = size
+    try:
+        yield
+    finally:
+        trainer.num_generations = trainer.pods_m
+
+
+@contextmanager
+def rewards_not_gathered():
+    """Within the block, TRL's `_calculate_rewards` returns this process's rewards (it skips its final gather)."""
+    gather = grpo_trainer_module.gather
+    grpo_trainer_module.gather = lambda tensor: tensor
+    try:
+        yield
+    finally:
+        grpo_trainer_module.gather = gather
+
+
+def take_new(pending: dict[str, list], before: dict[str, int]) -> dict[str, list]:
+    """Remove and return what was appended to each list of ``pending`` since the lengths ``before`` were taken."""
+    new = {}
+    for key, values in pending.items():
+        start = before.get(key, 0)
+        if len(values) > start:
+            new[key] = values[start:]
+            del values[start:]
+    return new
+
+
+def score_own_rows(trainer: Any, rows: list[dict], generation: Generation, real: int) -> tuple[torch.Tensor, dict]:
+    """Score a wave's own rows (the first ``real``), not its padding, and gather them: ``[P * len(rows), F]``, NaN on
+    padding rows; with the `log_extra` columns the reward functions logged for the scored rows.
+
+    Reward functions see the process's rows that have a slot, or its first padding row when it has none, so every
+    process calls them once per wave (a reward model under ZeRO-3 needs every process). What they log then describes
+    real rollouts: `log_extra` values go to their slots, and each `log_metric` value counts once per rollout scored,
+    so TRL's average over the step is per rollout, as without waves.
+    """
+    scored = max(real, 1)
+    extra_before = {column: len(values) for column, values in trainer._pending_extra_logs.items()}
+    metrics_before = {name: len(values) for name, values in trainer._pending_metrics.items()}
+    prompts = [row["prompt"] for row in rows[:scored]]
+    with rewards_not_gathered():
+        local = trainer._calculate_rewards(rows[:scored], prompts, generation[3][:scored], generation[1][:scored])
+    extra = take_new(trainer._pending_extra_logs, extra_before)
+    for name, values in take_new(trainer._pending_metrics, metrics_before).items():
+        trainer._pending_metrics[name].extend(value for value in values for _ in range(real))
+    padded = local.new_full((len(rows), local.size(1)), torch.nan)  # [rows, F]
+    padded[:real] = local[:real]
+    return trainer.accelerator.gather(padded), extra
+
+
+def allocate_groups(trainer: Any, inputs: list[dict[str, Any]], processes: int) -> torch.Tensor:
+    """Budgeted generation: ``[G]`` rollouts for this generation's groups (all processes), from the prompts' keys,
+    gathered so that every process allocates alike, each process's groups within its own share of the budget."""
+    keys = [prompt_key(row["prompt"]) for row in inputs[:: trainer.pods_n]]
+    gathered = trainer.accelerator.gather(torch.tensor(keys, device=trainer.accelerator.device))
+    return trainer._pods_budget.plan(gathered.tolist(), processes)
+
+
+@contextmanager
+def one_weight_load_per_generation(trainer: Any):
+    """Within the block, the generation calls of one generation (rounds, adaptive waves) share one weight load.
+
+    vLLM colocate with sleep mode: the engine stays awake between the calls (`engine_awake`), so the weights are
+    pushed once. HF generate under DeepSpeed ZeRO-3 with `ds3_gather_for_generation`: TRL gathers the full weights
+    around each `generate` call; they are gathered once for the block instead, as TRL does for one call.
+    """
+    if trainer.use_vllm:
+
+        def sync() -> None:  # as TRL's generation does once per optimizer step
+            trainer.vllm_generation.sync_weights()
+            trainer._last_loaded_step = trainer.state.global_step
+
+        with engine_awake(getattr(trainer, "vllm_generation", None), sync):
+            yield
+        return
+    if not (trainer._dist.is_zero3 and trainer.args.ds3_gather_for_generation):
+        yield
+        return
+    with unwrap_model_for_generation(
+        trainer.model_wrapped,
+        trainer.accelerator,
+        gather_deepspeed3_params=True,
+        gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
+    ):
+        trainer.args.ds3_gather_for_generation = False
+        try:
+            yield
+        finally:
+            trainer.args.ds3_gather_for_generation = True
