@@ -5,6 +5,8 @@ from .down_sampling import get_down_sampler, list_down_samplers, register_down_s
 __version__ = "0.1.0"
 
 __all__ = [
+    "PODSAsyncGRPOConfig",
+    "PODSAsyncGRPOTrainer",
     "PODSConfig",
     "PODSGRPOTrainer",
     "get_down_sampler",
@@ -23,4 +25,8 @@ def __getattr__(name: str):
         from .trainer import PODSGRPOTrainer
 
         return PODSGRPOTrainer
+    if name in ("PODSAsyncGRPOConfig", "PODSAsyncGRPOTrainer"):  # TRL's experimental asynchronous trainer
+        from . import async_grpo
+
+        return getattr(async_grpo, name)
     raise AttributeError(f"module 'trl_pods' has no attribute {name!r}")

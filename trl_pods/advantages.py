@@ -72,3 +72,20 @@ def group_objective(
         )
     objective = (rewards_per_func * weights.to(rewards_per_func.device)).nansum(dim=2)  # [G, N]
     return objective.masked_fill(unscorable, torch.nan)
+
+
+def population_group_advantages(rewards: torch.Tensor) -> torch.Tensor:
+    """GRPO advantages as TRL's asynchronous trainer computes them (`AsyncRolloutWorker`'s `_score_group`): each
+    reward minus its group's mean, over the group's population std (no Bessel correction) plus 1e-8, both taken
+    over the group's scored rollouts.
+
+    Args:
+        rewards: ``[G, n]`` rewards, NaN for an unscorable rollout.
+
+    Returns:
+        ``[G, n]`` advantages; 0 for unscorable rollouts.
+    """
+    scored = (~torch.isnan(rewards)).sum(dim=1, keepdim=True).clamp(min=1)  # [G, 1]
+    centred = rewards - torch.nanmean(rewards, dim=1, keepdim=True)  # [G, n]
+    std = (torch.nansum(centred**2, dim=1, keepdim=True) / scored).sqrt()  # [G, 1]
+    return (centred / (std + 1e-8)).nan_to_num(0.0)

@@ -1,0 +1,221 @@
+"""PODS in TRL's asynchronous trainer on a real `vllm serve` (vLLM's CPU build), with LoRA weight sync.
+
+One module server (`OpenAIServer`, stopped by its PID) serves two short runs: PODS 8 -> 2 with dynamic sampling for
+3 steps (checkpoint at step 2), then a resume from that checkpoint. The reward (`vllm_real.recorded_reward`) records
+every group the worker scores; the trainer's collator is wrapped to record every row it trains on. So the tests
+compare what was generated and scored (in the worker's child process) with what was trained (in this one).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import requests
+import torch
+from peft import LoraConfig
+from vllm_real import OpenAIServer, async_tokenizer, recorded_reward
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.usefixtures("real_vllm")]
+
+N, M = 8, 2
+STALENESS = 1
+ALIGNED = 1e-4  # |vLLM log-prob - HF log-prob| per token: both fp32, so only kernel rounding (~1e-6) separates them
+KEPT_CONSTANT = "pods/frac_zero_std_groups_kept"
+SERVED = 5e-3  # the same through vLLM's CPU LoRA path, which rounds differently (6e-4 seen); the initial model: ~0.3
+PROMPTS = 16  # "What is i plus i+1?": even i score 1 for every rollout (no contrast), odd i the token-sum mod 7
+
+
+@pytest.fixture(scope="module")
+def server(vllm_model_path, tmp_path_factory):
+    """A real `vllm serve` of the tiny model with runtime LoRA (TRL needs room for max_staleness + 2 adapters)."""
+    server = OpenAIServer(vllm_model_path, tmp_path_factory.mktemp("serve") / "vllm.log", max_loras=STALENESS + 2)
+    yield server
+    server.stop()
+
+
+def _train(model_path: Path, server: OpenAIServer, out: Path, steps: int, resume: str | None = None):
+    """Train PODS 8 -> 2 with dynamic sampling and LoRA against ``server``; return the trainer, the rows it trained
+    on (per micro-batch, as the collator saw them) and the groups the worker scored."""
+    from datasets import Dataset
+    from trl.experimental.async_grpo.async_grpo_trainer import DataCollatorForRollout
+
+    from trl_pods.async_cpu import use_async_trainer_on_cpu
+    from trl_pods.async_grpo import PODSAsyncGRPOConfig, PODSAsyncGRPOTrainer
+
+    record = out / "rewards.jsonl"
+    batches = []
+    collate = DataCollatorForRollout.torch_call
+
+    def recording(self, examples):
+        batches.append([sample for row in examples[0] for sample in row.samples])
+        return collate(self, examples)
+
+    config = PODSAsyncGRPOConfig(
+        output_dir=str(out),
+        pods_n=N,
+        pods_m=M,
+        pods_generation="refill",
+        per_device_train_batch_size=4,
+        max_steps=steps,
+        max_completion_length=8,
+        learning_rate=5e-2,
+        max_staleness=STALENESS,
+        vllm_server_base_url=server.url,
+        save_strategy="steps",
+        save_steps=2,
+        logging_steps=1,
+        use_cpu=True,
+        report_to=[],
+        disable_tqdm=True,
+        seed=0,
+    )
+    dataset = Dataset.from_dict(
+        {"prompt": [[{"role": "user", "content": f"What is {i} plus {i + 1}?"}] for i in range(PROMPTS)]}
+    )
+    lora = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+    server.forget_training()
+    with pytest.MonkeyPatch.context() as patch:
+        use_async_trainer_on_cpu(patch.setattr)
+        patch.setattr(DataCollatorForRollout, "torch_call", recording)
+        trainer = PODSAsyncGRPOTrainer(
+            str(model_path),
+            functools.partial(recorded_reward, str(record)),
+            config,
+            train_dataset=dataset,
+            processing_class=async_tokenizer(model_path),
+            peft_config=lora,
+        )
+        trainer.train(resume_from_checkpoint=resume)
+    scored = [json.loads(line) for line in record.read_text().splitlines()]
+    return trainer, batches, scored
+
+
+@pytest.fixture(scope="module")
+def run(vllm_model_path, server, tmp_path_factory):
+    return _train(vllm_model_path, server, tmp_path_factory.mktemp("pods-async"), steps=3)
+
+
+def _completion(sample: dict) -> tuple[int, ...]:
+    return tuple(sample["input_ids"][sample["completion_mask"] == 1].tolist())
+
+
+def _trained_groups(batches: list[list[dict]], scored: list[dict]) -> list[tuple[dict, list[dict]]]:
+    """Each trained group's rows, with the scored group (all N rollouts) they came from."""
+    rows = {}
+    for sample in itertools.chain(*batches):
+        rows.setdefault(sample["group_id"], []).append(sample)
+    groups = []
+    for samples in rows.values():
+        completions = [_completion(s) for s in samples]
+        (origin,) = [g for g in scored if all(list(c) in g["completion_ids"] for c in completions)]
+        groups.append((origin, samples))
+    return groups
+
+
+def test_kept_rows_are_a_max_variance_m_of_the_n_scored(run):
+    """Every group the trainer sees is M of the N rollouts the worker scored, with the largest reward variance of
+    any M of them, and advantages normalised over those M as TRL's asynchronous trainer normalises a group (minus the
+    mean, over the population std + 1e-8)."""
+    _, batches, scored = run
+    groups = _trained_groups(batches, scored)
+    assert len(groups) >= 3
+    complete = [(origin, rows) for origin, rows in groups if len(rows) == M]
+    assert len(complete) >= len(groups) - 1, "only the run's last group may be cut short by the end of training"
+    for origin, rows in complete:
+        assert len(origin["rewards"]) == N
+        kept = torch.tensor([row["metrics"]["reward"] for row in rows], dtype=torch.float64)
+        best = max(torch.tensor(c, dtype=torch.float64).var() for c in itertools.combinations(origin["rewards"], M))
+        assert torch.isclose(kept.var(), best), (origin["rewards"], kept)
+        expected = (kept - kept.mean()) / (kept.std(correction=0) + 1e-8)
+        assert torch.allclose(torch.tensor([row["advantage"] for row in rows], dtype=torch.float64), expected)
+
+
+def test_groups_without_contrast_are_dropped_and_never_reach_the_trainer(run):
+    """Dynamic sampling in the worker: groups whose N rewards are all equal (the even prompts) were scored but none
+    of their rows was trained on; the worker counted them as dropped and went on to other prompts."""
+    trainer, batches, scored = run
+    constant = [g for g in scored if len(set(g["rewards"])) == 1]
+    assert constant, "the even prompts give groups without contrast"
+    for origin, _ in _trained_groups(batches, scored):
+        assert origin["prompt"] % 2 == 1
+        assert len(set(origin["rewards"])) > 1
+    logs = trainer.state.log_history
+    dropped = sum(entry.get("pods/groups_dropped_total", 0) for entry in logs)
+    generated = sum(entry.get("pods/rollouts_generated_total", 0) for entry in logs)
+    assert 0 < dropped <= len(constant) and generated <= N * len(scored)
+    assert all(
+        entry["pods/frac_zero_std_groups_kept"] == 0 for entry in logs if "pods/frac_zero_std_groups_kept" in entry
+    )
+
+
+def _hf_logps(model, input_ids: list[int], completion_mask: list[int]) -> torch.Tensor:
+    """``[completion tokens]`` log-probs of the completion tokens under ``model`` (temperature 1)."""
+    ids = torch.tensor([input_ids])
+    with torch.no_grad():
+        logps = model(input_ids=ids).logits[0, :-1].float().log_softmax(-1)  # [T - 1, V]
+    token_logps = logps.gather(1, ids[0, 1:].unsqueeze(1)).squeeze(1)  # [T - 1]
+    return token_logps[torch.tensor(completion_mask[1:], dtype=torch.bool)]
+
+
+def test_trainer_and_engine_log_probs_agree_at_the_first_step(run, vllm_model_path):
+    """The first step's rows were sampled by the engine under the initial adapter (LoRA B = 0): the engine's
+    log-probs equal the initial model's, computed with plain HF attention, and TRL's logged KL between trainer
+    and sampler (through the CPU tree attention) is ~0."""
+    from transformers import AutoModelForCausalLM
+
+    trainer, batches, _ = run
+    initial = AutoModelForCausalLM.from_pretrained(vllm_model_path).eval()
+    for sample in batches[0]:
+        mask = sample["completion_mask"].tolist()
+        engine = torch.tensor(sample["old_log_probs"])[torch.tensor(mask, dtype=torch.bool)]
+        gap = (engine - _hf_logps(initial, sample["input_ids"].tolist(), mask)).abs().max().item()
+        assert gap < ALIGNED, gap
+    assert trainer.state.log_history[0]["kl"] < 1e-5
+
+
+def test_engine_serves_the_trained_adapter_after_a_sync(run, server, vllm_model_path):
+    """After the last sync, the server's newest adapter samples with the trained policy's log-probs (HF + PEFT in
+    the trainer), which training moved far from the initial model's."""
+    from transformers import AutoModelForCausalLM
+
+    trainer, _, _ = run
+    adapter = f"trl-policy-v{trainer.model_version}"
+    assert adapter in server.adapters()
+    tokenizer = async_tokenizer(vllm_model_path)
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is 3 plus 4?"}], add_generation_prompt=True, return_dict=False
+    )
+    payload = dict(model=adapter, prompt=prompt, max_tokens=8, temperature=1.0, logprobs=0, return_token_ids=True)
+    choice = requests.post(f"{server.url}/v1/completions", json=payload, timeout=60).json()["choices"][0]
+    engine = torch.tensor(choice["logprobs"]["token_logprobs"])
+    mask = [0] * len(prompt) + [1] * len(choice["token_ids"])
+    ids = prompt + choice["token_ids"]
+    trained = trainer.accelerator.unwrap_model(trainer.model).eval()
+    trained.get_base_model().set_attn_implementation("eager")  # it trained with TRL's tree attention
+    gap = (engine - _hf_logps(trained, ids, mask)).abs().max().item()
+    initial = AutoModelForCausalLM.from_pretrained(vllm_model_path).eval()
+    initial_gap = (engine - _hf_logps(initial, ids, mask)).abs().max().item()
+    assert gap < SERVED < 10 * SERVED < initial_gap, (gap, initial_gap)
+
+
+def test_resume_from_a_checkpoint(run, server, vllm_model_path, tmp_path):
+    """The step-2 checkpoint's resume position counts dropped prompts as visited (TRL's own counts trained ones only,
+    and prompt 0, without contrast, is never trained: it would restart at 0); the resumed run starts its worker
+    there, keeps numbering the adapters from the checkpoint's version, and finishes the third step."""
+    first, _, scored = run
+    checkpoint = Path(first.args.output_dir) / "checkpoint-2"
+    state = json.loads((checkpoint / "rollout_state.json").read_text())
+    assert state["model_version"] == 3, "initial sync, then one per step"
+    assert 0 < state["prompt_index"] <= len(scored)
+    visits = Counter(group % PROMPTS for group in range(state["prompt_index"]))  # groups cycle through the prompts
+    assert visits <= Counter(g["prompt"] for g in scored), "every group before the resume position was scored"
+    resumed, batches, rescored = _train(vllm_model_path, server, tmp_path, steps=3, resume=str(checkpoint))
+    assert resumed.state.global_step == 3 and len(batches) >= 1
+    in_flight_first = {(state["prompt_index"] + k) % PROMPTS for k in range(2)}  # 2 groups in flight (N = 8 of 16)
+    assert rescored[0]["prompt"] in in_flight_first
+    assert resumed.model_version == 5 and f"trl-policy-v{resumed.model_version}" in server.adapters()
