@@ -23,25 +23,32 @@ def tool_dataset(pairs: list[tuple[int, int]]) -> Dataset:
     return Dataset.from_dict({"prompt": [question(a, b) for a, b in pairs], "answer": [str(a + b) for a, b in pairs]})
 
 
-@pytest.mark.parametrize("make_tool", [counting_add, counting_async_add], ids=["sync", "async"])
-def test_tools_with_hf_generate(tool_model_path, tmp_path, make_tool):
-    """Tools (HF generate), sync and async: TRL's tool loop runs for all N rollouts and the tool really executes;
-    phase 2 trains on the M kept rows with their tool masks (tool-output tokens, and only those, out of the loss);
-    each logged kept completion carries its own reward; TRL's tool metrics describe the N rows generated."""
+def tool_trainer(tool_model_path, tmp_path, tool, **options) -> RowSpy:
+    """PODS 4 -> 2 on the tool-calling model, 2 steps over four calculator questions, with ``tool``; ``options``
+    add to or override the config."""
     model, tokenizer = load(tool_model_path)
-    calls: list[tuple[int, int]] = []
     config = pods_config(
-        tmp_path, pods_n=4, pods_m=2, per_device_train_batch_size=4, max_steps=2, max_completion_length=48,
-        learning_rate=1e-4,
+        tmp_path, **{**dict(pods_n=4, pods_m=2, per_device_train_batch_size=4, max_steps=2, max_completion_length=48,
+                            learning_rate=1e-4), **options},
     )  # fmt: skip
-    trainer = RowSpy(
+    return RowSpy(
         model,
         calculator_reward,
         config,
         train_dataset=tool_dataset([(1, 2), (3, 4), (5, 1), (2, 2)]),
         processing_class=tokenizer,
-        tools=[make_tool(calls)],
+        tools=[tool],
     )
+
+
+@pytest.mark.parametrize("make_tool", [counting_add, counting_async_add], ids=["sync", "async"])
+def test_tools_with_hf_generate(tool_model_path, tmp_path, make_tool):
+    """Tools (HF generate), sync and async: TRL's tool loop runs for all N rollouts and the tool really executes;
+    phase 2 trains on the M kept rows with their tool masks (tool-output tokens, and only those, out of the loss);
+    each logged kept completion carries its own reward; TRL's tool metrics describe the N rows generated."""
+    calls: list[tuple[int, int]] = []
+    trainer = tool_trainer(tool_model_path, tmp_path, make_tool(calls))
+    tokenizer = trainer.processing_class
     calls_per_step = []
     original = trainer._generate_score_and_select
 
@@ -263,20 +270,9 @@ def test_tools_with_pods_modes(tool_model_path, tmp_path, options):
     chunked too), num_iterations > 1, and D3S (dropped groups, cross-group selection, token selection). Phase 2
     trains on the kept rows with their tool masks; a dropped group's rows get an all-zero mask, the others keep
     their tool mask."""
-    model, tokenizer = load(tool_model_path)
     calls: list[tuple[int, int]] = []
-    config = pods_config(
-        tmp_path, pods_n=4, pods_m=2, per_device_train_batch_size=4, max_steps=2, max_completion_length=48,
-        learning_rate=1e-4, **options,
-    )  # fmt: skip
-    trainer = RowSpy(
-        model,
-        calculator_reward,
-        config,
-        train_dataset=tool_dataset([(1, 2), (3, 4), (5, 1), (2, 2)]),
-        processing_class=tokenizer,
-        tools=[counting_add(calls)],
-    )
+    trainer = tool_trainer(tool_model_path, tmp_path, counting_add(calls), **options)
+    tokenizer = trainer.processing_class
     trainer.train()
     assert calls, "the fine-tuned model never called the tool"
     assert len(trainer.records) == (1 if options.get("num_iterations") else 2)

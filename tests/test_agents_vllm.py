@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import RowSpy, assert_phase2_has_the_kept_rows, load, pods_config
-from test_agents import tool_dataset
-from tool_model import calculator_reward, counting_add
+from helpers import assert_phase2_has_the_kept_rows
+from test_agents import tool_trainer
+from tool_model import counting_add
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.usefixtures("real_vllm")]
 
@@ -15,20 +15,10 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.usefixtures("real_
 def test_tools_on_a_colocate_engine(tool_model_path, tmp_path):
     """PODS 4 -> 2 with a calculator tool on a colocate engine: the tool really executes; phase 2's rows are the
     kept rows with their tool masks and their vLLM log-probs (0 on tool-output tokens, as TRL writes them)."""
-    model, tokenizer = load(tool_model_path)
     calls: list[tuple[int, int]] = []
-    config = pods_config(
-        tmp_path, pods_n=4, pods_m=2, per_device_train_batch_size=4, max_steps=2, max_completion_length=48,
-        learning_rate=1e-4, use_vllm=True, vllm_mode="colocate", vllm_max_model_length=320,
-    )  # fmt: skip
-    trainer = RowSpy(
-        model,
-        calculator_reward,
-        config,
-        train_dataset=tool_dataset([(1, 2), (3, 4), (5, 1), (2, 2)]),
-        processing_class=tokenizer,
-        tools=[counting_add(calls)],
-    )
+    options = dict(use_vllm=True, vllm_mode="colocate", vllm_max_model_length=320)
+    trainer = tool_trainer(tool_model_path, tmp_path, counting_add(calls), **options)
+    tokenizer = trainer.processing_class
     trainer.train()
     assert calls, "the fine-tuned model never called the tool through the engine"
     tool_rows = 0
