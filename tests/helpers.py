@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import sys
 from collections import Counter
+from pathlib import Path
 
 import torch
 from datasets import Dataset
@@ -23,6 +27,30 @@ QUIET = dict(
     learning_rate=1e-2,
     seed=0,
 )
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now (the OS picks it), so concurrent suites do not collide on one."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def worker_env() -> dict[str, str]:
+    """The environment of a launched worker: offline, one thread, and this interpreter's import path."""
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+
+
+def accelerate_launch(config: Path, processes: int) -> list[str]:
+    """The command prefix of an ``accelerate launch`` with ``config`` on ``processes`` CPU processes."""
+    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config), "--num_processes",
+            str(processes), "--mixed_precision", "no", "--main_process_port", str(free_port())]  # fmt: skip
+
+
+def torchrun(processes: int) -> list[str]:
+    """The command prefix of a ``processes``-process torchrun launch on a free rendezvous port."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
+            "--master_port", str(free_port())]  # fmt: skip
 
 
 def record_generate_sizes(monkeypatch) -> list[int]:

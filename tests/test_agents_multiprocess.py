@@ -8,8 +8,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+from helpers import worker_env
 from test_kill_resume import _checkpoint_complete, _logged, _selections
-from test_multiprocess import run_worker, torchrun_command, worker_env
+from test_multiprocess import run_worker, torchrun_command
 
 WORKER = Path(__file__).with_name("agents_run.py")
 pytestmark = pytest.mark.slow

@@ -3,13 +3,12 @@ and LoRA; the saved model reloads and generates. Only what a CPU needs is overri
 and the gloo backend (`--ddp_backend gloo`; without a backend accelerate counts one process)."""
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import accelerate_launch, worker_env
 from safetensors.torch import load_file
 
 RECIPES = Path(__file__).parent.parent / "recipes" / "accelerate"
@@ -20,16 +19,13 @@ pytestmark = pytest.mark.slow
 def _launch(model, out: Path, stage: int, processes: int, *options: str) -> None:
     """`accelerate launch` the training script with a ZeRO recipe on CPU: PODS 8 -> 4, 4 kept rows per process."""
     command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(RECIPES / f"zero{stage}.yaml"),
-        "--num_processes", str(processes), "--mixed_precision", "no", "--main_process_port",
-        str(29600 + os.getpid() % 300 + 10 * stage + processes), str(SCRIPT),
+        *accelerate_launch(RECIPES / f"zero{stage}.yaml", processes), str(SCRIPT),
         "--model_name_or_path", str(model), "--task", "arithmetic", "--output_dir", str(out), "--pods_n", "8",
         "--pods_m", "4", "--per_device_train_batch_size", "4", "--max_completion_length", "6",
         "--learning_rate", "0.01", "--bf16", "false", "--gradient_checkpointing", "false", "--report_to", "none",
         "--save_strategy", "no", "--disable_tqdm", "true", "--ddp_backend", "gloo", *options,
     ]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(command, env=worker_env(), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
 
 
@@ -103,13 +99,10 @@ def test_zero3_gathers_weights_once_per_generation(tiny_model_path, tmp_path, la
     gather."""
     processes, options = LAYOUTS[layout]
     command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(RECIPES / "zero3.yaml"),
-        "--num_processes", str(processes), "--mixed_precision", "no",
-        "--main_process_port", str(29900 + os.getpid() % 90), str(Path(__file__).with_name("multiprocess_run.py")),
+        *accelerate_launch(RECIPES / "zero3.yaml", processes), str(Path(__file__).with_name("multiprocess_run.py")),
         str(tiny_model_path), str(tmp_path), *options,
     ]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(command, env=worker_env(), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(processes)]
     steps = 3 if layout.startswith("budgeted") else 2

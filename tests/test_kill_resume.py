@@ -5,7 +5,6 @@ no step is lost or repeated, also when the checkpoint falls inside a generation 
 steps_per_generation > GA)."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from helpers import torchrun, worker_env
 
 pytestmark = pytest.mark.slow
 
@@ -28,10 +28,6 @@ def _command(model, out, max_steps, save_steps, *extra):
         "--gradient_checkpointing", "false", "--report_to", "none", "--disable_tqdm", "true",
         "--pods_down_sampler", "random", *extra,
     ]  # fmt: skip
-
-
-def _env():
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
 
 
 def _checkpoint_complete(checkpoint: Path, step: int) -> bool:
@@ -80,9 +76,7 @@ LAYOUTS = {  # options, then a checkpoint step inside a generation cycle (genera
 def _launch(processes: int) -> list[str]:
     if processes == 1:
         return [sys.executable, "-m", "trl_pods.cli"]
-    port = str(29500 + (os.getpid() + 7) % 1000)
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes), "--master_port", port,
-            "-m", "trl_pods.cli"]  # fmt: skip
+    return [*torchrun(processes), "-m", "trl_pods.cli"]
 
 
 def _kill(process: subprocess.Popen) -> None:
@@ -93,7 +87,7 @@ def _kill(process: subprocess.Popen) -> None:
 
 
 def _run(command: list[str]) -> None:
-    result = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=600)
+    result = subprocess.run(command, env=worker_env(), capture_output=True, text=True, timeout=600)
     errors = [line for line in result.stderr.splitlines() if "Warning" not in line]
     assert result.returncode == 0, "\n".join(errors)[-6000:]
 
@@ -103,7 +97,7 @@ def _kill_and_resume(tmp_path, command, checkpoint_step: int, max_steps: int) ->
     of ``checkpoint_step`` is complete, and resume it from that checkpoint. Returns both output folders."""
     reference, killed = tmp_path / "reference", tmp_path / "killed"
     _run(command(reference))
-    process = subprocess.Popen(command(killed), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(command(killed), env=worker_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
     while not _checkpoint_complete(killed / f"checkpoint-{checkpoint_step}", checkpoint_step):
         assert process.poll() is None and time.monotonic() < deadline, "the run ended before its checkpoint"

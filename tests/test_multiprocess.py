@@ -1,14 +1,12 @@
 """Real multi-process runs (torchrun, CPU, gloo): row layout, selection, advantages and vLLM server mode."""
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import psutil
 import pytest
-from helpers import step_losses
+from helpers import step_losses, torchrun, worker_env
 
 from trl_pods.token_selection import token_budget
 
@@ -17,14 +15,7 @@ pytestmark = pytest.mark.slow
 
 
 def torchrun_command(worker: Path, model_path, out: Path, processes: int, *options: str) -> list[str]:
-    return [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
-        "--master_port", str(29500 + os.getpid() % 1000), str(worker), str(model_path), str(out), *options,
-    ]  # fmt: skip
-
-
-def worker_env() -> dict[str, str]:
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    return [*torchrun(processes), str(worker), str(model_path), str(out), *options]
 
 
 def run_worker(

