@@ -64,11 +64,11 @@ class RecordingTrainer(DroppedLossRecorder):
             self.token_counts.append(dict(kept=int((weights > 0).sum()), valid=int(mask.sum())))
         return weights
 
-    def _generate_and_score(self, inputs):
+    def _generate_and_score(self, inputs, settings):
         if not self.is_deepspeed_enabled:
-            return super()._generate_and_score(inputs)
+            return super()._generate_and_score(inputs, settings)
         with _counting_weight_gathers() as gathers:  # over every generation call (round, wave) of a generation
-            result = super()._generate_and_score(inputs)
+            result = super()._generate_and_score(inputs, settings)
         self.weight_gathers.append(len(gathers))
         return result
 

@@ -110,8 +110,8 @@ def _check_waves(trainer: SpyTrainer, reward: RoleReward) -> None:
 class WaveSpy(SpyTrainer):
     """SpyTrainer that also keeps one input row per group and every generated completion of each generation."""
 
-    def _generate_and_score(self, inputs):
-        rollouts = super()._generate_and_score(inputs)
+    def _generate_and_score(self, inputs, settings):
+        rollouts = super()._generate_and_score(inputs, settings)
         self.generated_ids = [ids for ids in rollouts.generation[1] if ids is not None]
         return rollouts
 

@@ -57,8 +57,8 @@ class Recorder(PODSGRPOTrainer):
 
         self.vllm_generation.sync_weights = counting_sync
 
-    def _generate_and_score(self, inputs):
-        rollouts = super()._generate_and_score(inputs)
+    def _generate_and_score(self, inputs, settings):
+        rollouts = super()._generate_and_score(inputs, settings)
         self.generations.append(rollouts.generation[1])
         return rollouts
 

@@ -40,7 +40,7 @@ class Phase1Settings:
 
     Attributes:
         n: Rollouts per prompt (N, slots per group).
-        generation: `pods_generation`: ``"fixed"``, ``"adaptive"`` or ``"budgeted"``.
+        generation: `pods_generation`: ``"fixed"``, ``"adaptive"``, ``"budgeted"``, ``"refill"`` or ``"screened"``.
         n_initial: Rollouts per prompt in the first adaptive wave.
         process_index: This process's index.
         processes: Number of processes.

@@ -162,10 +162,10 @@ class PODSGRPOTrainer(GRPOTrainer):
         (same on every process); report it. Returns what phase 2 serves to TRL, for this process's kept rows."""
         local_rows, args = len(inputs), self.args
         tokens_seen = self.state.num_input_tokens_seen
-        rollouts = self._generate_and_score(inputs)  # slot layout
+        settings = self._phase1_settings()
+        rollouts = self._generate_and_score(inputs, settings)  # slot layout
         generation, rewards_per_func, counts = rollouts.generation, rollouts.rewards_per_func, rollouts.counts
         m = phase1.kept_per_step(args, self._progress(), local_rows // self.pods_n // self._pods_pool)
-        settings = self._phase1_settings()
         selection = phase1.select_rollouts(
             rewards_per_func, counts, local_rows, m, settings.seed, settings, rollouts.chosen
         )
@@ -202,7 +202,7 @@ class PODSGRPOTrainer(GRPOTrainer):
             **({"all_rollouts": all_rollouts} if args.pods_log_all_rollouts else {}),
         }
 
-    def _generate_and_score(self, inputs: list[dict[str, Any]]) -> phase1.Rollouts:
+    def _generate_and_score(self, inputs: list[dict[str, Any]], settings: phase1.Phase1Settings) -> phase1.Rollouts:
         """Phase 1's rollouts in slot layout (`phase1.generate_and_score` with this trainer's generation and reward
         steps, `trainer_steps`): the 8-tuple of `_generate`, the gathered rewards ``[G * N, F]`` and the rollouts per
         group ``[G]``, with what generating them cost."""
@@ -214,7 +214,7 @@ class PODSGRPOTrainer(GRPOTrainer):
             one_weight_load=partial(trainer_steps.one_weight_load_per_generation, self),
             allocate=partial(trainer_steps.allocate_groups, self, inputs),
         )
-        rollouts = phase1.generate_and_score(inputs, self._phase1_settings(), steps)
+        rollouts = phase1.generate_and_score(inputs, settings, steps)
         if self.args.pods_generation != "fixed":  # the reward functions' log_extra columns, and one length entry
             self._pending_extra_logs.update(rollouts.extra_columns)
             ends = [*self.eos_token_ids, self._tokenizer.pad_token_id]
