@@ -48,6 +48,23 @@ def test_frontier_rule_reserves_a_quarter_of_the_picks_for_unsolved_prompts():
     assert frontier(torch.full((3, 4), NAN), 2).tolist() == [0, 1], "nothing scored: the first groups"
 
 
+def test_frontier_rule_keeps_a_quarter_for_unsolved_prompts_when_it_picks_one_group():
+    """With one pick per process (B = 1, common on many GPUs), rounding the quarter up would give every pick to an
+    unsolved prompt and skip the prompt with contrast; rounded at random from the generator, about a quarter of the
+    picks go to the unsolved prompt, reproducibly for a seed."""
+    pool = PILOT[[1, 2]]  # an unsolved group and one with contrast
+
+    def unsolved_picked(chosen: int) -> float:
+        picks = [frontier(pool, chosen, torch.Generator().manual_seed(seed)) for seed in range(400)]
+        return sum(0 in pick.tolist() for pick in picks) / len(picks)
+
+    assert 0.18 < unsolved_picked(1) < 0.32
+    assert unsolved_picked(2) > 0.99, "both groups picked when two are chosen"
+    assert frontier(pool, 1, torch.Generator().manual_seed(3)).tolist() == frontier(
+        pool, 1, torch.Generator().manual_seed(3)
+    ).tolist()
+
+
 def test_random_rule_is_seeded_and_distinct():
     """Uniform picks, reproducible from the generator."""
     a = random_screen(PILOT, 3, torch.Generator().manual_seed(1))

@@ -82,14 +82,18 @@ def contrast_first(pilot: torch.Tensor, chosen: int, generator: torch.Generator 
 
 
 def frontier(pilot: torch.Tensor, chosen: int, generator: torch.Generator | None = None) -> torch.Tensor:
-    """``[chosen]`` groups: up to ``ceil(FRONTIER_SHARE x chosen)`` whose whole pilot earned the pool's lowest reward
-    (unsolved), the others from those with pilot contrast, then the rest, lowest pilot mean first."""
+    """``[chosen]`` groups: up to ``FRONTIER_SHARE x chosen`` whose whole pilot earned the pool's lowest reward
+    (unsolved), the others from those with pilot contrast, then the rest, lowest pilot mean first. A fractional share
+    is rounded up with the probability of its fraction (drawn from ``generator``), so that a process picking one
+    group gives the unsolved a quarter of its picks on average, not all of them."""
     finite = pilot[pilot.isfinite()]
     contrast = has_contrast(pilot)  # [G]
     if finite.numel() == 0:
         return _take([torch.arange(pilot.size(0))], chosen)
     unsolved = ~contrast & (pilot.nan_to_num(torch.inf) == finite.min()).all(dim=1)  # [G]: every pilot at the floor
-    reserve = min(int(-(-FRONTIER_SHARE * chosen // 1)), int(unsolved.sum()))
+    share = FRONTIER_SHARE * chosen
+    rounded_up = torch.rand((), generator=generator).item() < share % 1
+    reserve = min(int(share) + rounded_up, int(unsolved.sum()))
     rest = _lowest_mean_first(pilot, (~contrast).nonzero().squeeze(1))
     with_contrast = contrast.nonzero().squeeze(1)[: chosen - reserve]
     return _take([unsolved.nonzero().squeeze(1)[:reserve], with_contrast, rest], chosen)
