@@ -77,18 +77,22 @@ def test_refill_draws_for_missing_groups_and_trains_on_groups_with_contrast(tiny
 
 def test_screened_pilots_the_pool_then_commits_the_chosen(tiny_model_path, tmp_path, monkeypatch):
     """Screened with HF generate: exactly two generate calls per generation (the pool's pilot, then the chosen
-    prompts' remaining rollouts); the frontier rule trains on a prompt whose pilot all failed alongside one with
-    contrast when the pool offers both."""
+    prompts' remaining rollouts); when the pool offers both, the frontier rule always trains a prompt with pilot
+    contrast, and its reserve for prompts whose pilot all failed (a quarter of B = 2 picks: one pick half the time)
+    trains one of those alongside it in some generations, never two."""
     sizes = record_generate_sizes(monkeypatch)
     trainer, reward = _train(tiny_model_path, tmp_path, "screened", pods_screen_ratio=3, pods_n_initial=2)
     logs = _check(trainer, reward, pool=3)
     assert sizes == [3 * B * 2, B * (N - 2)] * STEPS
     assert all(e["pods/generation_calls"] == 2.0 and e["pods/prompts_drawn"] == 3 * B for e in logs)
+    frontier_picks = []
     for phase1 in trainer.selections:
         roles = [ROLES[prompt_index(row["prompt"]) % 3] for row in phase1["group_inputs"]]
         trained = [role for role, chosen in zip(roles, phase1["kept"].any(dim=1).tolist(), strict=True) if chosen]
         if "wrong" in roles and "half" in roles:
-            assert sorted(trained) == ["half", "wrong"], (roles, trained)
+            assert "half" in trained and trained.count("wrong") <= 1, (roles, trained)
+            frontier_picks.append(trained.count("wrong"))
+    assert 0 < sum(frontier_picks) < len(frontier_picks), frontier_picks
     for entry in logs:
         assert 0.0 <= entry["pods/predicted_contrast"] <= entry["pods/observed_contrast"] <= 1.0
 
