@@ -60,9 +60,10 @@ def test_frontier_rule_keeps_a_quarter_for_unsolved_prompts_when_it_picks_one_gr
 
     assert 0.18 < unsolved_picked(1) < 0.32
     assert unsolved_picked(2) > 0.99, "both groups picked when two are chosen"
-    assert frontier(pool, 1, torch.Generator().manual_seed(3)).tolist() == frontier(
-        pool, 1, torch.Generator().manual_seed(3)
-    ).tolist()
+    assert (
+        frontier(pool, 1, torch.Generator().manual_seed(3)).tolist()
+        == frontier(pool, 1, torch.Generator().manual_seed(3)).tolist()
+    )
 
 
 def test_random_rule_is_seeded_and_distinct():
