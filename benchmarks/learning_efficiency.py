@@ -143,6 +143,8 @@ def main() -> None:
     name += f"_{args.tag}" if args.tag else ""
     raw = figure_path(f"{name}.json")
     kept_runs = saved_runs(raw, args) if args.keep_runs else []
+    if any("generated" not in r for r in kept_runs):
+        raise SystemExit(f"--keep_runs: {raw} predates the per-step rollout counts the table needs; drop --keep_runs.")
     model = fetch_smollm2()
     base_report = held_out(args.difficulty, model_name_or_path=str(model), output=tempfile.mktemp(suffix=".json"))
     base = base_report["results"][0]["accuracy"]
