@@ -20,6 +20,18 @@ CORPUS = [
 ]
 
 
+def seeded_model(model_class: type, config, tokenizer: PreTrainedTokenizerFast, seed: int):
+    """``model_class(config)`` with its random weights drawn from ``seed``, generating until ``tokenizer``'s EOS and
+    padding with its pad token."""
+    import torch
+
+    torch.manual_seed(seed)
+    model = model_class(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
 def build_tokenizer() -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -37,7 +49,6 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
 
 def tiny_qwen2(tokenizer: PreTrainedTokenizerFast, seed: int = 0, **overrides) -> Qwen2ForCausalLM:
     """A random-weight Qwen2 causal LM for ``tokenizer`` (~100k parameters unless ``overrides`` change the sizes)."""
-    import torch
 
     sizes = dict(
         hidden_size=32,
@@ -55,18 +66,13 @@ def tiny_qwen2(tokenizer: PreTrainedTokenizerFast, seed: int = 0, **overrides) -
         tie_word_embeddings=True,
         **{**sizes, **overrides},
     )
-    torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return model
+    return seeded_model(Qwen2ForCausalLM, config, tokenizer, seed)
 
 
 def tiny_qwen2_moe(tokenizer: PreTrainedTokenizerFast, router_aux_loss_coef: float = 0.5) -> Qwen2MoeForCausalLM:
     """A random-weight Qwen2-MoE causal LM (4 experts, 2 per token) for ``tokenizer``: a model with a router
     auxiliary loss. Router logits stay off in the config (generation does not support them); TRL asks for them in
     its training forward."""
-    import torch
 
     config = Qwen2MoeConfig(
         vocab_size=len(tokenizer),
@@ -86,11 +92,7 @@ def tiny_qwen2_moe(tokenizer: PreTrainedTokenizerFast, router_aux_loss_coef: flo
         output_router_logits=False,
         router_aux_loss_coef=router_aux_loss_coef,
     )
-    torch.manual_seed(0)
-    model = Qwen2MoeForCausalLM(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return model
+    return seeded_model(Qwen2MoeForCausalLM, config, tokenizer, 0)
 
 
 def build_tiny_model(path: str | Path, seed: int = 0, **overrides) -> Path:

@@ -14,8 +14,7 @@ have an image processor and a tokenizer only (PIL backends without torchvision).
 
 from __future__ import annotations
 
-import torch
-from tiny_model import CORPUS
+from tiny_model import CORPUS, seeded_model
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
     CLIPImageProcessorPil,
@@ -83,11 +82,7 @@ def build(family: str) -> tuple:
         text_config=text, vision_config=vision, mm_tokens_per_image=1, image_token_id=ids("<image_soft_token>"),
         boi_token_id=ids("<start_of_image>"), eoi_token_id=ids("<end_of_image>"),
     )  # fmt: skip
-    torch.manual_seed(0)
-    model = Gemma3ForConditionalGeneration(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return model, processor
+    return seeded_model(Gemma3ForConditionalGeneration, config, tokenizer, 0), processor
 
 
 def build_processor() -> LlavaProcessor:
@@ -125,8 +120,4 @@ def tiny_llava(processor: LlavaProcessor, seed: int = 0) -> LlavaForConditionalG
         vision_feature_layer=-1,
         tie_word_embeddings=True,
     )
-    torch.manual_seed(seed)
-    model = LlavaForConditionalGeneration(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return model
+    return seeded_model(LlavaForConditionalGeneration, config, tokenizer, seed)
