@@ -153,8 +153,7 @@ class EvalArguments:
             )
         if self.max_problems is not None and self.max_problems < 1:
             raise ValueError(f"--max_problems must be at least 1, got {self.max_problems}.")
-        if self.task not in TASKS:
-            raise ValueError(f"Unknown task {self.task!r}; use one of {', '.join(TASKS)}.")
+        check_task(self.task, self.arithmetic_difficulty)
 
 
 def _reward_name(args: EvalArguments) -> str:
@@ -163,12 +162,12 @@ def _reward_name(args: EvalArguments) -> str:
 
 
 def check_arguments(args: EvalArguments) -> None:
-    """Refuse what the user can fix before any download or model load: the task, reward and run folder.
+    """Refuse what the user can fix before any download or model load: the reward and run folder (the task and its
+    difficulty are checked when `EvalArguments` is built).
 
     Raises:
         ValueError: what is wrong and which flag to change.
     """
-    check_task(args.task, args.arithmetic_difficulty)
     get_reward_func(_reward_name(args))  # raises with the registered names
     if args.run_dir is not None and not Path(args.run_dir).is_dir():
         raise ValueError(f"--run_dir {args.run_dir}: no such folder.")
