@@ -36,10 +36,13 @@ def default_cache_dir() -> Path:
     return Path(base).expanduser() / "trl_pods"
 
 
+def _cache(cache_dir: str | os.PathLike | None) -> Path:
+    return Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+
+
 def is_built(cache_dir: str | os.PathLike | None = None) -> bool:
     """Whether `fetch_smollm2` will find a complete folder (no download, no conversion)."""
-    cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    return (cache / MODEL_NAME / _MARKER).is_file()
+    return (_cache(cache_dir) / MODEL_NAME / _MARKER).is_file()
 
 
 def fetch_smollm2(cache_dir: str | os.PathLike | None = None, *, verbose: bool = True) -> Path:
@@ -51,7 +54,7 @@ def fetch_smollm2(cache_dir: str | os.PathLike | None = None, *, verbose: bool =
     (~20 s on a CPU) and saved with ``save_pretrained``. The folder is written beside its final place and renamed
     into it, so concurrent callers never see a half-written folder (the loser of a race discards its copy).
     """
-    cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    cache = _cache(cache_dir)
     target = cache / MODEL_NAME
     if is_built(cache):
         return target
