@@ -1,25 +1,14 @@
 """Tools and environments on two real processes (torchrun, CPU, gloo): the same selection on both ranks, and an
 exact resume after SIGKILL."""
 
-import signal
-import subprocess
-import time
 from pathlib import Path
 
-import psutil
 import pytest
-from helpers import worker_env
-from test_kill_resume import _checkpoint_complete, _logged, _selections
+from test_kill_resume import _logged, _selections, kill_after_checkpoint
 from test_multiprocess import run_worker, torchrun_command
 
 WORKER = Path(__file__).with_name("agents_run.py")
 pytestmark = pytest.mark.slow
-
-
-def _kill_process_tree(process: subprocess.Popen) -> None:
-    for child in [*psutil.Process(process.pid).children(recursive=True), process]:
-        child.send_signal(signal.SIGKILL)
-    process.wait()
 
 
 @pytest.mark.parametrize("feature", ["tools", "environment"])
@@ -41,14 +30,7 @@ def test_two_processes_select_alike_and_resume_exactly_after_sigkill(tool_model_
         assert [rank["resets"] for rank in ranks] == [16, 16]
 
     killed.mkdir()
-    command = torchrun_command(WORKER, tool_model_path, killed, 2, *options)
-    process = subprocess.Popen(command, env=worker_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 300
-    while not _checkpoint_complete(killed / "checkpoint-2", 2):
-        assert process.poll() is None and time.monotonic() < deadline, "the run ended before its checkpoint"
-        time.sleep(0.02)
-    _kill_process_tree(process)
-    assert not (killed / "checkpoint-4").exists(), "the run finished before it was killed"
+    kill_after_checkpoint(torchrun_command(WORKER, tool_model_path, killed, 2, *options), killed, 2, 4)
     run_worker(tool_model_path, killed, 2, *options, "--resume", worker=WORKER)
     expected, resumed = _selections(reference), _selections(killed)
     assert sorted(expected) == sorted(resumed) and len(expected) == 4

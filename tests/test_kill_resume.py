@@ -92,18 +92,24 @@ def _run(command: list[str]) -> None:
     assert result.returncode == 0, "\n".join(errors)[-6000:]
 
 
+def kill_after_checkpoint(command: list[str], out: Path, checkpoint_step: int, max_steps: int) -> None:
+    """Run ``command``, which writes its checkpoints to ``out``, and SIGKILL it (`_kill`) once the checkpoint of
+    ``checkpoint_step`` is complete; the run must not have reached ``max_steps`` by then."""
+    process = subprocess.Popen(command, env=worker_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not _checkpoint_complete(out / f"checkpoint-{checkpoint_step}", checkpoint_step):
+        assert process.poll() is None and time.monotonic() < deadline, "the run ended before its checkpoint"
+        time.sleep(0.02)
+    _kill(process)
+    assert not (out / f"checkpoint-{max_steps}").exists(), "the run finished before it was killed"
+
+
 def _kill_and_resume(tmp_path, command, checkpoint_step: int, max_steps: int) -> tuple[Path, Path]:
     """Run ``command(out)`` to the end in ``reference``; run it again in ``killed``, SIGKILL it once the checkpoint
     of ``checkpoint_step`` is complete, and resume it from that checkpoint. Returns both output folders."""
     reference, killed = tmp_path / "reference", tmp_path / "killed"
     _run(command(reference))
-    process = subprocess.Popen(command(killed), env=worker_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 300
-    while not _checkpoint_complete(killed / f"checkpoint-{checkpoint_step}", checkpoint_step):
-        assert process.poll() is None and time.monotonic() < deadline, "the run ended before its checkpoint"
-        time.sleep(0.02)
-    _kill(process)
-    assert not (killed / f"checkpoint-{max_steps}").exists(), "the run finished before it was killed"
+    kill_after_checkpoint(command(killed), killed, checkpoint_step, max_steps)
     _run(command(killed, "--resume_from_checkpoint", "last"))
     return reference, killed
 
