@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
-from helpers import RowSpy, load, pods_config  # noqa: E402
+from helpers import RowSpy, exit_together, load, pods_config  # noqa: E402
 from test_agents import AdderEnv, tool_dataset  # noqa: E402
 from tool_model import calculator_reward, counting_add  # noqa: E402
 
@@ -89,8 +89,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    if torch.distributed.is_initialized():  # the ranks leave together (see multiprocess_run.py)
-        torch.distributed.barrier()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    exit_together()

@@ -53,6 +53,17 @@ def torchrun(processes: int) -> list[str]:
             "--master_port", str(free_port())]  # fmt: skip
 
 
+def exit_together() -> None:
+    """End a launched worker whose results are written: the ranks leave together and without interpreter teardown. A
+    rank that tears down its gloo process group while another still works can abort ("terminate called without an
+    active exception", seen on a loaded 2-core machine), which would fail a run whose results are complete."""
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def record_generate_sizes(monkeypatch) -> list[int]:
     """Record the rows of every HF generate call (`GRPOTrainer._generate_single_turn`) for one test."""
     sizes = []

@@ -42,6 +42,7 @@ import torch  # noqa: E402
 from helpers import (  # noqa: E402
     DroppedLossRecorder,
     constant_for_even_prompts,
+    exit_together,
     load,
     pods_config,
     prompts_dataset,
@@ -261,11 +262,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    # The results are written. The ranks leave together and without interpreter teardown: a rank that tears down its
-    # gloo process group while another still works can abort ("terminate called without an active exception", seen on
-    # a loaded 2-core machine), which would fail a run whose results are complete.
-    if torch.distributed.is_initialized():
-        torch.distributed.barrier()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    exit_together()
