@@ -91,6 +91,17 @@ def test_held_out_plot_starts_at_step_0_on_a_0_to_1_axis(tmp_path, monkeypatch):
     assert figure.get_suptitle().startswith(demo.SETUP)
 
 
+def test_held_out_evaluates_the_test_problems_of_the_runs_seed(monkeypatch):
+    """A run trained with seed s never sees the test problems of seed s, but may see those of the demo's seed 42 (on
+    add2x1, 31 of those 50 are in seed 0's training set): ``held_out(seed=s)`` draws seed s's problems, and the
+    demo's own by default. Before, a ``seed`` went to the sampling seed and the problems stayed the demo's."""
+    drawn = []
+    monkeypatch.setattr(demo, "evaluate", lambda args: drawn.append((args.arithmetic_seed, args.max_problems)))
+    demo.held_out("add2x1", seed=3, model_name_or_path="model")
+    demo.held_out("add2x1", model_name_or_path="model")
+    assert drawn == [(3, demo.HELD_OUT), (demo.SEED, demo.HELD_OUT)]
+
+
 def test_model_card_names_pods_its_paper_and_the_base_model(tiny_model_path, tmp_path):
     """TRL's card said "a fine-tuned version of [None]" and "trained with GRPO". The demo's card names PODS, its
     paper (arXiv 2504.13818), the Hub base model and how its weights were made, and leaves the model's config as it
