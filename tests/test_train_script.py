@@ -69,6 +69,25 @@ def test_trains_from_flags_and_saves_everything(tiny_model_path, tmp_path):
     assert _logged_steps(out) == [1, 2]
 
 
+def test_trains_trl_grpo_trainer_itself_when_asked(tiny_model_path, tmp_path):
+    """``train(..., trainer_class=trl.GRPOTrainer)`` trains TRL's own trainer, with a `trl.GRPOConfig`, on the data,
+    rewards and model a PODS run gets (the benchmarks' baseline), and saves what a PODS run saves."""
+    from trl import GRPOConfig, GRPOTrainer, ModelConfig
+
+    from trl_pods.train import ScriptArguments, train
+
+    out = tmp_path / "run"
+    config = GRPOConfig(
+        output_dir=str(out), num_generations=4, per_device_train_batch_size=4, max_steps=2, logging_steps=1,
+        use_cpu=True, bf16=False, gradient_checkpointing=False, report_to="none", disable_tqdm=True,
+        max_completion_length=6, save_strategy="no",
+    )  # fmt: skip
+    script_args = ScriptArguments(task="arithmetic", reward_funcs=["arithmetic"])
+    trainer = train(script_args, config, ModelConfig(str(tiny_model_path)), trainer_class=GRPOTrainer)
+    assert type(trainer) is GRPOTrainer and _logged_steps(out) == [1, 2]
+    assert json.loads((out / "run_args.json").read_text())["training"]["num_generations"] == 4
+
+
 def test_trains_from_a_yaml_recipe_with_flag_overrides(tiny_model_path, tmp_path):
     """A YAML --config sets the arguments and flags override it (here pods_n 8 -> 12), through the console script."""
     recipe = tmp_path / "recipe.yaml"

@@ -27,7 +27,7 @@ import torch
 from accelerate import PartialState
 from transformers import AutoTokenizer
 from transformers.trainer_utils import get_last_checkpoint
-from trl import GRPOConfig, ModelConfig, get_peft_config, get_quantization_config
+from trl import GRPOConfig, GRPOTrainer, ModelConfig, get_peft_config, get_quantization_config
 
 from .config import PODSConfig
 from .parsing import CommandParser
@@ -184,10 +184,15 @@ def _resume_checkpoint(training_args: PODSConfig) -> str | None:
 
 
 def train(
-    script_args: ScriptArguments, training_args: PODSConfig, model_args: ModelConfig, callbacks: list | None = None
-) -> PODSGRPOTrainer:
+    script_args: ScriptArguments,
+    training_args: PODSConfig,
+    model_args: ModelConfig,
+    callbacks: list | None = None,
+    trainer_class: type[GRPOTrainer] = PODSGRPOTrainer,
+) -> GRPOTrainer:
     """Check the arguments (`check_arguments`), build the trainer, train (resuming if asked), save model, arguments
-    and metrics; return the trainer."""
+    and metrics; return the trainer. ``trainer_class`` builds it: `PODSGRPOTrainer`, or `trl.GRPOTrainer` itself
+    (with a `trl.GRPOConfig`) to compare against TRL's trainer on the same data, rewards and model."""
     check_arguments(script_args, training_args, model_args)
     train_dataset, eval_dataset = load_datasets(script_args, training_args.seed)
     training_args.model_init_kwargs = _model_init_kwargs(model_args, training_args)
@@ -196,7 +201,7 @@ def train(
         revision=model_args.model_revision,
         trust_remote_code=training_args.trust_remote_code,
     )
-    trainer = PODSGRPOTrainer(
+    trainer = trainer_class(
         model=model_args.model_name_or_path,
         reward_funcs=[get_reward_func(name) for name in script_args.reward_funcs],
         args=training_args,
