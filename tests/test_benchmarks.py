@@ -76,3 +76,144 @@ def test_budgeted_generation_benchmark_smoke_mode_trains_every_method():
     assert set(rows) == set(methods)
     assert float(rows["budgeted 4-16 (mean 8)"][7]) <= 8 * 8, "rollouts per step: at most 8 prompts x 8"
     assert float(rows["PODS 16->4"][7]) == 16 * 8
+
+
+@pytest.fixture(scope="module")
+def time_to_target():
+    """The `benchmarks/time_to_target.py` module (its pure parts: no model is loaded on import)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import time_to_target
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    return time_to_target
+
+
+def test_time_to_target_runs_trl_grpo_trainer_on_the_same_arguments(time_to_target):
+    """The baseline is `trl.GRPOTrainer` with a `trl.GRPOConfig` equal, field by field, to the PODS arguments at
+    N == M; every method trains 4 prompts per optimizer step in micro-batches of 4 rows per prompt, so only the
+    trainer class and the group sizes differ."""
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trl_pods import PODSGRPOTrainer
+
+    where = (Path("model"), "out", "add2x1", 1, 10, 5, 4)
+    _, pods_config, _ = time_to_target.run_arguments("trl.GRPOTrainer 16", *where)
+    trainer_class, (_, config, _) = time_to_target.method_arguments("trl.GRPOTrainer 16", *where)
+    assert trainer_class is GRPOTrainer and type(config) is GRPOConfig
+    assert config.to_dict() == {k: v for k, v in pods_config.to_dict().items() if not k.startswith("pods_")}
+    assert (config.num_generations, config.gradient_accumulation_steps, config.generation_batch_size) == (16, 4, 64)
+    for method in time_to_target.METHODS:
+        trainer_class, (_, config, _) = time_to_target.method_arguments(method, *where)
+        assert trainer_class is (GRPOTrainer if method in time_to_target.TRL_GROUP_SIZES else PODSGRPOTrainer)
+        kept = config.num_generations if trainer_class is GRPOTrainer else config.pods_m
+        assert config.per_device_train_batch_size * config.gradient_accumulation_steps // kept == 4, method
+        assert config.per_device_train_batch_size == 16 and config.use_vllm and config.vllm_mode == "colocate"
+
+
+def test_time_to_target_step_records_count_what_each_trainer_did(time_to_target):
+    """Per-step records read PODS's logged rollout, row and call counts, and fill in a `trl.GRPOTrainer` run's (which
+    logs none) from its configuration; entries without a step time (the final summary) are not steps."""
+    common = {"frac_reward_zero_std": 0.25, "reward": 0.5, "completions/mean_length": 7.0}
+    pods = [
+        {"step": 1, "step_time": 2.0, "pods/rollouts_generated": 40.0, "pods/rollouts_trained": 16.0,
+         "pods/waves": 2.0, **common},
+        {"step": 2, "step_time": 3.0, "pods/rollouts_generated": 20.0, "pods/rollouts_trained": 16.0, **common},
+        {"step": 2, "train_runtime": 5.0},
+    ]  # fmt: skip
+    assert time_to_target.step_records(pods, None) == [
+        [1, 2.0, 40.0, 16.0, 2.0, 0.25, 0.5, 7.0],
+        [2, 3.0, 20.0, 16.0, 1.0, 0.25, 0.5, 7.0],
+    ]
+    trl = [{"step": 1, "step_time": 4.0, **common}]
+    assert time_to_target.step_records(trl, 64) == [[1, 4.0, 64, 64, 1.0, 0.25, 0.5, 7.0]]
+
+
+def test_time_to_target_cost_model_recovers_known_costs(time_to_target):
+    """The least-squares fit of step time = a x rollouts + b x rows + c returns a, b and c exactly (R² = 1) from
+    steps that follow them, and a lower R² when the times are noisy."""
+    a, b, c = 0.01, 0.3, 1.5
+    shapes = [(16, 16), (64, 16), (32, 32), (64, 64), (128, 32), (54, 16)]
+    records = [["m", 0, 1, a * r + b * w + c, r, w, 1.0, 0.0, 0.0, 8.0] for r, w in shapes]
+    model = time_to_target.fit_cost_model(records)
+    assert model.a == pytest.approx(a) and model.b == pytest.approx(b) and model.c == pytest.approx(c)
+    assert model.r2 == pytest.approx(1.0)
+    assert model.seconds(100, 20, 2) == pytest.approx(100 * a + 20 * b + 2 * c)
+    noisy = [[*r[:3], r[3] * (1.3 if i % 2 else 0.7), *r[4:]] for i, r in enumerate(records)]
+    assert time_to_target.fit_cost_model(noisy).r2 < 0.99
+
+
+def test_time_to_target_paper_ratios_reproduce_the_reported_step_times(time_to_target):
+    """The a/b of each paper setting, with c = 0, prices both of its reported steps at their reported times."""
+    import numpy as np
+
+    ratios = []
+    for steps in time_to_target.PAPER.values():
+        ratio = time_to_target.paper_cost_ratio(steps)
+        (r1, w1, t1), (r2, w2, t2) = steps
+        b = t1 / (ratio * r1 + w1)
+        assert np.isclose(b * (ratio * r2 + w2), t2)
+        ratios.append(ratio)
+    assert ratios == pytest.approx([2.6 / 48 / ((7.5 - 16 * 2.6 / 48) / 16), (6.2 / 2048) / (11.7 / 1536)])
+
+
+def test_time_to_target_resume_skips_measured_runs_and_refuses_other_settings(time_to_target):
+    """A resumed measurement runs only what is missing, and stops with a message, instead of mixing runs, when the
+    saved runs of a task were measured with other settings."""
+    settings = {"steps": 100, "eval_every": 10, "prompts_per_step": 4}
+    saved = [{"task": "add2x1", "method": "PODS 16->4", "seed": 0, "settings": settings}]
+    wanted = [("add2x1", "PODS 16->4", 0), ("add2x1", "PODS 16->4", 1), ("add2", "PODS 16->4", 0)]
+    both = {"add2x1": settings, "add2": settings}
+    assert time_to_target.pending(saved, wanted, both) == wanted[1:]
+    with pytest.raises(SystemExit, match="--steps/--eval_every/--prompts_per_step"):
+        time_to_target.pending(saved, wanted, {**both, "add2x1": {**settings, "steps": 50}})
+
+
+def test_time_to_target_table_prices_steps_with_the_interleaved_step_times(time_to_target):
+    """Minutes to target are steps to target x the method's interleaved seconds per step; the ratio is to the best
+    trl.GRPOTrainer setting among those whose runs all reached the target; rollouts count up to that checkpoint."""
+
+    def run(method, seed, reached_at):
+        curve = [[0, 0.1, 0, 0]] + [[s, 0.6 if s >= reached_at else 0.2, 64 * s, 16 * s] for s in (10, 20, 30)]
+        return {"method": method, "seed": seed, "curve": curve, "steps": [[1, 5.0, 64, 16, 1.0, 0.5, 0.2, 9.0]]}
+
+    runs = [run("trl.GRPOTrainer 4", 0, 20), run("trl.GRPOTrainer 4", 1, 30), run("trl.GRPOTrainer 16", 0, 10),
+            run("trl.GRPOTrainer 16", 1, 99), run("PODS 16->4", 0, 10), run("PODS 16->4", 1, 20)]  # fmt: skip
+    timing = {"records": [["trl.GRPOTrainer 4", 0, 2, 6.0], ["trl.GRPOTrainer 16", 0, 2, 30.0],
+                          ["PODS 16->4", 0, 2, 12.0], ["PODS 16->4", 1, 2, 6.0]]}  # fmt: skip
+    per_step = time_to_target.seconds_per_step(timing)
+    assert per_step["PODS 16->4"] == (9.0, 6.0, 12.0)
+    rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in
+            time_to_target.task_table(runs, 0.5, per_step, None).splitlines()[2:]}  # fmt: skip
+    assert rows["trl.GRPOTrainer 4"][1:5] == ["2/2", "25 (20–30)", "1600 (1280–1920)", "2.5 (2.0–3.0)"]
+    assert rows["trl.GRPOTrainer 16"][1] == "1/2"  # reached by one seed only: not a baseline for the ratio
+    assert rows["PODS 16->4"][4:6] == ["2.2 (1.5–3.0)", "0.90×"]  # 2.25 / 2.5
+
+
+def test_time_to_target_evaluation_stops_at_the_target_without_touching_training_rng(time_to_target, monkeypatch):
+    """Each saved checkpoint is evaluated on its seed's held-out problems; training stops at the first at or above
+    the target, and never without one; evaluation (here a stand-in that draws random numbers) leaves the training
+    RNG where it was."""
+    from types import SimpleNamespace
+
+    import torch
+
+    scripted = iter([0.2, 0.5, 0.4, 0.9])
+    calls = []
+
+    def stand_in(task, seed, model_name_or_path, output):
+        calls.append((task, seed, Path(model_name_or_path).name))
+        torch.rand(3)
+        return {"results": [{"accuracy": next(scripted)}]}
+
+    monkeypatch.setattr(time_to_target, "held_out", stand_in)
+    stopping, never = time_to_target.HeldOut("add2", 7, 0.5), time_to_target.HeldOut("add2", 7, None)
+    stops = []
+    for step, callback in ((5, stopping), (10, stopping), (15, never), (20, never)):
+        control, state = SimpleNamespace(should_training_stop=False), torch.random.get_rng_state()
+        callback.on_save(SimpleNamespace(output_dir="out"), SimpleNamespace(global_step=step), control)
+        assert torch.equal(torch.random.get_rng_state(), state)
+        stops.append(control.should_training_stop)
+    assert stops == [False, True, False, False]
+    assert stopping.accuracy == [(5, 0.2), (10, 0.5)] and never.accuracy == [(15, 0.4), (20, 0.9)]
+    assert calls[0] == ("add2", 7, "checkpoint-5")
