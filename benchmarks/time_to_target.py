@@ -14,11 +14,13 @@ accumulation M / 4, so every method has the same memory shape). Methods (``--met
 
 Each run trains one method on one task (``--tasks``, arithmetic difficulties) with one seed (the seed draws the
 training problems and their order, and the LoRA initialisation). Held-out accuracy: greedy, on the 50 test problems
-of the run's seed, which its training set excludes, before training and every ``eval_every`` steps. Every run is
-appended to ``docs/time_to_target.jsonl`` when it ends, with its curve and, per optimizer step, TRL's logged step
-time, the rollouts generated, the rows trained and the generation calls (`STEP_FIELDS`); a later invocation skips the
-(task, method, seed) runs already there, so an interrupted measurement goes on where it stopped, several processes
-can share the runs (``--seeds``, ``--tasks``, ``--methods``), and methods can be added later.
+of the run's seed, which its training set excludes, before training and at every checkpoint (every ``eval_every``
+steps, evaluated as it is saved); a run of a task in `TASKS` stops at the first checkpoint at or above the task's
+target (``--full_runs``: never). Every run is appended to ``docs/time_to_target.jsonl`` when it ends, with its curve
+and, per optimizer step, TRL's logged step time, the rollouts generated, the rows trained and the generation calls
+(`STEP_FIELDS`); a later invocation skips the (task, method, seed) runs already there, so an interrupted measurement
+goes on where it stopped, several processes can share the runs (``--seeds``, ``--tasks``, ``--methods``), and
+methods can be added later.
 
 Minutes come from ``--timing`` alone: every method trains ``--timing_steps`` steps, in ``--timing_rounds`` rounds,
 round-robin (the order rotates each round), in one process, so the load hits every method alike; it records the load
@@ -27,7 +29,7 @@ run's first step, the engine's warm-up, left out). Minutes to target = steps to 
 Cost model, fitted by least squares on the timing run's steps: step time = a x rollouts generated + b x rows trained
 + c. GPU projection: the same counts priced with the a/b ratio of the PODS paper's reported step times (`PAPER`).
 
-    python benchmarks/time_to_target.py --tasks add2x1 --seeds 0 --steps 100 --eval_every 10 --tag pilot  # pilot
+    python benchmarks/time_to_target.py --tasks add2 --seeds 0 --steps 80 --eval_every 10 --full_runs --tag pilot
     python benchmarks/time_to_target.py --seeds 0 1 2 --methods 'PODS 16->4' ...      # measure (resumes)
     python benchmarks/time_to_target.py --timing                                     # minutes: an idle machine
     python benchmarks/time_to_target.py --report                                     # write the section
@@ -74,7 +76,7 @@ METHODS = {
         for name in ("PODS 16->4 + refill", "screened 2x4->16->4", "adaptive 4->16->4", "GRPO 4 + refill")
     },
 }
-TASKS = {"add2x1": dict(target=0.5, steps=100), "add2": dict(target=0.3, steps=100)}
+TASKS = {"add2": dict(target=0.7, steps=100), "mul2x1": dict(target=0.3, steps=100)}
 """The measured tasks: held-out target accuracy and steps per run (chosen by the pilot; docs/benchmarks.md)."""
 STEP_FIELDS = ("step", "step_time", "rollouts", "rows", "calls", "frac_zero_std", "reward", "completion_length")
 """Per optimizer step of a run: TRL's ``step_time`` (s), rollouts generated, rows trained, generation calls, the
@@ -142,13 +144,16 @@ def step_records(history: list[dict], trl_rollouts: int | None) -> list[list[flo
     ]
 
 
+def trl_rollouts_per_step(config: GRPOConfig) -> int:
+    """Rollouts a `trl.GRPOTrainer` run (one process) generates, and trains on, per optimizer step: the rows of its
+    micro-batches (it logs no count of its own)."""
+    return config.per_device_train_batch_size * config.gradient_accumulation_steps
+
+
 def train_method(method: str, where: tuple, callbacks: list | None = None) -> list[list[float]]:
     """Train one method (``where``: `run_arguments`'s after the method); its `step_records`."""
     trainer_class, arguments = method_arguments(method, *where)
-    config = arguments[1]
-    trl_rollouts = (
-        config.generation_batch_size // config.steps_per_generation if trainer_class is GRPOTrainer else None
-    )
+    trl_rollouts = trl_rollouts_per_step(arguments[1]) if trainer_class is GRPOTrainer else None
     history = train(*arguments, callbacks=callbacks, trainer_class=trainer_class).state.log_history
     return step_records(history, trl_rollouts)
 

@@ -103,6 +103,7 @@ def test_time_to_target_runs_trl_grpo_trainer_on_the_same_arguments(time_to_targ
     assert trainer_class is GRPOTrainer and type(config) is GRPOConfig
     assert config.to_dict() == {k: v for k, v in pods_config.to_dict().items() if not k.startswith("pods_")}
     assert (config.num_generations, config.gradient_accumulation_steps, config.generation_batch_size) == (16, 4, 64)
+    assert time_to_target.trl_rollouts_per_step(config) == 4 * 16
     for method in time_to_target.METHODS:
         trainer_class, (_, config, _) = time_to_target.method_arguments(method, *where)
         assert trainer_class is (GRPOTrainer if method in time_to_target.TRL_GROUP_SIZES else PODSGRPOTrainer)

@@ -13,6 +13,7 @@ Difficulty knob (``difficulty``):
 * ``"add2x1"``: two-digit plus one-digit addition;
 * ``"add2"``: two-digit addition;
 * ``"mul1"``: single-digit multiplication (a, b in 2..9);
+* ``"mul2x1"``: two-digit times one-digit multiplication (a in 10..99, b in 2..9);
 * ``"sub1"``: single-digit subtraction with a non-negative result.
 
 An integer ``difficulty`` is the number of digits of both operands of an addition (1 → ``"add1"``, 2 → ``"add2"``,
@@ -57,6 +58,11 @@ def _mul1(rng: random.Random) -> _Problem:
     return a, "*", b, a * b
 
 
+def _mul2x1(rng: random.Random) -> _Problem:
+    a, b = rng.randint(10, 99), rng.randint(2, 9)
+    return a, "*", b, a * b
+
+
 def _sub1(rng: random.Random) -> _Problem:
     a, b = rng.randint(0, 9), rng.randint(0, 9)
     a, b = max(a, b), min(a, b)
@@ -68,6 +74,7 @@ DIFFICULTIES: dict[str, Callable[[random.Random], _Problem]] = {
     "add2x1": _add(2, 1),
     "add2": _add(2, 2),
     "mul1": _mul1,
+    "mul2x1": _mul2x1,
     "sub1": _sub1,
 }
 
@@ -150,7 +157,7 @@ def train_test_arithmetic(
 def _num_distinct(difficulty: str | int) -> int:
     if isinstance(difficulty, int) and not isinstance(difficulty, bool):
         return (10**difficulty - (10 ** (difficulty - 1) if difficulty > 1 else 0)) ** 2
-    return {"add1": 100, "add2x1": 1800, "add2": 8100, "mul1": 64, "sub1": 55}[_name(difficulty)]
+    return {"add1": 100, "add2x1": 1800, "add2": 8100, "mul1": 64, "mul2x1": 720, "sub1": 55}[_name(difficulty)]
 
 
 def _name(difficulty: str) -> str:
