@@ -76,7 +76,7 @@ METHODS = {
         for name in ("PODS 16->4 + refill", "screened 2x4->16->4", "adaptive 4->16->4", "GRPO 4 + refill")
     },
 }
-TASKS = {"add2": dict(target=0.7, steps=100), "mul2x1": dict(target=0.3, steps=100)}
+TASKS = {"add2": dict(target=0.7, steps=100), "add2x1": dict(target=0.65, steps=100)}
 """The measured tasks: held-out target accuracy and steps per run (chosen by the pilot; docs/benchmarks.md)."""
 STEP_FIELDS = ("step", "step_time", "rollouts", "rows", "calls", "frac_zero_std", "reward", "completion_length")
 """Per optimizer step of a run: TRL's ``step_time`` (s), rollouts generated, rows trained, generation calls, the
@@ -426,8 +426,9 @@ def projection_table(runs: list[dict], target: float) -> str:
     return "\n".join([header + " |", "|---" * (1 + 2 * len(columns)) + "|", *rows])
 
 
-def timing_table(timing_run: dict, model: CostModel) -> str:
-    """Per method: interleaved seconds per step with its spread over rounds, what a step does, the cost model's fit."""
+def timing_table(timing_run: dict, model: CostModel | None) -> str:
+    """Per method: interleaved seconds per step with its spread over rounds, what a step does, and (with a model)
+    the cost model's seconds per step."""
     per_step = seconds_per_step(timing_run)
     field = {name: 2 + i for i, name in enumerate(STEP_FIELDS)}
     rows = []
@@ -435,15 +436,16 @@ def timing_table(timing_run: dict, model: CostModel) -> str:
         mine = [r for r in timing_run["records"] if r[0] == method]
         mean = {name: statistics.mean(r[i] for r in mine) for name, i in field.items()}
         median, low, high = per_step[method]
+        modelled = f" {model.seconds(mean['rollouts'], mean['rows'], 1):.2f} |" if model else ""
         rows.append(
             f"| {method} | {median:.2f} ({low:.2f}–{high:.2f}) | {mean['rollouts']:.0f} | {mean['rows']:.0f} | "
-            f"{mean['calls']:.2f} | {mean['completion_length']:.1f} | "
-            f"{model.seconds(mean['rollouts'], mean['rows'], 1):.2f} |"
+            f"{mean['calls']:.2f} | {mean['completion_length']:.1f} |{modelled}"
         )
-    return (
-        "| method | s / step, median (min–max over rounds) | rollouts / step | rows / step | generation calls / step "
-        "| completion length | cost model, s / step |\n|---|---|---|---|---|---|---|\n" + "\n".join(rows)
-    )
+    columns = [
+        "method", "s / step, median (min–max over rounds)", "rollouts / step", "rows / step",
+        "generation calls / step", "completion length", *(["cost model, s / step"] if model else []),
+    ]  # fmt: skip
+    return "\n".join([f"| {' | '.join(columns)} |", "|---" * len(columns) + "|", *rows])
 
 
 def pilot_table(runs: list[dict]) -> str:
@@ -464,8 +466,9 @@ def pilot_table(runs: list[dict]) -> str:
 
 
 def plot(runs: list[dict], per_step: dict | None, path: Path) -> None:
-    """Mean held-out accuracy per method (thin lines: each seed) against steps, rollouts generated and, with a timing
-    run, minutes (steps x interleaved seconds per step); a row of panels per task."""
+    """Mean held-out accuracy per method (thin lines: each seed; the mean ends with the first run to stop) against
+    steps, rollouts generated and, with a timing run, minutes (steps x interleaved seconds per step); a row of panels
+    per task, the target dashed."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -494,6 +497,7 @@ def plot(runs: list[dict], per_step: dict | None, path: Path) -> None:
                 )
                 for c in curves:
                     axis.plot([x(p) for p in c], [p[1] for p in c], color=f"C{i}", alpha=0.2)
+                axis.axhline(TASKS[task]["target"], color="grey", linestyle="--", linewidth=0.8)
                 axis.set(xlabel=label, ylim=(0, 1), title=f"{task}: target {TASKS[task]['target']}")
         axes[row][0].set(ylabel="held-out accuracy (greedy)")
         axes[row][0].legend(fontsize=7)
@@ -501,26 +505,28 @@ def plot(runs: list[dict], per_step: dict | None, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def timing_text(timing_run: dict | None, model: CostModel | None) -> str:
-    """The interleaved step times and the cost model, or what to run to measure them."""
-    if timing_run is None:
-        return (
-            "Not measured yet: minutes need every method's seconds per step taken side by side on an idle machine. "
-            "Run `python benchmarks/time_to_target.py --timing` there (in the vLLM environment), then `--report`."
-        )
+def timing_text(timing_run: dict, model: CostModel | None) -> str:
+    """How a timing run went (task, rounds, load), its table and, with a model, the cost model's fit."""
     loads = timing_run["load"]
     during = max(load[0] for load in loads[1:-1]) if len(loads) > 2 else loads[-1][0]
-    return f"""Task {timing_run["task"]}, {timing_run["prompts_per_step"]} prompts per step, \
-{timing_run["rounds"]} rounds of {timing_run["steps_per_run"]} steps per method (the first step of each run left \
+    text = f"""Task {timing_run["task"]}, {timing_run["prompts_per_step"]} prompts per step, \
+{timing_run["rounds"]} round(s) of {timing_run["steps_per_run"]} steps per method (the first step of each run left \
 out), {timing_run["threads"]} torch thread, every method in one process, the order rotated each round. Load average \
 (1 / 5 / 15 min): {" / ".join(f"{v:.2f}" for v in loads[0])} before, {" / ".join(f"{v:.2f}" for v in loads[-1])} \
 after, highest 1-minute value between runs {during:.2f}.
 
-{timing_table(timing_run, model)}
+{timing_table(timing_run, model)}"""
+    if model is None:
+        return text
+    return f"""{text}
 
 Cost model (least squares over the {len(timing_run["records"])} timed steps): step time = {model.a * 1000:.1f} ms × \
-rollouts generated + {model.b * 1000:.1f} ms × rows trained + {model.c:.2f} s (R² = {model.r2:.3f}); a / b = \
-{model.a / model.b:.2f} on this CPU."""
+rollouts generated + {model.b * 1000:.1f} ms × rows trained {model.c:+.2f} s (R² = {model.r2:.3f}); a / b = \
+{model.a / model.b:.3f} on this CPU."""
+
+
+PENDING = """Not measured yet: minutes need every method's seconds per step taken side by side on an idle machine. \
+Run `python benchmarks/time_to_target.py --timing` there (in the vLLM environment), then `--report`."""
 
 
 def load_timing(name: str) -> dict | None:
@@ -529,12 +535,23 @@ def load_timing(name: str) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def pilot_timing_text(pilot_timing: dict | None) -> str:
-    """The pilot's step times per method (a timing run on the shared machine, for sizing the measurement only)."""
+def pilot_text(pilot: list[dict], pilot_timing: dict | None) -> str:
+    """The pilot runs (a table) and the pilot's step times per method (a timing run on the shared machine, which
+    sized the measurement only)."""
+    if not pilot:
+        return "No pilot runs saved."
+    settings = pilot[0]["settings"]
+    text = f"""Each row is one pilot run ([{NAME}_pilot.jsonl]({NAME}_pilot.jsonl)): {settings["steps"]} steps \
+without stopping, held-out accuracy every {settings["eval_every"]} steps; its seconds per step were taken on the \
+shared machine and do not compare across runs.
+
+{pilot_table(pilot)}"""
     if pilot_timing is None:
-        return ""
-    text = timing_text(pilot_timing, fit_cost_model(pilot_timing["records"]))
-    return f"Step times in the pilot, beside other jobs (they sized the measurement; minutes do not use them): {text}"
+        return text
+    return f"""{text}
+
+Step times in the pilot ([{NAME}_pilot_timing.json]({NAME}_pilot_timing.json)), beside other jobs: they sized the \
+measurement; minutes do not use them. {timing_text(pilot_timing, None)}"""
 
 
 def projection_text(runs: list[dict]) -> str:
@@ -546,7 +563,7 @@ def projection_text(runs: list[dict]) -> str:
         for task, spec in TASKS.items()
         if any(r["task"] == task for r in runs)
     )
-    return f"""**A projection, not a measurement.** Each optimizer step priced as a × rollouts generated + b × rows \
+    return f"""A projection, not a measurement: each optimizer step priced as a × rollouts generated + b × rows \
 trained, with c = 0 and a / b from two step times the PODS paper reports for each of its settings (two times fix
 two unknowns only with c = 0; on one GPU the rows are equal, so a is exact and a / b a lower bound; on eight the
 rollouts are equal, so b is exact and a / b an upper bound):
@@ -563,6 +580,8 @@ not the extra dependent generation calls of adaptive and screened generation, no
 def report(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     """Write the section of docs/benchmarks.md and its figure from the measured runs, the pilot and the timing run."""
     runs = [r for r in load_runs(figure_path(f"{NAME}.jsonl")) if r["task"] in TASKS]
+    if not runs:
+        raise SystemExit(f"No runs of {list(TASKS)} in docs/{NAME}.jsonl yet: nothing to report.")
     pilot, pilot_timing = load_runs(figure_path(f"{NAME}_pilot.jsonl")), load_timing(f"{NAME}_pilot_timing.json")
     timing_run = load_timing(f"{NAME}_timing.json")
     per_step = seconds_per_step(timing_run) if timing_run else None
@@ -592,12 +611,7 @@ accuracy on the 50 test problems of each run's seed, which its training set excl
 {settings["eval_every"]} steps. Seeds {measured.seeds}: a seed draws the training problems, their order and the LoRA
 initialisation; every method sees the same ones.
 
-**Choosing the tasks (pilot).** Each row is one pilot run ([{NAME}_pilot.jsonl]({NAME}_pilot.jsonl)); its seconds per
-step were taken on the shared machine and do not compare across runs.
-
-{pilot_table(pilot) if pilot else "No pilot runs saved."}
-
-{pilot_timing_text(pilot_timing)}
+**Choosing the tasks (pilot).** {pilot_text(pilot, pilot_timing)}
 
 **Time to target.** Steps, rollouts and minutes to the target: mean (min–max) over the runs that reached it, at the
 first checkpoint at or above it; rollouts count everything generated (screened's pilots of prompts not trained on
@@ -611,7 +625,7 @@ trained groups whose rewards differ.
 
 ![held-out accuracy against steps, rollouts and minutes]({NAME}.png)
 
-**Interleaved step times and the cost model.** {timing_text(timing_run, model)}
+**Interleaved step times and the cost model.** {timing_text(timing_run, model) if timing_run else PENDING}
 
 **GPU projection.** {projection_text(runs)}
 
