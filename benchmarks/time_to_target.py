@@ -664,7 +664,7 @@ def main() -> None:
     parser.add_argument("--tag", default="", help="measure into docs/time_to_target_TAG.jsonl (e.g. 'pilot')")
     parser.add_argument("--timing", action="store_true", help="interleaved step times of --methods (idle machine!)")
     parser.add_argument("--timing_rounds", type=int, default=3)
-    parser.add_argument("--timing_steps", type=int, default=6, help="steps per method and round (the first unused)")
+    parser.add_argument("--timing_steps", type=int, default=5, help="steps per method and round (the first unused)")
     parser.add_argument("--report", action="store_true", help="write the section from the saved runs")
     parser.add_argument("--smoke", action="store_true", help="print the tables; write nothing to docs/")
     args = parser.parse_args()
