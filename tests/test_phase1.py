@@ -84,10 +84,21 @@ class FakeSteps:
         others = [torch.tensor(values).view(-1, 1) for values in self.others.pop(0)] if self.others else []
         return torch.cat([local, *others]), {"note": [f"r{i}" for i in range(max(real, 1))]}
 
-    def steps(self, allocation: list[int] | None = None) -> GenerationSteps:
+    def steps(self, allocation: list[int] | None = None, draws: list[str] | None = None) -> GenerationSteps:
+        """The steps; ``draws`` is the order refill's further prompts are read in (all processes', this process
+        being the first: each draw serves the processes in order)."""
+        pending = list(draws or [])
+
         def allocate(processes: int) -> torch.Tensor:
             self.allocated_for.append(processes)
             return torch.tensor(allocation)
+
+        def draw(counts: list[int]) -> tuple[list[int], list[dict]]:
+            self.calls.append(("draw", counts))
+            taken = [pending.pop(0) for _ in range(min(sum(counts), len(pending)))]
+            got = [min(count, len(taken) - sum(counts[:r])) for r, count in enumerate(counts)]
+            got = [max(count, 0) for count in got]
+            return got, _inputs(taken[: got[0]], 2)
 
         @contextmanager
         def one_weight_load():
@@ -96,7 +107,7 @@ class FakeSteps:
             self.calls.append(("weights released",))
 
         return GenerationSteps(
-            self.generate, self.score, self.generate_wave, self.score_wave, one_weight_load, allocate
+            self.generate, self.score, self.generate_wave, self.score_wave, one_weight_load, allocate, draw
         )
 
 
@@ -190,47 +201,66 @@ def test_budgeted_generation_fills_the_allocated_slots_in_one_call():
 
 
 def test_refill_draws_further_prompts_for_the_missing_groups_on_every_process():
-    """Refill, two processes, two trained prompts each from a pool of four: the first draw takes each process's first
-    two prompts (N each); this process found one group with contrast, so a second draw takes its next prompt while
-    the other process, already full, pads; draws stop once both hold their share. The chosen groups are those with
-    contrast, in draw order; undrawn prompts stay empty; the selection keeps M rows of chosen groups only."""
+    """Refill, two processes, two trained prompts each: the first draw is each process's loader prompts (N each);
+    this process found one group with contrast, so a second draw reads one further prompt for it (and none for the
+    other process, already full, which pads); draws stop once both hold their share. The chosen groups are those
+    with contrast, in draw order; the layout keeps room for max_draws x 2 groups per process, undrawn slots empty
+    (rows None); the selection keeps M rows of chosen groups only."""
     nan = float("nan")
     fake = FakeSteps({"a": [1.0, 1.0], "b": [0.0, 1.0], "c": [0.0, 1.0]}, others=[[0.0, 1.0, 1.0, 0.0], [nan, nan]])
     settings = _settings(n=2, processes=2, generation="refill", pool=2)
-    inputs = _inputs(["a", "b", "c", "d"], 2)
-    rollouts = generate_and_score(inputs, settings, fake.steps())
+    inputs = _inputs(["a", "b"], 2)
+    rollouts = generate_and_score(inputs, settings, fake.steps(draws=["c", "e", "f"]))
     assert fake.calls == [
         ("weights loaded",),  # a draw depends on the last one's rewards: one weight load for all
         ("generate_wave", ["a", "a", "b", "b"], 2),
         ("score_wave", 4, 4),
+        ("draw", [1, 0]),  # read only now, and only what is missing
         ("generate_wave", ["c", "c"], 2),
         ("score_wave", 2, 2),
         ("weights released",),
     ]
+    assert rollouts.rows == [*inputs, *_inputs(["c"], 2), None, None]
     assert rollouts.counts.tolist() == [2, 2, 2, 0, 2, 2, 0, 0]
     assert rollouts.chosen.tolist() == [False, True, True, False, True, True, False, False]
     assert (rollouts.calls, rollouts.generated, rollouts.padding) == (2, 12, 2)
     assert rollouts.metrics == {
         "draws": 2.0, "groups_filled_without_contrast": 0.0, "prompts_drawn": 5.0, "prompts_trained": 4.0,
     }  # fmt: skip
-    selection = select_rollouts(
-        rollouts.rewards_per_func, rollouts.counts, len(inputs), 2, 0, settings, rollouts.chosen
-    )
+    rows = len(rollouts.rows)
+    selection = select_rollouts(rollouts.rewards_per_func, rollouts.counts, rows, 2, 0, settings, rollouts.chosen)
     assert selection.local == [2, 3, 4, 5], "this process trains on b and c, M rows each"
     assert selection.kept.sum(1).tolist() == [0, 2, 2, 0, 2, 2, 0, 0]
 
 
 def test_refill_fills_with_groups_without_contrast_after_its_last_draw():
-    """When the pool runs out of draws, the remainder is filled with the first drawn groups without contrast."""
+    """When the draws run out (max_draws), the remainder is filled with the first drawn groups without contrast."""
     fake = FakeSteps({"a": [1.0, 1.0], "b": [0.0, 0.0], "c": [1.0, 0.0], "d": [1.0, 1.0]})
     settings = _settings(n=2, generation="refill", pool=2)
-    rollouts = generate_and_score(_inputs(["a", "b", "c", "d"], 2), settings, fake.steps())
-    assert [call[1] for call in fake.calls if call[0] == "generate_wave"] == [
+    rollouts = generate_and_score(_inputs(["a", "b"], 2), settings, fake.steps(draws=["c", "d", "e"]))
+    assert [call[1] for call in fake.calls if call[0] in ("generate_wave", "draw")] == [
         ["a", "a", "b", "b"],
+        [2],
         ["c", "c", "d", "d"],
     ]
     assert rollouts.chosen.tolist() == [True, False, True, False], "c (contrast), then a, the first without"
     assert rollouts.metrics["groups_filled_without_contrast"] == 1.0 and rollouts.metrics["draws"] == 2.0
+
+
+def test_refill_stops_drawing_when_the_epoch_runs_out():
+    """A draw may get fewer prompts than missing (the epoch's last ones): refill generates for what it got, asks
+    again for what is still missing, and stops when a draw gets nothing, filling with groups without contrast."""
+    fake = FakeSteps({"a": [1.0, 1.0], "b": [0.0, 0.0], "c": [1.0, 1.0]})
+    settings = _settings(n=2, generation="refill", pool=3)
+    rollouts = generate_and_score(_inputs(["a", "b"], 2), settings, fake.steps(draws=["c"]))
+    assert [call[1] for call in fake.calls if call[0] in ("generate_wave", "draw")] == [
+        ["a", "a", "b", "b"],
+        [2],
+        ["c", "c"],
+        [2],
+    ]
+    assert rollouts.counts.tolist() == [2, 2, 2, 0, 0, 0] and rollouts.chosen.tolist() == [True, True] + [False] * 4
+    assert rollouts.metrics["groups_filled_without_contrast"] == 2.0 and rollouts.metrics["draws"] == 2.0
 
 
 def test_screened_pilots_every_pool_prompt_then_commits_the_chosen():

@@ -96,5 +96,6 @@ def test_refill_choice_takes_contrast_in_draw_order_then_fills_with_the_first_ot
 
 
 def test_pool_factor():
-    """The data loader reads the pool: screened ratio or refill's most draws per trained prompt, else 1."""
-    assert pool_factor("screened", 3, 5) == 3 and pool_factor("refill", 3, 5) == 5 and pool_factor("fixed", 3, 5) == 1
+    """The data loader reads screened's pool (its ratio of prompts per trained prompt); refill reads the batch only
+    and its further prompts when it draws them."""
+    assert pool_factor("screened", 3) == 3 and pool_factor("refill", 3) == 1 and pool_factor("fixed", 3) == 1

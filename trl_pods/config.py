@@ -84,10 +84,11 @@ class PODSConfig(GRPOConfig):
             spends a fixed budget in one call, and needs prompts that recur (epochs) to do better than spreading it
             evenly.
             `"refill"` (DAPO's dynamic sampling) and `"screened"` (pilot, then commit) choose *which* prompts to train
-            on from a larger pool read from the data loader (`trl_pods.screening`): refill generates `pods_n` for the
-            batch's prompts and draws further pool prompts for the groups without contrast, at most `pods_max_draws`
-            draws; screened generates a pilot of `pods_n_initial` for `pods_screen_ratio` times the batch's prompts
-            and gives the remaining rollouts to those `pods_screen_rule` picks. Pool prompts not trained on are
+            on (`trl_pods.screening`): refill generates `pods_n` for the batch's prompts and draws further prompts for
+            the groups without contrast, at most `pods_max_draws` draws, reading them from the epoch's order only
+            when it draws them (`trl_pods.prompt_order`: an epoch ends when its prompts run out); screened reads
+            `pods_screen_ratio` times the batch's prompts, generates a pilot of `pods_n_initial` for each and gives
+            the remaining rollouts to those `pods_screen_rule` picks. Prompts generated for and not trained on are
             consumed for the epoch.
         pods_n_initial (`int`, *optional*):
             Rollouts per prompt in the first wave of adaptive generation (between `pods_m` and `pods_n`), or in the
@@ -108,8 +109,8 @@ class PODSConfig(GRPOConfig):
             Budgeted generation: weight of a prompt's earlier outcomes at each new visit (1.0: every visit counts
             alike), so the history follows the changing policy.
         pods_max_draws (`int`, *optional*, defaults to `3`):
-            Refill: the most draws (generation calls) per generation. The data loader reads `pods_max_draws` prompts
-            per trained prompt, the pool the draws take from.
+            Refill: the most draws (generation calls) per generation, the first being the data loader's batch; the
+            further prompts are read when drawn.
         pods_screen_ratio (`int`, *optional*, defaults to `2`):
             Screened: prompts piloted per trained prompt (the data loader reads that many).
         pods_screen_rule (`str`, *optional*, defaults to `"frontier"`):
@@ -224,8 +225,8 @@ class PODSConfig(GRPOConfig):
     pods_max_draws: int = field(
         default=3,
         metadata={
-            "help": "Refill: the most draws per generation; the data loader reads pods_max_draws prompts per trained "
-            "prompt (the pool that further draws take from; pool prompts not trained on are consumed for the epoch)."
+            "help": "Refill: the most draws (generation calls) per generation, the first being the data loader's "
+            "batch; further prompts are read from the epoch's order when drawn (drawn and not trained: consumed)."
         },
     )
     pods_screen_ratio: int = field(
@@ -445,10 +446,23 @@ def _check_budgeted_generation(config: PODSConfig) -> None:
 
 def _check_dynamic_sampling(config: PODSConfig) -> None:
     generation = config.pods_generation
+    counts = (config.pods_max_draws, config.pods_screen_ratio)
+    if not all(isinstance(count, int) and not isinstance(count, bool) for count in counts):
+        raise ValueError(
+            f"pods_max_draws and pods_screen_ratio count draws and prompts: give whole numbers (got "
+            f"{config.pods_max_draws!r} and {config.pods_screen_ratio!r})."
+        )
     if config.pods_max_draws < 1 or config.pods_screen_ratio < 2:
         raise ValueError(
             f"pods_max_draws must be >= 1 and pods_screen_ratio >= 2 (got {config.pods_max_draws} and "
             f"{config.pods_screen_ratio}): a screen needs more prompts than it trains on."
+        )
+    per_generation = config.steps_per_generation * config.num_iterations
+    if generation == "refill" and per_generation % config.gradient_accumulation_steps:
+        raise ValueError(
+            "pods_generation='refill' ends an epoch when its prompts run out, after a whole generation, which must "
+            f"end an optimizer step: steps_per_generation x num_iterations ({per_generation}) must be a multiple of "
+            f"gradient_accumulation_steps ({config.gradient_accumulation_steps})."
         )
     if generation not in ("refill", "screened"):
         return

@@ -52,8 +52,8 @@ class Phase1Settings:
         scale_rewards: TRL's `scale_rewards` (full-group advantages).
         drop_constant_groups: Mark groups with all-zero advantages as dropped.
         advantage_scope: ``"kept"`` or ``"all"``.
-        pool: Prompts per process's groups per trained prompt (refill: `pods_max_draws`, screened:
-            `pods_screen_ratio`; 1 otherwise): the process trains on ``groups / pool`` of its groups.
+        pool: Groups laid out per trained group (refill: `pods_max_draws`, the most its draws can fill; screened:
+            `pods_screen_ratio`, the prompts piloted; 1 otherwise): a process trains on ``groups / pool`` of them.
         screen_rule: Screened: ``(pilot [G, k], chosen, generator) -> [chosen]`` (`trl_pods.screening`).
         seed: Seed of the generation's random rules (the same on every process).
     """
@@ -89,6 +89,9 @@ class GenerationSteps:
             rows (the others are padding: NaN), gathered, and the `log_extra` columns the reward functions logged.
         one_weight_load: Context manager under which dependent calls (waves) share one weight load.
         allocate: Budgeted: ``(processes) -> [G]`` rollouts per group, all processes, the same on each.
+        draw: Refill: ``counts -> (got, rows)``: up to ``counts[r]`` further prompts for process ``r`` (the same list
+            on every process), read on demand; how many each process got (the same on every process) and this
+            process's rows, each prompt N times.
     """
 
     generate: Callable[[list[dict]], Generation]
@@ -97,6 +100,7 @@ class GenerationSteps:
     score_wave: Callable[[list[dict], Generation, int], tuple[torch.Tensor, dict[str, list]]] | None = None
     one_weight_load: Callable[[], AbstractContextManager] = nullcontext
     allocate: Callable[[], torch.Tensor] | None = None
+    draw: Callable[[list[int]], tuple[list[int], list[dict]]] | None = None
 
 
 @dataclass
@@ -113,6 +117,7 @@ class Rollouts:
         padding: Of those, rollouts generated only to keep the processes in step, then discarded.
         chosen: Refill, screened: ``[G]`` bool, the groups to train on (None: all).
         metrics: What the mode reports besides (`pods/<name>`), the same on every process.
+        rows: Refill: this process's rows in slot layout, the drawn prompts' included (None: the inputs).
     """
 
     generation: Generation
@@ -124,6 +129,7 @@ class Rollouts:
     padding: int = 0
     chosen: torch.Tensor | None = None
     metrics: dict[str, float] = field(default_factory=dict)
+    rows: list | None = None
 
 
 @dataclass
@@ -289,19 +295,29 @@ def generate_budgeted(inputs: list[dict[str, Any]], settings: Phase1Settings, st
 
 
 def generate_refill(inputs: list[dict[str, Any]], settings: Phase1Settings, steps: GenerationSteps) -> Rollouts:
-    """Refill (DAPO's dynamic sampling, `trl_pods.screening`): draws of N rollouts per prompt, each process taking
-    the next prompts of its pool for the groups with contrast it still lacks, until every process holds its share or
-    ``settings.pool`` draws are made; the draws share one weight load (each depends on the last one's rewards)."""
-    filler = SlotFiller(inputs, settings, steps)
-    n, per_process, processes = settings.n, filler.groups_per_process, settings.processes
-    share = per_process // settings.pool  # groups each process trains on
+    """Refill (DAPO's dynamic sampling, `trl_pods.screening`): N rollouts for each of the data loader's prompts, then
+    draws of further prompts (``steps.draw``, read on demand), N rollouts each, every process taking as many as it
+    lacks groups with contrast, until every process holds its share or ``settings.pool`` draws are made; the draws
+    share one weight load (each depends on the last one's rewards). The layout holds ``settings.pool`` times the
+    loader's groups per process; slots of prompts never drawn stay empty (rows None)."""
+    n, processes = settings.n, settings.processes
+    share = len(inputs) // n  # groups each process trains on: the loader's prompts, its first draw
+    per_process = share * settings.pool
+    rows = [*inputs, *[None] * (len(inputs) * (settings.pool - 1))]
+    filler = SlotFiller(rows, settings, steps)
     groups = per_process * processes
     rewards = torch.full((groups, n), torch.nan)  # [G, N]
     drawn = torch.zeros(groups, dtype=torch.bool)
-    taken = [0] * processes  # pool prompts each process has drawn
+    taken = [0] * processes  # groups each process has drawn
     missing = [share] * processes
     with steps.one_weight_load():
-        for _ in range(settings.pool):
+        for draw_index in range(settings.pool):
+            if draw_index:  # further prompts, read now
+                missing, new_rows = steps.draw(missing)
+                mine = taken[settings.process_index] * n
+                rows[mine : mine + len(new_rows)] = new_rows
+                if not any(missing):
+                    break
             starts = [r * per_process + taken[r] for r in range(processes)]
             draw = torch.cat([torch.arange(start, start + size) for start, size in zip(starts, missing, strict=True)])
             ours = filler.fill(draw, 0, torch.full_like(draw, n), n)  # [A * N, F]
@@ -319,7 +335,7 @@ def generate_refill(inputs: list[dict[str, Any]], settings: Phase1Settings, step
         chosen[r * per_process + picked], filled = True, filled + lacking
     metrics = {"draws": float(filler.calls), "groups_filled_without_contrast": float(filled)}
     metrics.update(prompts_drawn=float(drawn.sum()), prompts_trained=float(chosen.sum()))
-    return filler.rollouts(drawn.long() * n, chosen=chosen, metrics=metrics)
+    return filler.rollouts(drawn.long() * n, chosen=chosen, metrics=metrics, rows=rows)
 
 
 def generate_screened(inputs: list[dict[str, Any]], settings: Phase1Settings, steps: GenerationSteps) -> Rollouts:

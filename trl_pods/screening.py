@@ -1,17 +1,17 @@
-"""Dynamic sampling: choose which prompts of a larger pool get trained on, from what a few of their rollouts showed.
+"""Dynamic sampling: choose which prompts get trained on, from what a few of their rollouts showed.
 
-Both modes read a *pool* of prompts per generation from the data loader, larger than the ``B`` prompts a generation
-trains on, and train on ``B`` of them, each process on its own share (``B / processes``; selection is local, so no
-row ever moves between processes). A pool prompt that is drawn and not trained on is consumed for the epoch, as in
-DAPO; so is one never drawn.
+Both modes generate for more prompts than the ``B`` a generation trains on, and train on ``B`` of them, each process on
+its own share (``B / processes``; selection is local, so no row ever moves between processes). A prompt generated for
+and not trained on is consumed for the epoch, as in DAPO.
 
-* ``"refill"`` (DAPO's dynamic sampling): ``N`` rollouts for the first ``B`` prompts of the pool; groups whose rewards
-  all agree carry no signal, so as many further prompts as groups are missing are drawn from the pool, ``N`` rollouts
-  each, until every process holds its share of groups with contrast or ``max_draws`` draws are made; the remainder is
-  filled with the first groups without contrast (`refill_choice`).
-* ``"screened"`` (pilot, then commit): a pilot of ``n_initial`` rollouts for every prompt of the pool (``ratio x B``),
-  a rule picks the ``B`` to train on (`SCREEN_RULES`), and those get their remaining ``N - n_initial`` rollouts; the
-  pilot rollouts stay in their group.
+* ``"refill"`` (DAPO's dynamic sampling): ``N`` rollouts for the ``B`` prompts of the data loader's batch; groups whose
+  rewards all agree carry no signal, so as many further prompts as groups are missing are drawn, read from the
+  epoch's order only then (`trl_pods.prompt_order.DrawingSampler`), ``N`` rollouts each, until every process holds
+  its share of groups with contrast or ``max_draws`` draws are made; the remainder is filled with the first groups
+  without contrast (`refill_choice`).
+* ``"screened"`` (pilot, then commit): the data loader reads a pool of ``ratio x B`` prompts, each gets a pilot of
+  ``n_initial`` rollouts, a rule picks the ``B`` to train on (`SCREEN_RULES`), and those get their remaining
+  ``N - n_initial`` rollouts; the pilot rollouts stay in their group.
 
 A rule is ``rule(pilot [G, k], chosen, generator) -> [chosen]`` indices into the ``G`` pool groups of one process,
 ``pilot`` holding the reward (TRL's weighted sum) of each pilot rollout (NaN: unscorable). Registered rules:
@@ -57,10 +57,10 @@ FRONTIER_SHARE = 0.25  # of the picks of the "frontier" rule, reserved for group
 ScreenRule = Callable[[torch.Tensor, int, torch.Generator | None], torch.Tensor]
 
 
-def pool_factor(generation: str, screen_ratio: int, max_draws: int) -> int:
-    """Prompts read from the data loader per trained prompt: ``screen_ratio`` (screened), ``max_draws`` (refill),
-    else 1."""
-    return {"screened": screen_ratio, "refill": max_draws}.get(generation, 1)
+def pool_factor(generation: str, screen_ratio: int) -> int:
+    """Prompts the data loader reads per trained prompt: ``screen_ratio`` (screened, which pilots them all), else 1
+    (refill reads its further prompts when it draws them: `trl_pods.prompt_order.DrawingSampler`)."""
+    return screen_ratio if generation == "screened" else 1
 
 
 def _lowest_mean_first(pilot: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:

@@ -25,6 +25,7 @@ images) and `resume` (exact-resume state).
 
 from __future__ import annotations
 
+import sys
 from functools import partial
 from typing import Any
 
@@ -40,6 +41,7 @@ from .config import PODSConfig
 from .down_sampling import get_down_sampler
 from .losses import SEQUENCE_AVERAGE_LOSSES
 from .paper import PODS_PAPER
+from .prompt_order import DrawingSampler, EpochReplay, check_drawable
 from .vllm_engine import colocate_engine
 
 
@@ -66,8 +68,8 @@ class PODSGRPOTrainer(GRPOTrainer):
     _count_step_sequences: bool = False  # dropped groups with a sequence-averaged loss: rescale its policy term
     _loss_forward: dict[str, Any] | None = None  # what the training forward computed, while it is rescaled
     _pods_budget: BudgetedAllocation | None = None  # budgeted generation: the prompts' history and the allocation
-    _epoch_replay: resume.EpochReplay | None = None  # the training sampler, told each epoch by `_run_epoch`
-    _pods_pool: int = 1  # refill, screened: prompts read per trained prompt (`screening.pool_factor`)
+    _epoch_replay: EpochReplay | None = None  # the training sampler, told each epoch by `_run_epoch`
+    _pods_pool: int = 1  # screened: prompts the data loader reads per trained prompt (`screening.pool_factor`)
     _screen_rule: Any = None  # screened: the rule choosing the prompts to train on
     _pods_rollouts: rollout_fields.RolloutRows | None = None  # phase 1: the rows as TRL prepared and generated them
 
@@ -84,6 +86,8 @@ class PODSGRPOTrainer(GRPOTrainer):
             super().__init__(model, reward_funcs, args, *trainer_args, **trainer_kwargs)
         columns = self.train_dataset.column_names if isinstance(self.train_dataset, Dataset) else []
         rollout_fields.check_supported(args, rollout_fields.features_in_use(self, columns))
+        if args.pods_generation == "refill":
+            check_drawable(self.train_dataset)
         self.pods_n, self.pods_m = args.pods_n, args.pods_m
         self.down_sampler = get_down_sampler(args.pods_down_sampler)
         self._generation_chunk_size = args.pods_generation_chunk_size
@@ -94,7 +98,7 @@ class PODSGRPOTrainer(GRPOTrainer):
                 args.pods_m, args.pods_n, args.pods_budget, args.pods_allocation, args.pods_history_size,
                 args.pods_history_decay,
             )  # fmt: skip
-        self._pods_pool = screening.pool_factor(args.pods_generation, args.pods_screen_ratio, args.pods_max_draws)
+        self._pods_pool = screening.pool_factor(args.pods_generation, args.pods_screen_ratio)
         if args.pods_generation == "screened":
             self._screen_rule = screening.get_screen_rule(args.pods_screen_rule)
         if self._token_selection:
@@ -108,15 +112,29 @@ class PODSGRPOTrainer(GRPOTrainer):
             return super().get_train_dataloader()
 
     def _get_train_sampler(self, dataset=None):
-        self._epoch_replay = resume.EpochReplay(super()._get_train_sampler(dataset))  # a resumed epoch keeps its order
+        # A resumed epoch keeps its order; refill reads its further prompts from that order on demand.
+        order = DrawingSampler if self.args.pods_generation == "refill" else EpochReplay
+        self._epoch_replay = order(super()._get_train_sampler(dataset))
         return self._epoch_replay
 
     def _run_epoch(self, *args, epoch: int, **kwargs):
         # Trainer's set_epoch does not reach the sampler through accelerate's SkipBatchSampler(BatchSamplerShard(..))
         # when a multi-process run resumes mid-epoch, so the epoch is handed to it here.
         if self._epoch_replay is not None:
-            self._epoch_replay.set_epoch(epoch)
+            self._epoch_replay.start_epoch(epoch, self.state.global_step)
         return super()._run_epoch(*args, epoch=epoch, **kwargs)
+
+    def set_initial_training_values(self, args, dataloader):
+        values = super().set_initial_training_values(args, dataloader)
+        if isinstance(self._epoch_replay, DrawingSampler) and args.max_steps > 0:  # refill epochs end when drawn out
+            values = (sys.maxsize, *values[1:])  # as many epochs as max_steps takes
+        return values
+
+    def _init_training_state(self, max_steps, steps_per_epoch, epochs, resume_from_checkpoint, trial):
+        position = super()._init_training_state(max_steps, steps_per_epoch, epochs, resume_from_checkpoint, trial)
+        if isinstance(self._epoch_replay, DrawingSampler):  # a refill epoch is shorter than TRL's steps per epoch
+            return resume.refill_position(self, resume_from_checkpoint, position)
+        return position
 
     def _get_dataloader(self, dataset, description, batch_size, *args, **kwargs):
         if kwargs.get("is_training") and self.pods_n is not None:  # sized by TRL for the kept rows: pods_m per prompt
@@ -160,21 +178,23 @@ class PODSGRPOTrainer(GRPOTrainer):
     def _generate_score_and_select(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         """Phase 1: generate N per prompt (at most N when adaptive), score every rollout once, keep M per prompt
         (same on every process); report it. Returns what phase 2 serves to TRL, for this process's kept rows."""
-        local_rows, args = len(inputs), self.args
-        tokens_seen = self.state.num_input_tokens_seen
-        settings = self._phase1_settings()
+        args, tokens_seen = self.args, self.state.num_input_tokens_seen
+        settings = trainer_steps.phase1_settings(self)
         rollouts = self._generate_and_score(inputs, settings)  # slot layout
         generation, rewards_per_func, counts = rollouts.generation, rollouts.rewards_per_func, rollouts.counts
-        m = phase1.kept_per_step(args, self._progress(), local_rows // self.pods_n // self._pods_pool)
+        m = phase1.kept_per_step(args, self._progress(), len(inputs) // self.pods_n // self._pods_pool)
+        rows = inputs if rollouts.rows is None else rollouts.rows  # refill: with the prompts it drew
+        local_rows = len(rows)
         selection = phase1.select_rollouts(
             rewards_per_func, counts, local_rows, m, settings.seed, settings, rollouts.chosen
         )
         prepared, self._pods_rollouts = self._pods_rollouts, None  # fixed generation: TRL's prepared rows
-        if args.pods_log_all_rollouts:
-            process = self.accelerator.process_index
+        if args.pods_log_all_rollouts:  # the prompts as generated (after environment resets)
+            prompts = prepared.prompts if prepared is not None else [row and row.get("prompt") for row in rows]
             all_rollouts = reporting.gather_all_rollouts(
-                inputs, generation[3], rewards_per_func, counts, selection.kept, process, self._pending_extra_logs
-            )
+                prompts, generation[3], rewards_per_func, counts, selection.kept, self.accelerator.process_index,
+                self._pending_extra_logs,
+            )  # fmt: skip
         reporting.filter_pending_extra_logs(self._pending_extra_logs, selection.local, local_rows)
         reporting.count_tokens(self, tokens_seen, generation, selection.local)
         fraction = loss_seams.token_fraction(args, self._progress()) if self._token_selection else None
@@ -186,10 +206,10 @@ class PODSGRPOTrainer(GRPOTrainer):
                 "generation": self._step % args.gradient_accumulation_steps,
             }
             main = self.accelerator.is_main_process
-            prompts = [row.get("prompt") for row in inputs[:: self.pods_n]]
+            prompts = [row.get("prompt") for row in rows[:: self.pods_n] if row is not None]  # prompts drawn
             reporting.record_selection(args.output_dir, main, position, prompts, selection, counts)
         return {
-            "inputs": rollout_fields.kept_rows(inputs, prepared, selection.local),
+            "inputs": rollout_fields.kept_rows(rows, prepared, selection.local),
             "rollouts": prepared,
             "local": selection.local,
             "generation": phase1.kept_generation(generation, selection, args.pods_drop_constant_groups),
@@ -213,6 +233,7 @@ class PODSGRPOTrainer(GRPOTrainer):
             score_wave=partial(trainer_steps.score_own_rows, self),
             one_weight_load=partial(trainer_steps.one_weight_load_per_generation, self),
             allocate=partial(trainer_steps.allocate_groups, self, inputs),
+            draw=partial(trainer_steps.draw_prompts, self),
         )
         rollouts = phase1.generate_and_score(inputs, settings, steps)
         if self.args.pods_generation != "fixed":  # the reward functions' log_extra columns, and one length entry
@@ -236,29 +257,6 @@ class PODSGRPOTrainer(GRPOTrainer):
     def _generate_wave(self, rows: list[dict[str, Any]], size: int) -> tuple:
         with trainer_steps.group_size(self, size):  # server mode: one request per prompt with n = size
             return self._generate([row["prompt"] for row in rows])
-
-    def _phase1_settings(self) -> phase1.Phase1Settings:
-        args = self.args
-        return phase1.Phase1Settings(
-            n=self.pods_n,
-            generation=args.pods_generation,
-            n_initial=args.pods_n_initial,
-            process_index=self.accelerator.process_index,
-            processes=self.accelerator.num_processes,
-            reward_weights=self.reward_weights,
-            aggregation=self.multi_objective_aggregation,
-            down_sampler=self.down_sampler,
-            pool=self._pods_pool,
-            screen_rule=self._screen_rule,
-            seed=phase1.selection_seed(
-                args.seed, self.state.global_step, self._step, args.gradient_accumulation_steps
-            ),
-            down_sampler_name=args.pods_down_sampler,
-            cross_group=args.pods_cross_group,
-            scale_rewards=self.scale_rewards,
-            drop_constant_groups=args.pods_drop_constant_groups,
-            advantage_scope=args.pods_advantage_scope,
-        )
 
     def _progress(self) -> float:
         return self.state.global_step / max(self.state.max_steps - 1, 1)

@@ -14,7 +14,7 @@ import trl.trainer.grpo_trainer as grpo_trainer_module
 from trl.models import unwrap_model_for_generation
 
 from .budget import prompt_key
-from .phase1 import Generation
+from .phase1 import Generation, Phase1Settings, selection_seed
 from .vllm_engine import engine_awake
 
 
@@ -128,3 +128,41 @@ def one_weight_load_per_generation(trainer: Any):
             yield
         finally:
             trainer.args.ds3_gather_for_generation = True
+
+
+def draw_prompts(trainer: Any, counts: list[int]) -> tuple[list[int], list[dict[str, Any]]]:
+    """Refill: up to ``counts[r]`` further prompts for process ``r`` (the same list on every process), read from the
+    epoch's order now (`prompt_order.DrawingSampler`, the same draw on every process, processes served in order).
+    Returns how many each process got (fewer once the epoch runs out) and this process's rows, each prompt
+    `pods_n` times."""
+    drawn = trainer._epoch_replay.draw(sum(counts))
+    got, left = [], len(drawn)
+    for count in counts:
+        got.append(min(count, left))
+        left -= got[-1]
+    first = sum(got[: trainer.accelerator.process_index])
+    mine = drawn[first : first + got[trainer.accelerator.process_index]]
+    return got, [row for row in mine for _ in range(trainer.pods_n)]
+
+
+def phase1_settings(trainer: Any) -> Phase1Settings:
+    """What phase 1 reads from the trainer's configuration and process layout, for the generation about to start."""
+    args = trainer.args
+    return Phase1Settings(
+        n=trainer.pods_n,
+        generation=args.pods_generation,
+        n_initial=args.pods_n_initial,
+        process_index=trainer.accelerator.process_index,
+        processes=trainer.accelerator.num_processes,
+        reward_weights=trainer.reward_weights,
+        aggregation=trainer.multi_objective_aggregation,
+        down_sampler=trainer.down_sampler,
+        pool=args.pods_max_draws if args.pods_generation == "refill" else trainer._pods_pool,
+        screen_rule=trainer._screen_rule,
+        seed=selection_seed(args.seed, trainer.state.global_step, trainer._step, args.gradient_accumulation_steps),
+        down_sampler_name=args.pods_down_sampler,
+        cross_group=args.pods_cross_group,
+        scale_rewards=trainer.scale_rewards,
+        drop_constant_groups=args.pods_drop_constant_groups,
+        advantage_scope=args.pods_advantage_scope,
+    )
