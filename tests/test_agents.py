@@ -175,6 +175,35 @@ def test_environment_factory(tool_model_path, tmp_path, form):
         assert any(prompt[-1]["content"].endswith(" Count.") for prompt in rollouts.prompts)
 
 
+class AskingEnv(AdderEnv):
+    """An environment that owns the data: its reset asks the row's question, so the dataset needs no prompt column."""
+
+    def reset(self, a: int = 0, b: int = 0, **kwargs) -> str:
+        super().reset(str(a + b))
+        return question(a, b)[0]["content"]
+
+
+def test_all_rollouts_table_shows_the_prompts_the_environments_produced(tool_model_path, tmp_path):
+    """pods_log_all_rollouts with an environment dataset without a prompt column (TRL allows one: each reset
+    supplies the prompt): the completions table shows every rollout with the prompt it was generated from, the one
+    the environment's reset produced (it used to raise KeyError: 'prompt', or show the dataset's prompt)."""
+    model, tokenizer = load(tool_model_path)
+    dataset = Dataset.from_dict({"a": [1, 3], "b": [2, 4]})
+    config = pods_config(
+        tmp_path, pods_n=4, pods_m=2, per_device_train_batch_size=4, max_steps=1, max_completion_length=48,
+        log_completions=True, pods_log_all_rollouts=True,
+    )  # fmt: skip
+    trainer = RowSpy(
+        model, None, config, train_dataset=dataset, processing_class=tokenizer, environment_factory=AskingEnv
+    )
+    trainer.train()
+    rollouts = trainer.records[-1]["phase1"]["rollouts"]
+    assert list(trainer._logs["prompt"]) == rollouts.prompts and len(rollouts.prompts) == 8
+    asked = {prompt[-1]["content"] for prompt in rollouts.prompts}
+    assert asked == {"What is 1 plus 2?", "What is 3 plus 4?"}, asked
+    assert list(trainer._logs["extra"]["kept"]).count(True) == 4
+
+
 class CountingRollouts:
     """A `rollout_func`: random completions (4-6 tokens then EOS), each numbered; extra fields `rollout_index` (one
     per row), `source` (shared) and `env_mask` (the last token masked as environment feedback)."""

@@ -156,7 +156,7 @@ def clear_completion_logs(logs: dict[str, Any]) -> None:
 
 
 def gather_all_rollouts(
-    inputs: list[dict[str, Any]],
+    prompts: list,
     completions: list,
     rewards_per_func: torch.Tensor,
     counts: torch.Tensor,
@@ -165,9 +165,10 @@ def gather_all_rollouts(
     pending_extra_logs: dict[str, list],
 ) -> dict[str, Any]:
     """``pods_log_all_rollouts``: completions-table columns of every generated rollout, all processes, in slot
-    order (advantages are added after phase 2). Reads the reward functions' `log_extra` columns before they are
-    cut to the kept rows."""
-    n, local_rows = kept.size(1), len(inputs)
+    order (advantages are added after phase 2); ``prompts`` are this process's rows' prompts as they were generated
+    from (after environment resets). Reads the reward functions' `log_extra` columns before they are cut to the kept
+    rows."""
+    n, local_rows = kept.size(1), len(prompts)
     generated = generated_slots(counts, n).flatten()  # [G * N]
     first_row = process_index * local_rows
     local = generated[first_row : first_row + local_rows].nonzero().squeeze(1).tolist()
@@ -176,7 +177,7 @@ def gather_all_rollouts(
         values = pending_extra_logs.get(column, [])
         extra[column] = gather_object([values[i] if len(values) == local_rows else None for i in local])
     return {
-        "prompt": gather_object([inputs[i]["prompt"] for i in local]),
+        "prompt": gather_object([prompts[i] for i in local]),
         "completion": gather_object([completions[i] for i in local]),
         "rewards": rewards_per_func[generated.to(rewards_per_func.device)].cpu(),  # [R, F]
         "kept": kept.flatten()[generated].tolist(),
