@@ -1,7 +1,9 @@
 """Pinned behaviour: the selections (`pods_selections.jsonl`) and the per-step losses of fixed configurations, on 1
-and on 2 processes, equal those recorded in `tests/data/pins.json` from the code at commit ddc3b03 (before the
-trainer was split into modules). A refactoring that changes which rollouts are kept, or the loss trained on, fails
-here even where every behavioural test still passes.
+and on 2 processes, equal those recorded in `tests/data/pins.json`: fixed, adaptive, cross-group and dropped groups
+from the code at commit ddc3b03 (before the trainer was split into modules); budgeted, refill and screened from the
+code at commit a1b350b (each mode's loop still in phase1, before the modes became policies of one loop). A
+refactoring that changes which rollouts are kept, or the loss trained on, fails here even where every behavioural
+test still passes.
 
 Regenerate the fixture (only for an intended change of behaviour) with
 ``PYTHONPATH=. python tests/test_pins.py``.
@@ -24,6 +26,10 @@ CONFIGURATIONS = {  # name -> options of tests/multiprocess_run.py (2 steps, pod
                  "sevens-constant"),
     "cross-group": ("--generation", "deterministic", "--cross-group"),
     "dropped-groups": ("--generation", "deterministic", "--drop-constant", "--loss-type", "grpo"),
+    "budgeted": ("--generation", "deterministic", "--budgeted", "--prompts", "4", "--prompts-per-step", "4",
+                 "--reward", "zero-solved"),
+    "refill": ("--generation", "deterministic", "--dynamic", "refill", "--reward", "sevens-constant"),
+    "screened": ("--generation", "deterministic", "--dynamic", "screened", "--reward", "sevens-constant"),
 }  # fmt: skip
 PROCESSES = (1, 2)
 # Losses and gradient norms are floating point: the same code takes other kernels on other CPUs. Measured against the
