@@ -322,16 +322,13 @@ def test_tools_with_pods_modes(tool_model_path, tmp_path, options):
 @pytest.mark.parametrize(
     ("feature", "options", "message"),
     [
-        ("tools", dict(pods_generation="adaptive", pods_n_initial=2), "pods_generation='adaptive' cannot be combined"),
-        ("environment_factory", dict(pods_generation="budgeted", pods_budget=4), "'budgeted' cannot be combined"),
-        ("rollout_func", dict(pods_generation="refill"), "pods_generation='refill' cannot be combined"),
         ("rollout_func", dict(pods_generation_chunk_size=2), "pods_generation_chunk_size cannot split"),
         ("image column", {}, "environment_factory with image inputs"),
     ],
 )
 def test_refuses_what_cannot_be_down_sampled(tool_model_path, tmp_path, feature, options, message):
-    """Adaptive, budgeted and refill generation with tools, environments or rollout_func, a generation chunk size
-    with rollout_func, and environments with image inputs are refused at construction with what to change."""
+    """A generation chunk size with rollout_func, and environments with image inputs, are refused at construction
+    with what to change (every generation mode is accepted with tools, environments and rollout_func)."""
     model, tokenizer = load(tool_model_path)
     config = pods_config(tmp_path, pods_n=4, pods_m=2, per_device_train_batch_size=4, max_steps=1, **options)
     dataset = tool_dataset([(1, 2), (3, 4)])

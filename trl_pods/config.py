@@ -8,12 +8,12 @@ from trl import GRPOConfig
 
 from .budget import get_allocation_rule
 from .down_sampling import get_down_sampler
+from .generation_modes import get_generation_mode
 from .losses import MICRO_BATCH_TOKEN_LOSSES, SEQUENCE_AVERAGE_LOSSES
 from .schedules import SCHEDULES
 from .screening import get_screen_rule
 
 ADVANTAGE_SCOPES = ("kept", "all")
-GENERATION_MODES = ("fixed", "adaptive", "budgeted", "refill", "screened")
 
 
 @dataclass
@@ -84,12 +84,14 @@ class PODSConfig(GRPOConfig):
             spends a fixed budget in one call, and needs prompts that recur (epochs) to do better than spreading it
             evenly.
             `"refill"` (DAPO's dynamic sampling) and `"screened"` (pilot, then commit) choose *which* prompts to train
-            on (`trl_pods.screening`): refill generates `pods_n` for the batch's prompts and draws further prompts for
+            on (`trl_pods.refill`, `trl_pods.screening`): refill generates `pods_n` for the batch's prompts and draws
+            further prompts for
             the groups without contrast, at most `pods_max_draws` draws, reading them from the epoch's order only
             when it draws them (`trl_pods.prompt_order`: an epoch ends when its prompts run out); screened reads
             `pods_screen_ratio` times the batch's prompts, generates a pilot of `pods_n_initial` for each and gives
             the remaining rollouts to those `pods_screen_rule` picks. Prompts generated for and not trained on are
-            consumed for the epoch.
+            consumed for the epoch. Every mode works with tools, environments, `rollout_func` and images. A mode of
+            your own: a name registered with `trl_pods.generation_modes.register_generation_mode`, or a dotted path.
         pods_n_initial (`int`, *optional*):
             Rollouts per prompt in the first wave of adaptive generation (between `pods_m` and `pods_n`), or in the
             pilot of screened generation (between 2 and `pods_n`). Defaults to `pods_m`.
@@ -211,8 +213,8 @@ class PODSConfig(GRPOConfig):
             "rewards are all equal get more in waves (doubling, at most pods_n) until their rewards differ. "
             "'budgeted': pods_budget per prompt on average, allocated before generating from each prompt's history. "
             "'refill' (DAPO's dynamic sampling): further prompts drawn for the groups without contrast. 'screened': a "
-            "pilot for pods_screen_ratio x the prompts, the rest of pods_n for those pods_screen_rule picks.",
-            "choices": list(GENERATION_MODES),
+            "pilot for pods_screen_ratio x the prompts, the rest of pods_n for those pods_screen_rule picks. Or a "
+            "name registered with trl_pods.generation_modes.register_generation_mode, or a dotted import path."
         },
     )
     pods_n_initial: int | None = field(
@@ -403,8 +405,7 @@ def _resolve_group_sizes(config: PODSConfig) -> None:
 
 
 def _check_adaptive_generation(config: PODSConfig) -> None:
-    if config.pods_generation not in GENERATION_MODES:
-        raise ValueError(f"pods_generation must be one of {GENERATION_MODES}; got {config.pods_generation!r}.")
+    get_generation_mode(config.pods_generation)  # raises with the list of known names
     if config.pods_generation not in ("adaptive", "screened") and config.pods_n_initial is not None:
         raise ValueError(
             f"pods_n_initial only applies to pods_generation='adaptive' or 'screened' (got "

@@ -3,8 +3,9 @@
 Beside its RNG state each process saves ``pods_state_{process_index}.pt``: the position in the generation cycle
 (TRL's micro-step counter), the buffered micro-batches of the current generation (still to be trained on when
 `steps_per_generation > gradient_accumulation_steps` or `num_iterations > 1`), the count behind
-`pods/tokens_generated` and, with budgeted generation, the prompts' reward history (`budget.PromptHistory`), so that
-the resumed run allocates as the uninterrupted one. With HF generate, a resumed run then generates the same rollouts
+`pods/tokens_generated` and what the generation mode keeps across generations (`GenerationMode.state_dict`: with
+budgeted generation the prompts' reward history, so that the resumed run allocates as the uninterrupted one). With HF
+generate, a resumed run then generates the same rollouts
 as an uninterrupted one; with vLLM the engine's sampling state is not in the checkpoint, so a resumed run continues
 correctly but re-samples.
 
@@ -46,8 +47,8 @@ def save_state(trainer: Any, output_dir: str) -> None:
         "buffered_inputs": trainer._buffered_inputs,
         "tokens_generated": trainer._tokens_generated,
     }
-    if trainer._pods_budget is not None:
-        state["prompt_history"] = trainer._pods_budget.history.state_dict()
+    if trainer._pods_mode is not None:
+        state["mode"] = trainer._pods_mode.state_dict()
     if isinstance(trainer._epoch_replay, DrawingSampler):
         state["draws"] = trainer._epoch_replay.state()
     torch.save(state, os.path.join(output_dir, RESUME_STATE.format(trainer.accelerator.process_index)))
@@ -64,14 +65,14 @@ def _read(trainer: Any, checkpoint: str) -> dict[str, Any] | None:
 
 def load_state(trainer: Any, checkpoint: str) -> None:
     """Restore what `save_state` saved in ``checkpoint``. A checkpoint without it (e.g. GRPOTrainer's) or saved
-    with another cycle layout starts a new generation, as TRL does; the token count and the prompt history are
+    with another cycle layout starts a new generation, as TRL does; the token count and the mode's state are
     restored in the latter."""
     state = _read(trainer, checkpoint)
     if state is None:
         return
     trainer._tokens_generated = state["tokens_generated"]
-    if trainer._pods_budget is not None and "prompt_history" in state:
-        trainer._pods_budget.history.load_state_dict({k: v.cpu() for k, v in state["prompt_history"].items()})
+    if trainer._pods_mode is not None and state.get("mode"):
+        trainer._pods_mode.load_state_dict(state["mode"])
     if state["layout"] != cycle_layout(trainer):
         logger.warning(
             "Resuming with steps_per_generation, num_iterations, gradient_accumulation_steps or the number of "
