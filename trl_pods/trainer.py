@@ -39,11 +39,12 @@ from .budget import BudgetedAllocation
 from .config import PODSConfig
 from .down_sampling import get_down_sampler
 from .losses import SEQUENCE_AVERAGE_LOSSES
+from .model_card import PODSModelCard
 from .paper import PODS_PAPER
 from .vllm_engine import colocate_engine
 
 
-class PODSGRPOTrainer(GRPOTrainer):
+class PODSGRPOTrainer(PODSModelCard, GRPOTrainer):  # PODSModelCard: the model card's seams (`model_card`)
     """Drop-in replacement for `trl.GRPOTrainer` that trains on a down-sampled subset of the rollouts.
 
     Takes the same arguments as `GRPOTrainer`; `args` must be a [`PODSConfig`] (without `args`, a default one is
