@@ -102,3 +102,17 @@ def test_readme_demo_paragraph_states_what_the_demo_does():
     assert f"stops training after {demo.MAX_TRAIN_MINUTES:g} minutes" in section
     assert f"{demo.HELD_OUT} problems never trained on" in section
     assert "about 93 MB" in section and "4-bit (Q4_1) GGUF" in section and "demo_log.txt" in section
+
+
+def test_benchmarks_open_with_what_to_choose():
+    """docs/benchmarks.md was 62k characters of experiments in the order they were run. It opens with the intro the
+    benchmark scripts know (`benchmarks/_report.INTRO`), then one table of what the sections settled, each row
+    linking to a section of the page (the anchors are checked above)."""
+    spec = importlib.util.spec_from_file_location("_report", ROOT / "benchmarks" / "_report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    page = (ROOT / "docs" / "benchmarks.md").read_text()
+    assert page.startswith(report.INTRO + "\n## What to choose\n")
+    table = page.split("## What to choose\n", 1)[1].split("\n<!-- ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| question")]
+    assert len(rows) >= 10 and all(re.search(r"\]\(#[\w-]+\)", row) for row in rows)
