@@ -9,7 +9,7 @@ template instead, its ``base_model`` a local path. The PODS card names
   as its ``base_model`` (as `trl_pods.smollm2` writes for SmolLM2);
 * how to load this run: the adapter on its base model (LoRA), or the model itself;
 
-and TRL's framework versions and citations. `PODSModelCard` puts it where TRL and transformers write theirs.
+and the framework versions and the PODS citation. `PODSModelCard` puts it where TRL and transformers write theirs.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ EXAMPLE = [{"role": "user", "content": "What is 7 + 4?"}]
 def hub_base_model(name_or_path: str) -> str | None:
     """The Hub model that ``name_or_path`` is: itself unless it is a local folder; for a folder, the ``base_model``
     that its own card (``README.md``) names, or None."""
-    folder = Path(name_or_path).expanduser()
+    folder = Path(name_or_path)
     if not folder.is_dir():
         return name_or_path or None
     card = folder / "README.md"
@@ -76,9 +76,13 @@ def _usage(base: str, run: str, adapter: bool, messages: list[dict[str, str]], m
     ])  # fmt: skip
 
 
+def _hub_link(name: str) -> str:
+    return f"[{name}](https://huggingface.co/{name})"
+
+
 def _base_model(base: str, hub: str | None) -> str:
     """The base model in words: a Hub link, or a local folder by its path and the Hub model its card names."""
-    if not Path(base).expanduser().is_dir():
+    if not Path(base).is_dir():
         return _hub_link(base)
     named = f"; its card names {_hub_link(hub)} as its base model" if hub else ""
     return f"`{base}` (a local folder{named})"
@@ -143,10 +147,6 @@ def model_card(
         f"```bibtex\n{PODS_PAPER['citation']}\n```",
         "",
     ])  # fmt: skip
-
-
-def _hub_link(name: str) -> str:
-    return f"[{name}](https://huggingface.co/{name})"
 
 
 def write_model_card(trainer: Any, folder: Path, **card: Any) -> Path:

@@ -120,7 +120,7 @@ def check_task(task: str, arithmetic_difficulty: str) -> None:
 
 def check_model(flag: str, name: str) -> None:
     """Raise ValueError when ``name`` is neither a local folder nor a name the Hub could hold (a mistyped path)."""
-    if Path(name).expanduser().is_dir():
+    if Path(name).is_dir():  # as transformers reads it: "~" unexpanded
         return
     try:
         validate_repo_id(name)
