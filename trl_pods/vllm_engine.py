@@ -1,5 +1,6 @@
 """vLLM specifics: the colocate engine sized for N rollouts per prompt, vLLM's CPU build made to take TRL's weight
-sync, and one weight load per generation when a generation makes several `generate` calls.
+sync, a failed engine start undone, and one weight load per generation when a generation makes several `generate`
+calls.
 
 **Sizing.** TRL sizes the colocate engine for the rows it *trains* on: ``max_num_seqs = per_device_train_batch_size x
 vllm_tensor_parallel_size x steps_per_generation``. PODS generates ``pods_n / pods_m`` times more rows per generation,
@@ -17,6 +18,11 @@ vLLM, so it is replaced only while TRL builds the engine, on the CPU platform of
 multiplies by anything else. Tested (tests/test_vllm_engine.py) on an AMD EPYC CPU with AVX-512 and without AMX, whose
 own kernel is oneDNN, and with vLLM's real dispatch seeing AMX (simulated, SGL's kernels replaced by what they
 compute), in a real engine too; not on a CPU with AMX, nor with zentorch.
+
+**Failed start.** With ``distributed_executor_backend="external_launcher"`` vLLM initialises its parallel groups, and
+the default process group if there is none, while it builds the engine, and tears them down only when the engine is
+garbage-collected, whenever that is: an engine whose start failed, held by the exception's traceback, later destroys
+whatever default process group exists then (a later trainer's). `discard_engine` undoes a failed start at once.
 
 **Sleep mode.** TRL puts a colocate engine with ``vllm_enable_sleep_mode`` to sleep (level 2: weights discarded) after
 every ``generate`` call, and pushes the full weights again before the next one. `engine_awake` keeps it awake across
@@ -144,11 +150,39 @@ def check_cpu_engine_weights(llm: Any) -> None:
         )
 
 
+def discard_engine(llm: Any | None, created_process_group: bool) -> None:
+    """Undo a colocate engine's start in this process now, not whenever the engine is garbage-collected: the engine
+    (``llm``, None if the start failed before there was one), vLLM's parallel groups, and the default process group
+    if vLLM created it (``created_process_group``), never one the trainer owns.
+
+    vLLM's in-process engine client tears all of it down when it is collected, the default process group included,
+    whoever created it. That teardown runs now where vLLM created the process group, and never otherwise; vLLM's world
+    group, whose subgroups of the trainer's process group a later engine would otherwise reuse, is then destroyed as
+    `destroy_distributed_environment` does, without the default process group.
+    """
+    try:
+        from vllm.distributed import parallel_state
+    except ImportError:  # without vLLM nothing of it was built (TRL reports the missing vLLM)
+        return
+    if llm is not None:
+        client = llm.llm_engine.engine_core
+        if created_process_group:
+            client.shutdown()
+        else:
+            client._finalizer.detach()
+    parallel_state.destroy_model_parallel()
+    if created_process_group:
+        parallel_state.destroy_distributed_environment()
+    elif parallel_state._WORLD is not None:
+        parallel_state._WORLD.destroy()
+        parallel_state._WORLD = parallel_state._NODE_COUNT = None
+
+
 @contextmanager
 def colocate_engine(args: Any, trl_module: Any):
     """Within the block, TRL builds its colocate vLLM engine sized for every rollout of a generation batch
     (`colocate_max_num_seqs`), and on vLLM's CPU platform ready for TRL's weight sync (`cpu_weights_in_place`,
-    `check_cpu_engine_weights`).
+    `check_cpu_engine_weights`); a start that fails is undone (`discard_engine`) before the error propagates.
 
     Only the ``max_num_seqs`` keyword of TRL's ``VLLMGeneration(...)`` call (looked up in ``trl_module``) changes;
     everything else is TRL's.
@@ -161,10 +195,16 @@ def colocate_engine(args: Any, trl_module: Any):
     build = trl_module.VLLMGeneration
 
     def sized(*build_args, **build_kwargs):
-        with cpu_weights_in_place() if on_cpu else nullcontext():
-            generation = build(*build_args, **{**build_kwargs, "max_num_seqs": max_num_seqs})
-        if on_cpu:
-            check_cpu_engine_weights(generation.llm)
+        created_process_group = not torch.distributed.is_initialized()
+        generation = None
+        try:
+            with cpu_weights_in_place() if on_cpu else nullcontext():
+                generation = build(*build_args, **{**build_kwargs, "max_num_seqs": max_num_seqs})
+            if on_cpu:
+                check_cpu_engine_weights(generation.llm)
+        except BaseException:
+            discard_engine(getattr(generation, "llm", None), created_process_group)
+            raise
         return generation
 
     trl_module.VLLMGeneration = sized
