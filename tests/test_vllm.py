@@ -2,6 +2,7 @@
 code, and transformers continuous batching."""
 
 import copy
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -94,6 +95,44 @@ def test_colocate_engine_is_sized_for_generated_rows(
     assert [c["waves"] for c in llm.calls] == [1]
 
 
+@pytest.mark.parametrize(
+    ("generation", "largest_call"),
+    [
+        (dict(pods_generation="screened", pods_screen_ratio=3, pods_n_initial=6), 3 * 2 * 6),
+        (dict(pods_generation="refill", pods_max_draws=2), 2 * 8),
+        (dict(pods_generation="adaptive", pods_n_initial=4), 2 * 8),
+    ],
+    ids=["screened", "refill", "adaptive"],
+)
+def test_colocate_engine_fits_the_largest_generation_call(
+    tiny_model_path, tmp_path, monkeypatch, generation, largest_call
+):
+    """The engine decodes every generation call in one wave. Screened generation's pilot asks for pods_n_initial
+    rollouts of each of its pods_screen_ratio x B prompts in one call (here 3 x 2 prompts x 6 = 36), more than the
+    B x pods_n (16) an engine sized for the kept prompts holds, which decoded it in 3 waves; refill draws and adaptive
+    waves never ask for more than B x pods_n."""
+    install(monkeypatch)
+    model, tokenizer = load(tiny_model_path)
+    config = pods_config(
+        tmp_path,
+        pods_n=8,
+        pods_m=4,
+        per_device_train_batch_size=8,  # B = 2 prompts
+        max_steps=1,
+        use_vllm=True,
+        vllm_mode="colocate",
+        **generation,
+    )
+    trainer = PODSGRPOTrainer(
+        model, token_sum_reward, config, train_dataset=prompts_dataset(), processing_class=tokenizer
+    )
+    trainer.train()
+
+    llm = FakeVLLMGeneration.instances[-1].llm
+    assert max(c["sequences"] for c in llm.calls) <= llm.max_num_seqs == largest_call
+    assert all(c["waves"] == 1 for c in llm.calls), llm.calls
+
+
 def test_colocate_without_vllm_reports_trls_error(tiny_model_path, tmp_path, monkeypatch):
     """Without vLLM, TRL's own error says what to install: undoing the failed engine start imports no vLLM."""
     import sys
@@ -109,13 +148,38 @@ def test_colocate_without_vllm_reports_trls_error(tiny_model_path, tmp_path, mon
     assert error.value.__context__ is None
 
 
+def _sizing(batch: int, steps_per_generation: int, tp: int, m: int, n: int, **generation) -> SimpleNamespace:
+    """The `PODSConfig` fields the colocate sizing reads (fixed generation unless ``generation`` says otherwise)."""
+    fields = dict(pods_generation="fixed", pods_n_initial=None, pods_screen_ratio=2, pods_max_draws=3) | generation
+    return SimpleNamespace(
+        per_device_train_batch_size=batch,
+        steps_per_generation=steps_per_generation,
+        vllm_tensor_parallel_size=tp,
+        pods_m=m,
+        pods_n=n,
+        **fields,
+    )
+
+
 def test_colocate_sizing_arithmetic_with_tensor_parallelism():
     """With vllm_tensor_parallel_size = t, TRL all-gathers the prompts of t ranks into one engine, so the engine
     decodes t times one process's rollouts; PODSConfig's layout (whole groups per process) keeps it exact."""
-    assert colocate_rows_per_engine(8, 1, 1, 4, 16) == 32
-    assert colocate_rows_per_engine(8, 1, 2, 4, 16) == 64
-    assert colocate_rows_per_engine(16, 4, 4, 32, 128) == 4 * 2 * 128  # 8-GPU recipe with TP 4: 2 prompts per rank
-    assert colocate_rows_per_engine(4, 4, 2, 16, 64) == 2 * 64
+    assert colocate_rows_per_engine(_sizing(8, 1, 1, 4, 16)) == 32
+    assert colocate_rows_per_engine(_sizing(8, 1, 2, 4, 16)) == 64
+    assert colocate_rows_per_engine(_sizing(16, 4, 4, 32, 128)) == 4 * 2 * 128  # 8-GPU recipe, TP 4: 2 prompts/rank
+    assert colocate_rows_per_engine(_sizing(4, 4, 2, 16, 64)) == 2 * 64
+
+
+def test_colocate_sizing_arithmetic_of_screened_generation():
+    """Screened generation's largest call is its pilot (pods_screen_ratio x B prompts x pods_n_initial) or its commit
+    (B prompts x (pods_n - pods_n_initial)), whichever is larger; the other modes never ask for more than B x
+    pods_n (B = 2 prompts here)."""
+    screened = dict(pods_generation="screened", pods_screen_ratio=3)
+    assert colocate_rows_per_engine(_sizing(8, 1, 1, 4, 8, **screened, pods_n_initial=6)) == 3 * 2 * 6
+    assert colocate_rows_per_engine(_sizing(8, 1, 1, 4, 16, **screened, pods_n_initial=2)) == 2 * (16 - 2)
+    assert colocate_rows_per_engine(_sizing(8, 1, 2, 4, 8, **screened, pods_n_initial=6)) == 2 * 3 * 2 * 6  # TP 2
+    for generation in ("adaptive", "budgeted", "refill"):
+        assert colocate_rows_per_engine(_sizing(8, 1, 1, 4, 8, pods_generation=generation)) == 2 * 8
 
 
 def test_colocate_sizing_is_capped_by_trl_batched_tokens(tiny_model_path, tmp_path, monkeypatch, caplog):

@@ -1,11 +1,12 @@
-"""vLLM specifics: the colocate engine sized for N rollouts per prompt, vLLM's CPU build made to take TRL's weight
-sync, a failed engine start undone, and one weight load per generation when a generation makes several `generate`
-calls.
+"""vLLM specifics: the colocate engine sized for its largest generation call, vLLM's CPU build made to take TRL's
+weight sync, a failed engine start undone, and one weight load per generation when a generation makes several
+`generate` calls.
 
 **Sizing.** TRL sizes the colocate engine for the rows it *trains* on: ``max_num_seqs = per_device_train_batch_size x
 vllm_tensor_parallel_size x steps_per_generation``. PODS generates ``pods_n / pods_m`` times more rows per generation,
-so an engine sized that way decodes them in ``pods_n / pods_m`` sequential waves. `colocate_engine` builds TRL's
-engine with room for every rollout of a generation batch.
+and screened generation's pilot covers a pool of ``pods_screen_ratio`` times the prompts, so an engine sized that way
+decodes them in sequential waves. `colocate_engine` builds TRL's engine with room for the largest single generation
+call of the configured mode (`rows_per_call`).
 
 **CPU build.** After loading, vLLM-CPU hands every 2-D weight of a Linear layer or of the lm_head to a CPU kernel that
 `vllm.model_executor.layers.utils.dispatch_cpu_unquantized_gemm` picks: zentorch on AMD's Zen platform, SGL's AMX
@@ -38,6 +39,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from .screening import pool_factor
+
 logger = logging.getLogger(__name__)
 
 # TRL 1.16 builds the colocate engine with max_num_batched_tokens=4096, and vLLM refuses max_num_seqs above it.
@@ -57,34 +60,46 @@ def generated_rows_per_process(
     return per_device_train_batch_size * steps_per_generation // pods_m * pods_n
 
 
-def colocate_rows_per_engine(
-    per_device_train_batch_size: int, steps_per_generation: int, tensor_parallel_size: int, pods_m: int, pods_n: int
-) -> int:
-    """Rollouts one colocate engine decodes per generation batch: the ``max_num_seqs`` that decodes them in one wave.
+def rows_per_call(args: Any) -> int:
+    """Rollouts one process requests in the largest single generation call of its ``pods_generation`` mode
+    (`trl_pods.phase1`), for a `PODSConfig`.
+
+    With ``B`` prompts trained per generation (``per_device_train_batch_size x steps_per_generation / pods_m``), fixed
+    generation makes one call of ``B x pods_n``, and adaptive waves, budgeted allocations and refill draws never
+    request more in one call (a prompt has ``pods_n`` slots; a draw takes at most the ``B`` groups still missing).
+    Screened generation's pilot requests ``pods_n_initial`` for each of the pool's ``pods_screen_ratio x B`` prompts,
+    and its commit ``pods_n - pods_n_initial`` for each of the ``B`` chosen.
+    """
+    rows = generated_rows_per_process(
+        args.per_device_train_batch_size, args.steps_per_generation, args.pods_m, args.pods_n
+    )
+    if args.pods_generation != "screened":
+        return rows
+    prompts = rows // args.pods_n
+    pool = pool_factor(args.pods_generation, args.pods_screen_ratio, args.pods_max_draws)
+    return max(pool * prompts * args.pods_n_initial, prompts * (args.pods_n - args.pods_n_initial))
+
+
+def colocate_rows_per_engine(args: Any) -> int:
+    """Rollouts one colocate engine decodes in the largest generation call: the ``max_num_seqs`` that decodes every
+    call in one wave.
 
     With tensor parallelism each engine serves its whole TP group: TRL all-gathers the group's prompts and every rank
     of the group generates all of them.
     """
-    return tensor_parallel_size * generated_rows_per_process(
-        per_device_train_batch_size, steps_per_generation, pods_m, pods_n
-    )
+    return args.vllm_tensor_parallel_size * rows_per_call(args)
 
 
 def colocate_max_num_seqs(args: Any) -> int:
-    """The colocate engine's ``max_num_seqs`` for a `PODSConfig`: every rollout of a generation batch, capped by TRL's
+    """The colocate engine's ``max_num_seqs`` for a `PODSConfig`: `colocate_rows_per_engine`, capped by TRL's
     ``max_num_batched_tokens`` (vLLM refuses more), with a warning when the cap makes it decode in several waves."""
-    rows = colocate_rows_per_engine(
-        args.per_device_train_batch_size,
-        args.steps_per_generation,
-        args.vllm_tensor_parallel_size,
-        args.pods_m,
-        args.pods_n,
-    )
+    rows = colocate_rows_per_engine(args)
     if rows > TRL_COLOCATE_MAX_NUM_BATCHED_TOKENS:
         logger.warning(
-            "Each colocate vLLM engine generates %d rollouts per generation batch, more than TRL's "
+            "Each colocate vLLM engine generates up to %d rollouts in one generation call, more than TRL's "
             "max_num_batched_tokens (%d) lets it decode at once, so it decodes them in several waves. Lower pods_n "
-            "or the rows per process (per_device_train_batch_size x steps_per_generation), or use vllm_mode='server'.",
+            "(screened: pods_screen_ratio x pods_n_initial), or the rows per process (per_device_train_batch_size x "
+            "steps_per_generation), or use vllm_mode='server'.",
             rows,
             TRL_COLOCATE_MAX_NUM_BATCHED_TOKENS,
         )
@@ -180,7 +195,7 @@ def discard_engine(llm: Any | None, created_process_group: bool) -> None:
 
 @contextmanager
 def colocate_engine(args: Any, trl_module: Any):
-    """Within the block, TRL builds its colocate vLLM engine sized for every rollout of a generation batch
+    """Within the block, TRL builds its colocate vLLM engine sized for the largest generation call
     (`colocate_max_num_seqs`), and on vLLM's CPU platform ready for TRL's weight sync (`cpu_weights_in_place`,
     `check_cpu_engine_weights`); a start that fails is undone (`discard_engine`) before the error propagates.
 
