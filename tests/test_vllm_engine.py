@@ -182,29 +182,28 @@ def test_cpu_weights_in_place_makes_every_layer_multiply_by_its_current_weight(c
         check_cpu_engine_weights(llm_holding(layer))
 
 
-@pytest.mark.parametrize("owner", ["vllm", "trainer"])
-def test_a_failed_colocate_start_leaves_no_process_group_behind(vllm_model_path, tmp_path, monkeypatch, owner):
-    """A colocate engine refused at start (a CPU with AMX, simulated, without `cpu_weights_in_place`: vLLM packs the
-    weights away) is undone at once: vLLM's parallel groups are gone, and so is the default process group if vLLM
-    created it (``owner="vllm"``), while one the trainer owns stays usable. The engine, still held by the error's
-    traceback (as pytest holds a failed test's), destroys nothing when collected later: the process group that exists
-    then survives. Before, that collection destroyed it, and a server test run after the failed colocate tests failed
-    with "Default process group has not been initialized". vLLM's world group is gone too: a later engine would reuse
-    its subgroups of a destroyed process group. The tests after these run in the same process."""
+def failed_start_is_undone(model_path: str, out: str, owner: str) -> None:
+    """Start a colocate engine that is refused (a CPU with AMX, simulated, without `cpu_weights_in_place`: vLLM packs
+    the weights away) where the default process group is created by vLLM (``owner="vllm"``: there is none before)
+    or owned by the trainer (``"trainer"``: one is created first if there is none), and check that the start is undone
+    at once: no vLLM parallel or world group is left (a later engine would reuse a world group's subgroups of a
+    destroyed process group), and the default process group is gone if vLLM created it, usable if the trainer owns
+    it. The engine, still held by the error's traceback (as pytest holds a failed test's), destroys nothing when
+    collected later: the process group that exists then survives."""
     from vllm.distributed import get_world_group, model_parallel_is_initialized
 
     def new_process_group():
         torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0, world_size=1)
 
     ours = not torch.distributed.is_initialized()
-    if owner == "vllm":
-        assert ours, "an earlier test left a default process group, so vLLM would not create one"
-    elif ours:
+    assert ours or owner == "trainer", "a default process group exists, so vLLM would not create one"
+    if owner == "trainer" and ours:
         new_process_group()
-    monkeypatch.setattr(vllm_engine, "cpu_weights_in_place", nullcontext)
     try:
-        with amx_gemm_dispatch(), pytest.raises(RuntimeError, match="cannot update") as refused:
-            _train(vllm_model_path, tmp_path)
+        with pytest.MonkeyPatch.context() as patch, amx_gemm_dispatch():
+            patch.setattr(vllm_engine, "cpu_weights_in_place", nullcontext)
+            with pytest.raises(RuntimeError, match="cannot update") as refused:
+                _train(model_path, Path(out))
         assert not model_parallel_is_initialized()
         with pytest.raises(AssertionError, match="world group is not initialized"):
             get_world_group()
@@ -217,6 +216,21 @@ def test_a_failed_colocate_start_leaves_no_process_group_behind(vllm_model_path,
     finally:
         if ours and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
+
+
+@pytest.mark.parametrize("owner", ["vllm", "trainer"])
+def test_a_failed_colocate_start_leaves_no_process_group_behind(vllm_model_path, tmp_path, owner):
+    """`failed_start_is_undone`. Before, collecting the failed engine destroyed whatever default process group existed
+    then, and a server test run after failed colocate tests failed with "Default process group has not been
+    initialized". ``"trainer"`` runs in this process, and the tests after it run in the same process; ``"vllm"`` runs
+    in a fresh interpreter, as earlier tests may leave a default process group (a trainer's) in this one."""
+    if owner == "trainer":
+        failed_start_is_undone(str(vllm_model_path), str(tmp_path), owner)
+        return
+    code = "import sys, test_vllm_engine; test_vllm_engine.failed_start_is_undone(*sys.argv[1:])"
+    command = [sys.executable, "-c", code, str(vllm_model_path), str(tmp_path), owner]
+    result = subprocess.run(command, env=worker_env(), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
 
 
 @pytest.fixture(scope="module")

@@ -32,6 +32,7 @@ the calls of one generation (adaptive waves, rounds), so the weights are pushed 
 
 from __future__ import annotations
 
+import gc
 import logging
 from contextlib import contextmanager, nullcontext
 from typing import Any
@@ -171,9 +172,10 @@ def discard_engine(llm: Any | None, created_process_group: bool) -> None:
     if vLLM created it (``created_process_group``), never one the trainer owns.
 
     vLLM's in-process engine client tears all of it down when it is collected, the default process group included,
-    whoever created it. That teardown runs now where vLLM created the process group, and never otherwise; vLLM's world
-    group, whose subgroups of the trainer's process group a later engine would otherwise reuse, is then destroyed as
-    `destroy_distributed_environment` does, without the default process group.
+    whoever created it. That teardown runs now where vLLM created the process group, and never otherwise; then the
+    engine's objects are only made collectable again (vLLM freezes them at start, and its teardown unfreezes them),
+    and vLLM's world group, whose subgroups of the trainer's process group a later engine would otherwise reuse, is
+    destroyed as `destroy_distributed_environment` does, without the default process group.
     """
     try:
         from vllm.distributed import parallel_state
@@ -185,6 +187,7 @@ def discard_engine(llm: Any | None, created_process_group: bool) -> None:
             client.shutdown()
         else:
             client._finalizer.detach()
+            gc.unfreeze()
     parallel_state.destroy_model_parallel()
     if created_process_group:
         parallel_state.destroy_distributed_environment()
