@@ -38,7 +38,7 @@ from helpers import (
 )
 from peft import LoraConfig
 from vllm_real import MAX_MODEL_LENGTH, VLLMServer, amx_gemm_dispatch, replace_nccl_weight_transfer
-from vllm_standin import llm_holding
+from vllm_standin import DISTRIBUTED_ENV, llm_holding
 
 from trl_pods import PODSConfig, PODSGRPOTrainer, vllm_engine
 from trl_pods.vllm_engine import check_cpu_engine_weights, cpu_weights_in_place
@@ -223,13 +223,15 @@ def test_a_failed_colocate_start_leaves_no_process_group_behind(vllm_model_path,
     """`failed_start_is_undone`. Before, collecting the failed engine destroyed whatever default process group existed
     then, and a server test run after failed colocate tests failed with "Default process group has not been
     initialized". ``"trainer"`` runs in this process, and the tests after it run in the same process; ``"vllm"`` runs
-    in a fresh interpreter, as earlier tests may leave a default process group (a trainer's) in this one."""
+    in a fresh interpreter without the distributed environment variables TRL's colocate init leaves behind, as a
+    single training process starts: earlier tests may leave a default process group (a trainer's) in this one."""
     if owner == "trainer":
         failed_start_is_undone(str(vllm_model_path), str(tmp_path), owner)
         return
     code = "import sys, test_vllm_engine; test_vllm_engine.failed_start_is_undone(*sys.argv[1:])"
     command = [sys.executable, "-c", code, str(vllm_model_path), str(tmp_path), owner]
-    result = subprocess.run(command, env=worker_env(), capture_output=True, text=True, timeout=600)
+    env = {key: value for key, value in worker_env().items() if key not in DISTRIBUTED_ENV}
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
 
 

@@ -29,7 +29,7 @@ from transformers import AutoModelForCausalLM
 from trl.generation import vllm_generation
 from trl.generation.vllm_generation import VLLMGeneration
 
-_DISTRIBUTED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")  # set by TRL's colocate init
+DISTRIBUTED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")  # set by TRL's colocate init
 
 
 @dataclass
@@ -229,7 +229,7 @@ def install(monkeypatch) -> None:
     environment variables; they are restored afterwards)."""
     FakeVLLMGeneration.instances = []
     _patch(lambda obj, name, value: monkeypatch.setattr(obj, name, value, raising=False))
-    for key in _DISTRIBUTED_ENV:  # record the current state, so teardown restores it
+    for key in DISTRIBUTED_ENV:  # record the current state, so teardown restores it
         if key in os.environ:
             monkeypatch.setenv(key, os.environ[key])
         else:
