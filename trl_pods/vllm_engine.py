@@ -40,8 +40,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .screening import pool_factor
-
 logger = logging.getLogger(__name__)
 
 # TRL 1.16 builds the colocate engine with max_num_batched_tokens=4096, and vLLM refuses max_num_seqs above it.
@@ -68,7 +66,7 @@ def rows_per_call(args: Any) -> int:
     With ``B`` prompts trained per generation (``per_device_train_batch_size x steps_per_generation / pods_m``), fixed
     generation makes one call of ``B x pods_n``, and adaptive waves, budgeted allocations and refill draws never
     request more in one call (a prompt has ``pods_n`` slots; a draw takes at most the ``B`` groups still missing).
-    Screened generation's pilot requests ``pods_n_initial`` for each of the pool's ``pods_screen_ratio x B`` prompts,
+    Screened generation's pilot requests ``pods_n_initial`` for each of its pool's ``pods_screen_ratio x B`` prompts,
     and its commit ``pods_n - pods_n_initial`` for each of the ``B`` chosen.
     """
     rows = generated_rows_per_process(
@@ -77,8 +75,7 @@ def rows_per_call(args: Any) -> int:
     if args.pods_generation != "screened":
         return rows
     prompts = rows // args.pods_n
-    pool = pool_factor(args.pods_generation, args.pods_screen_ratio, args.pods_max_draws)
-    return max(pool * prompts * args.pods_n_initial, prompts * (args.pods_n - args.pods_n_initial))
+    return max(args.pods_screen_ratio * prompts * args.pods_n_initial, prompts * (args.pods_n - args.pods_n_initial))
 
 
 def colocate_rows_per_engine(args: Any) -> int:
