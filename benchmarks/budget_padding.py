@@ -1,8 +1,8 @@
 """Rollouts generated per budget with budgeted generation on several processes: one budget for all processes (each
 process pads to the busiest one's rows) against each process spending its own share (what `PODSGRPOTrainer` does).
 
-Phase 1's real orchestration (`trl_pods.phase1.generate_budgeted`, `SlotFiller`) and the real allocation
-(`trl_pods.budget.BudgetedAllocation`, default rule) run for process 0 of P simulated processes; only the engine and
+Phase 1's real loop (`trl_pods.phase1.generate_and_score`) with the real budgeted mode and allocation
+(`trl_pods.budget.BudgetedMode`, default rule) run for process 0 of P simulated processes; only the engine and
 the reward are replaced: a prompt's rollouts succeed with its own fixed probability (a quarter of the prompts never,
 the rest spread over 0..1, as on a task being learned), and the other processes' rewards are drawn the same way.
 ``generated / budget`` is the recorded `pods/rollouts_generated` over ``pods_budget x prompts``, averaged over the
@@ -18,8 +18,11 @@ import argparse
 import _report
 import torch
 
-from trl_pods.budget import BudgetedAllocation
-from trl_pods.phase1 import GenerationSteps, Phase1Settings, generate_budgeted
+from trl_pods.budget import BudgetedMode
+from trl_pods.phase1 import GenerationSteps, generate_and_score
+from trl_pods.rollout_fields import RolloutRows
+from trl_pods.selection import Phase1Settings
+from trl_pods.waves import Wave, WaveState
 
 M, N, BUDGET, PROMPTS = 4, 16, 8, 64
 
@@ -31,26 +34,40 @@ def _success(prompts: int) -> torch.Tensor:
     return p
 
 
-def one_generation(
-    allocation: BudgetedAllocation, prompts: list[int], settings: Phase1Settings, own_share: bool, seed: int
-) -> int:
+class OwnShare(BudgetedMode):
+    """The trainer's budgeted mode, keeping the counts it allocated (the simulated engine needs them)."""
+
+    def first_wave(self, state: WaveState) -> Wave:
+        wave = super().first_wave(state)
+        self.counts = wave.sizes
+        return wave
+
+
+class OneBudget(OwnShare):
+    """One budget spread over all processes' prompts (each process then pads to the busiest one's rows)."""
+
+    def first_wave(self, state: WaveState) -> Wave:
+        self.counts = self.allocation.plan(state.group_keys(), 1)
+        return Wave(torch.arange(self.counts.numel()), self.counts, 1)
+
+
+def one_generation(mode: OwnShare, prompts: list[int], settings: Phase1Settings, seed: int) -> int:
     """Phase 1 of one budgeted generation for process 0 of ``settings.processes``; returns the recorded rollouts
     generated over all processes. ``prompts`` are all processes' prompts, in group order."""
     processes, groups = settings.processes, len(prompts)
     per_process = groups // processes
     success = _success(PROMPTS)[torch.tensor(prompts)]  # [G]
     generator = torch.Generator().manual_seed(seed)
-    planned = {}
 
-    def plan(_: int) -> torch.Tensor:
-        planned["counts"] = allocation.plan(prompts, processes if own_share else 1)
-        return planned["counts"]
+    def keys(_: list[dict]) -> list[int]:
+        return prompts
 
-    def generate(rows: list[dict], size: int) -> tuple:
-        return None, [[0]] * len(rows), None, [""] * len(rows), None, {}, None, []
+    def generate(rows: list[dict], request: int) -> RolloutRows:
+        generation = (None, [[0]] * len(rows), None, [""] * len(rows), None, {}, None, [])
+        return RolloutRows([row["prompt"] for row in rows], generation, None)
 
-    def score(rows: list[dict], generation: tuple, real: int) -> tuple[torch.Tensor, dict]:
-        counts = planned["counts"]  # every process generates len(rows) rows: its own, then padding
+    def score(rows: list[dict], generated: RolloutRows, real: int) -> tuple[torch.Tensor, dict]:
+        counts = mode.counts  # every process generates len(rows) rows: its own, then padding
         p = success.repeat_interleave(counts)  # [sum counts]: success probability of each real row
         rewards = torch.full((processes * len(rows), 1), torch.nan)
         first = 0
@@ -61,24 +78,26 @@ def one_generation(
         return rewards, {}
 
     inputs = [{"prompt": prompts[g]} for g in range(per_process) for _ in range(N)]  # process 0's rows
-    steps = GenerationSteps(generate=None, score=None, generate_wave=generate, score_wave=score, allocate=plan)
-    rollouts = generate_budgeted(inputs, settings, steps)
-    allocation.observe(rollouts.rewards_per_func.view(groups, N))
-    return rollouts.generated
+    rollouts = generate_and_score(inputs, settings, mode, GenerationSteps(generate, score, group_keys=keys))
+    return rollouts.generated  # the mode observed the rewards (its metrics)
 
 
 def generated_per_budget(processes: int, per_process: int, generations: int, own_share: bool) -> float:
     """Mean recorded rollouts generated / budget over ``generations`` generations (the first one excluded)."""
-    allocation = BudgetedAllocation(M, N, BUDGET, "expected_signal", capacity=10_000, decay=0.8)
+    config = argparse.Namespace(
+        pods_m=M, pods_n=N, pods_budget=BUDGET, pods_allocation="expected_signal", pods_history_size=10_000,
+        pods_history_decay=0.8,
+    )  # fmt: skip
+    mode = OwnShare(config) if own_share else OneBudget(config)
     settings = Phase1Settings(
-        n=N, generation="budgeted", n_initial=None, process_index=0, processes=processes,
-        reward_weights=torch.ones(1), aggregation="sum_then_normalize", down_sampler=None, down_sampler_name="none",
+        n=N, process_index=0, processes=processes, reward_weights=torch.ones(1), aggregation="sum_then_normalize",
+        down_sampler=None, down_sampler_name="none",
     )  # fmt: skip
     groups = processes * per_process
     ratios = []
     for step in range(generations):
         prompts = [(step * groups + g) % PROMPTS for g in range(groups)]
-        generated = one_generation(allocation, prompts, settings, own_share, seed=step)
+        generated = one_generation(mode, prompts, settings, seed=step)
         if step:
             ratios.append(generated / (BUDGET * groups))
     return sum(ratios) / len(ratios)

@@ -67,10 +67,12 @@ class RecordingTrainer(DroppedLossRecorder):
 
     def _generate_and_score(self, inputs, settings):
         if not self.is_deepspeed_enabled:
-            return super()._generate_and_score(inputs, settings)
-        with _counting_weight_gathers() as gathers:  # over every generation call (round, wave) of a generation
             result = super()._generate_and_score(inputs, settings)
-        self.weight_gathers.append(len(gathers))
+        else:
+            with _counting_weight_gathers() as gathers:  # over every generation call (round, wave) of a generation
+                result = super()._generate_and_score(inputs, settings)
+            self.weight_gathers.append(len(gathers))
+        self.rows = [row for row in (inputs if result.rows is None else result.rows) if row is not None]  # + drawn
         return result
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, **kwargs):
@@ -87,16 +89,17 @@ class RecordingTrainer(DroppedLossRecorder):
     def _generate_score_and_select(self, inputs):
         self.calls = 0  # generation calls (waves) within this phase 1
         phase1 = super()._generate_score_and_select(inputs)
-        prompt_ids = self._tokenize_prompts([row["prompt"] for row in inputs])[0]
+        rows = self.rows  # the loader's rows, and refill's drawn ones
+        prompt_ids = self._tokenize_prompts([row["prompt"] for row in rows])[0]
         self.records.append(
             dict(
-                prompts=[row["prompt"][0]["content"] for row in inputs],
+                prompts=[row["prompt"][0]["content"] for row in rows],
                 kept_prompts=[row["prompt"][0]["content"] for row in phase1["inputs"]],
                 kept=phase1["kept"].tolist(),
                 counts=phase1["counts"].tolist(),
                 rewards=phase1["rewards"].tolist(),
                 prompt_ids_match=[list(p) for p in phase1["generation"][0]]
-                == [prompt_ids[inputs.index(row)] for row in phase1["inputs"]],
+                == [prompt_ids[rows.index(row)] for row in phase1["inputs"]],
             )
         )
         return phase1

@@ -1,19 +1,17 @@
-"""Adaptive over-generation's pure wave logic (no model): which groups top up, by how much, when it stops, what the
-lockstep padding costs, and that the down-samplers never keep a slot that was not generated."""
+"""Adaptive over-generation's waves (`AdaptiveMode` in phase 1's loop, no model): which groups top up, by how much,
+when it stops, what the lockstep padding costs, and that the down-samplers never keep a slot that was not
+generated."""
+
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from trl_pods.adaptive import (
-    count_schedule,
-    gathered_rows,
-    generated_slots,
-    has_contrast,
-    lockstep_rows,
-    top_up_waves,
-    wave_metrics,
-)
+from trl_pods.adaptive import AdaptiveMode, count_schedule, generated_slots, has_contrast, wave_metrics
 from trl_pods.down_sampling import get_down_sampler, max_variance_across_groups
+from trl_pods.phase1 import GenerationSteps, Rollouts, gathered_rows, generate_and_score, lockstep_rows
+from trl_pods.rollout_fields import RolloutRows
+from trl_pods.selection import Phase1Settings
 
 NAN = float("nan")
 
@@ -23,6 +21,35 @@ def _oracle(g: int, n: int, gen: torch.Generator, p_nan: float = 0.2) -> torch.T
     p_one = torch.rand(g, 1, generator=gen) ** 3  # many groups rarely succeed: constant prefixes are common
     rewards = (torch.rand(g, n, generator=gen) < p_one).float()
     return rewards.masked_fill(torch.rand(g, n, generator=gen) < p_nan, NAN)
+
+
+class OracleSteps:
+    """Generation and scoring against an oracle ``[G, N]``: a rollout of group g gets the oracle's next reward of g.
+    Records each call's groups (one entry per row) and request size, and how many rollouts each group got."""
+
+    def __init__(self, oracle: torch.Tensor):
+        self.oracle, self.served, self.calls = oracle, [0] * oracle.size(0), []
+
+    def generate(self, rows: list[dict], request: int) -> RolloutRows:
+        self.calls.append(([row["prompt"] for row in rows], request))
+        return RolloutRows([row["prompt"] for row in rows], (None, [[0]] * len(rows), None, [""] * len(rows)), None)
+
+    def score(self, rows: list[dict], generated: RolloutRows, real: int) -> tuple[torch.Tensor, dict]:
+        rewards = torch.full((len(rows), 1), NAN)
+        for i, row in enumerate(rows[:real]):
+            rewards[i, 0] = self.oracle[row["prompt"], self.served[row["prompt"]]]
+            self.served[row["prompt"]] += 1
+        return rewards, {}
+
+
+def _waves(oracle: torch.Tensor, n_initial: int) -> tuple[Rollouts, OracleSteps]:
+    """Adaptive generation of one process's groups against ``oracle`` through phase 1's loop."""
+    g, n = oracle.shape
+    settings = Phase1Settings(n, 0, 1, torch.ones(1), "sum_then_normalize", None, "none")
+    steps = OracleSteps(oracle)
+    mode = AdaptiveMode(SimpleNamespace(pods_n_initial=n_initial))
+    inputs = [{"prompt": group} for group in range(g) for _ in range(n)]
+    return generate_and_score(inputs, settings, mode, GenerationSteps(steps.generate, steps.score)), steps
 
 
 def _reference_counts(oracle: torch.Tensor, n_initial: int) -> list[int]:
@@ -58,51 +85,31 @@ def test_has_contrast_ignores_unscorable_rollouts():
 
 @pytest.mark.parametrize("n_initial,n", [(4, 16), (3, 10), (2, 2), (1, 7)])
 def test_waves_match_a_per_group_reference(n_initial, n):
-    """Against a per-group loop over 200 random oracles: the final counts, the NaN-padded slot matrix, each rollout
-    requested exactly once, one uniform size per wave, and only groups without contrast ever topped up."""
+    """Against a per-group loop over 60 random oracles: the final counts, the NaN-padded slot matrix, each rollout
+    generated exactly once, one uniform request size per wave, and only groups without contrast ever topped up."""
     gen = torch.Generator().manual_seed(n_initial * 100 + n)
-    for _ in range(200):
+    for _ in range(60):
         g = int(torch.randint(1, 9, (1,), generator=gen))
         oracle = _oracle(g, n, gen)
-        requested = torch.zeros(g, n, dtype=torch.long)
-        calls = []
-
-        def generate(groups, first_slot, size, oracle=oracle, requested=requested, calls=calls):
-            assert groups.dtype == torch.long and (groups.diff() > 0).all(), "groups in ascending order"
-            calls.append((groups.tolist(), first_slot, size))
-            requested[groups, first_slot : first_slot + size] += 1
-            return oracle[groups, first_slot : first_slot + size]
-
-        waves = top_up_waves(g, n_initial, n, generate)
+        rollouts, steps = _waves(oracle, n_initial)
         expected = _reference_counts(oracle, n_initial)
-        assert waves.counts.tolist() == expected
-        filled = generated_slots(waves.counts, n)
-        assert torch.equal(requested, filled.long()), "every generated slot once, nothing else"
-        assert torch.equal(waves.rewards.isnan(), oracle.isnan() | ~filled)
-        assert torch.allclose(waves.rewards[filled], oracle[filled], equal_nan=True)
+        assert rollouts.counts.tolist() == expected == steps.served, "every generated slot once, nothing else"
+        filled = generated_slots(rollouts.counts, n)
+        rewards = rollouts.rewards_per_func.view(g, n)
+        assert torch.equal(rewards.isnan(), oracle.isnan() | ~filled)
+        assert torch.allclose(rewards[filled], oracle[filled], equal_nan=True)
         schedule = count_schedule(n_initial, n)
-        assert waves.waves == len(calls) == sum(any(c >= s for c in expected) for s in schedule)
-        steps = [(before, after - before) for before, after in zip([0, *schedule[:-1]], schedule, strict=True)]
-        assert [(first, size) for _, first, size in calls] == steps[: len(calls)]
-        assert calls[0][0] == list(range(g)), "the first wave generates n_initial for every group"
+        assert rollouts.calls == len(steps.calls) == sum(any(c >= s for c in expected) for s in schedule)
+        sizes = [after - before for before, after in zip([0, *schedule[:-1]], schedule, strict=True)]
+        assert [request for _, request in steps.calls] == sizes[: len(steps.calls)]
+        assert steps.calls[0][0] == [group for group in range(g) for _ in range(n_initial)], "n_initial for all"
+        assert rollouts.metrics["waves"] == rollouts.calls and rollouts.metrics["rollouts_padding"] == 0
 
 
 def test_waves_stop_when_every_group_has_contrast():
     """Groups that disagree after the first wave get nothing more: one wave, n_initial each."""
-    calls = []
-
-    def generate(groups, first_slot, size):
-        calls.append(size)
-        return torch.arange(size, dtype=torch.float).expand(groups.numel(), -1)
-
-    waves = top_up_waves(3, 4, 16, generate)
-    assert calls == [4] and waves.waves == 1 and waves.counts.tolist() == [4, 4, 4]
-
-
-def test_waves_reject_a_wrong_shape_from_the_generator():
-    """The callback must return [groups, size] rewards; anything else is a clear error, not a silent mis-placement."""
-    with pytest.raises(ValueError, match=r"expected rewards of shape \(2, 4\)"):
-        top_up_waves(2, 4, 8, lambda groups, first_slot, size: torch.zeros(size))
+    rollouts, steps = _waves(torch.arange(16.0).expand(3, -1), n_initial=4)
+    assert [request for _, request in steps.calls] == [4] and rollouts.counts.tolist() == [4, 4, 4]
 
 
 def test_lockstep_rows_and_gathered_rows():
@@ -145,16 +152,17 @@ def test_down_samplers_never_keep_an_unfilled_slot(rule):
     None (NaN) for generated rollouts, including groups with no scored rollout at all."""
     sampler = get_down_sampler(rule)
     gen = torch.Generator().manual_seed(7)
-    for _ in range(300):
+    for _ in range(80):
         n = int(torch.randint(2, 17, (1,), generator=gen))
         m = int(torch.randint(1, n + 1, (1,), generator=gen))
         n_initial = int(torch.randint(m, n + 1, (1,), generator=gen))
         g = int(torch.randint(1, 6, (1,), generator=gen))
         oracle = _oracle(g, n, gen, p_nan=float(torch.rand(1, generator=gen)))
         oracle[0] = NAN  # a group nobody could score
-        waves = top_up_waves(g, n_initial, n, lambda groups, first, size, o=oracle: o[groups, first : first + size])
-        kept = sampler(waves.rewards, m, generator=torch.Generator().manual_seed(0))
-        assert (kept < waves.counts.unsqueeze(1)).all(), (waves.rewards, kept)
+        rollouts, _ = _waves(oracle, n_initial)
+        rewards = rollouts.rewards_per_func.view(g, n)
+        kept = sampler(rewards, m, generator=torch.Generator().manual_seed(0))
+        assert (kept < rollouts.counts.unsqueeze(1)).all(), (rewards, kept)
 
 
 def test_cross_group_selection_keeps_only_generated_slots():

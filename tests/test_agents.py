@@ -175,6 +175,35 @@ def test_environment_factory(tool_model_path, tmp_path, form):
         assert any(prompt[-1]["content"].endswith(" Count.") for prompt in rollouts.prompts)
 
 
+class AskingEnv(AdderEnv):
+    """An environment that owns the data: its reset asks the row's question, so the dataset needs no prompt column."""
+
+    def reset(self, a: int = 0, b: int = 0, **kwargs) -> str:
+        super().reset(str(a + b))
+        return question(a, b)[0]["content"]
+
+
+def test_all_rollouts_table_shows_the_prompts_the_environments_produced(tool_model_path, tmp_path):
+    """pods_log_all_rollouts with an environment dataset without a prompt column (TRL allows one: each reset
+    supplies the prompt): the completions table shows every rollout with the prompt it was generated from, the one
+    the environment's reset produced (it used to raise KeyError: 'prompt', or show the dataset's prompt)."""
+    model, tokenizer = load(tool_model_path)
+    dataset = Dataset.from_dict({"a": [1, 3], "b": [2, 4]})
+    config = pods_config(
+        tmp_path, pods_n=4, pods_m=2, per_device_train_batch_size=4, max_steps=1, max_completion_length=48,
+        log_completions=True, pods_log_all_rollouts=True,
+    )  # fmt: skip
+    trainer = RowSpy(
+        model, None, config, train_dataset=dataset, processing_class=tokenizer, environment_factory=AskingEnv
+    )
+    trainer.train()
+    rollouts = trainer.records[-1]["phase1"]["rollouts"]
+    assert list(trainer._logs["prompt"]) == rollouts.prompts and len(rollouts.prompts) == 8
+    asked = {prompt[-1]["content"] for prompt in rollouts.prompts}
+    assert asked == {"What is 1 plus 2?", "What is 3 plus 4?"}, asked
+    assert list(trainer._logs["extra"]["kept"]).count(True) == 4
+
+
 class CountingRollouts:
     """A `rollout_func`: random completions (4-6 tokens then EOS), each numbered; extra fields `rollout_index` (one
     per row), `source` (shared) and `env_mask` (the last token masked as environment feedback)."""
@@ -293,16 +322,13 @@ def test_tools_with_pods_modes(tool_model_path, tmp_path, options):
 @pytest.mark.parametrize(
     ("feature", "options", "message"),
     [
-        ("tools", dict(pods_generation="adaptive", pods_n_initial=2), "pods_generation='adaptive' cannot be combined"),
-        ("environment_factory", dict(pods_generation="budgeted", pods_budget=4), "'budgeted' cannot be combined"),
-        ("rollout_func", dict(pods_generation="refill"), "pods_generation='refill' cannot be combined"),
         ("rollout_func", dict(pods_generation_chunk_size=2), "pods_generation_chunk_size cannot split"),
         ("image column", {}, "environment_factory with image inputs"),
     ],
 )
 def test_refuses_what_cannot_be_down_sampled(tool_model_path, tmp_path, feature, options, message):
-    """Adaptive, budgeted and refill generation with tools, environments or rollout_func, a generation chunk size
-    with rollout_func, and environments with image inputs are refused at construction with what to change."""
+    """A generation chunk size with rollout_func, and environments with image inputs, are refused at construction
+    with what to change (every generation mode is accepted with tools, environments and rollout_func)."""
     model, tokenizer = load(tool_model_path)
     config = pods_config(tmp_path, pods_n=4, pods_m=2, per_device_train_batch_size=4, max_steps=1, **options)
     dataset = tool_dataset([(1, 2), (3, 4)])

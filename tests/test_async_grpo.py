@@ -4,23 +4,33 @@ tests/test_async_grpo_vllm.py."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import inspect
 import itertools
+import multiprocessing
 import queue
 import re
 import shlex
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
+from accelerate.state import PartialState
 from trl.experimental.async_grpo.async_rollout_worker import RolloutGroup, TrainingSequence, _AsyncRolloutLoop
 from vllm_real import async_tokenizer
 
 from trl_pods.advantages import population_group_advantages
 from trl_pods.async_cpu import varlen_attention
-from trl_pods.async_grpo import DROPPED_GROUPS, PODSAsyncGRPOConfig, PODSRolloutLoop, select_rollouts
+from trl_pods.async_grpo import (
+    DroppedGroupReports,
+    PODSAsyncGRPOConfig,
+    PODSRolloutLoop,
+    resume_position,
+    select_rollouts,
+)
 from trl_pods.down_sampling import get_down_sampler
 
 
@@ -60,24 +70,32 @@ def first_token_reward(completion_ids, **kwargs) -> list[float]:
     return [float(ids[0]) for ids in completion_ids]
 
 
-def _loop(cls, tokenizer, n: int, **pods) -> _AsyncRolloutLoop:
-    metrics = queue.Queue()
+def _loop(cls, tokenizer, n: int, metrics: queue.Queue | None = None, **pods) -> _AsyncRolloutLoop:
+    """TRL's rollout loop (or a subclass), in this process: a plain queue for the rollouts and one for the metrics,
+    and nothing to generate with (the tests hand it generated groups). Accelerate's state is set up first, as TRL's
+    child process does: the loop logs through accelerate."""
+    PartialState()
     return cls(
         model_name="tiny",
         dataset=[],
         reward_funcs=[first_token_reward],
         processing_class=tokenizer,
         eos_token_ids=[tokenizer.eos_token_id],
-        rollout_buffer=None,
+        rollout_buffer=queue.Queue(),
         model_version_value=None,
-        heartbeat_value=None,
+        heartbeat_value=SimpleNamespace(value=0.0),
         failed_event=None,
         exception_info_queue=None,
-        metrics_queue=metrics,
+        metrics_queue=queue.Queue() if metrics is None else metrics,
         num_generations=n,
         max_inflight_tasks=1,
         **pods,
     )
+
+
+def _reports(maxsize: int = 0) -> DroppedGroupReports:
+    """The worker-to-trainer report channel, both ends in this process: a plain queue, a real shared integer."""
+    return DroppedGroupReports(queue.Queue(maxsize=maxsize), multiprocessing.get_context("spawn").Value("q", 0))
 
 
 def _group(rewards: list[int], group_id: int = 0, forked: int | None = None) -> RolloutGroup:
@@ -120,28 +138,73 @@ def test_worker_with_n_equal_to_m_queues_exactly_what_trls_worker_queues(tiny_mo
     tokenizer = async_tokenizer(tiny_model_path)
     rewards = [3, 1, 4, 1]
     trl = _score(_loop(_AsyncRolloutLoop, tokenizer, 4), _group(rewards))
-    pods = _score(_loop(PODSRolloutLoop, tokenizer, 4, pods_m=4, pods_generation="fixed", **POD), _group(rewards))
+    pods = _loop(PODSRolloutLoop, tokenizer, 4, pods_m=4, pods_generation="fixed", dropped_groups=_reports(), **POD)
+    pods = _score(pods, _group(rewards))
     assert [s.advantage for s in pods] == pytest.approx([s.advantage for s in trl], abs=1e-12)
     assert [s.input_ids.tolist() for s in pods] == [s.input_ids.tolist() for s in trl]
 
 
 def test_worker_keeps_m_of_n_whole_conversations_and_drops_groups_without_contrast(tiny_model_path):
     """N = 6, M = 2: the worker queues the two extreme rollouts (a forked conversation with both its rows), with
-    advantages over the two; with pods_generation="refill" a constant group queues nothing and its id reaches the
-    trainer with the next metrics."""
+    advantages over the two; with pods_generation="refill" a constant group queues nothing, is counted in the `pods/*`
+    metrics, and its id reaches the trainer as a dropped group."""
     tokenizer = async_tokenizer(tiny_model_path)
-    loop = _loop(PODSRolloutLoop, tokenizer, 6, pods_m=2, pods_generation="refill", **POD)
+    reports = _reports()
+    loop = _loop(PODSRolloutLoop, tokenizer, 6, pods_m=2, pods_generation="refill", dropped_groups=reports, **POD)
     samples = loop._loop.run_until_complete(loop._score_group(_group([9, 2, 4, 30, 5, 6], forked=3)))
     assert [s.input_ids[2] for s in samples] == [2, 30, 30]
     assert [s.advantage for s in samples] == pytest.approx([-1.0, 1.0, 1.0])
     assert _score(loop, _group([8] * 6, group_id=1)) == []
+    assert reports.receive() == {1}
     loop._push_metrics({})
     payload = loop._metrics_queue.get_nowait()
-    assert payload[DROPPED_GROUPS] == (1,)
     assert payload["pods/groups_dropped_total"] == 1 and payload["pods/rollouts_queued_total"] == 2
     assert payload["pods/rollouts_generated_total"] == 12
     assert payload["pods/frac_zero_std_groups_all"] == (1.0, 2)
     assert payload["pods/reward_mean_kept"] == (32.0, 2)
+
+
+def test_dropped_groups_reach_the_trainer_past_full_queues(tiny_model_path):
+    """TRL's score loop (`_score_loop`: score, push metrics, queue the kept rows) with PODS's drops, its metrics queue
+    full throughout, and a report channel with room for one report: a report the channel refused is superseded by the
+    next one sent, so the trainer's resume position catches up with every drop instead of stopping at the first lost
+    one; it never passes a group neither trained nor dropped; a report repeats only the drops the trainer has not
+    confirmed."""
+    tokenizer = async_tokenizer(tiny_model_path)
+    metrics = queue.Queue(maxsize=1)
+    metrics.put({"filled": 1.0})
+    reports = _reports(maxsize=1)
+    loop = _loop(
+        PODSRolloutLoop, tokenizer, 4, metrics, pods_m=2, pods_generation="refill", dropped_groups=reports, **POD
+    )
+    constant, contrast = [5, 5, 5, 5], [1, 2, 3, 4]
+
+    def score(*groups: tuple[int, list[int]]) -> list[int]:
+        """Run TRL's score loop over these (group id, rewards); the ids of the groups it queued rows of."""
+        for group_id, rewards in groups:
+            loop._groups_to_score.put_nowait(_group(rewards, group_id=group_id))
+        loop._groups_to_score.put_nowait(None)
+        loop._loop.run_until_complete(loop._score_loop(asyncio.Event()))
+        return sorted({loop.rollout_buffer.get_nowait().group_id for _ in range(loop.rollout_buffer.qsize())})
+
+    trained, dropped = set(), set()
+    try:
+        trained.update(score((0, constant), (1, constant), (2, contrast), (3, constant)))
+        dropped |= reports.receive()
+        assert (trained, dropped) == ({2}, {0}), "the channel had room for the first report only"
+        assert resume_position(trained, dropped) == (1, 0), "behind, but never past group 1 (dropped, not known)"
+        trained.update(score((4, contrast), (5, constant)))
+        dropped |= reports.receive()
+        assert dropped == {0, 1, 3}, "the first report sent after the trainer read repeats the refused drops"
+        assert resume_position(trained, dropped) == (5, 2)
+        trained.update(score((6, contrast)))
+        assert reports._reports.queue[0] == (4, (5,)), "only the drop the trainer has not confirmed is repeated"
+        dropped |= reports.receive()
+        assert resume_position(trained, dropped) == (7, 3)
+        assert list(metrics.queue) == [{"filled": 1.0}], "every metrics push was lost"
+    finally:
+        loop._loop.close()
+        loop._tool_pool.shutdown()
 
 
 def test_varlen_attention_equals_causal_attention_of_each_sample():
@@ -227,26 +290,52 @@ def test_async_recipe_server_and_training_commands_fit_together(recipe, tmp_path
     assert config.pods_n > config.pods_m and config.num_generations == config.pods_m
 
 
+def _in_order(source: str, *parts: str) -> bool:
+    """Whether ``source`` holds every one of ``parts``, in this order."""
+    positions = [source.find(part) for part in parts]
+    return -1 not in positions and positions == sorted(positions)
+
+
 def test_trl_async_seams_that_pods_relies_on():
     """TRL 1.16's asynchronous trainer internals that PODS overrides or reads: if an upgrade moves one, this fails
-    instead of PODS silently queuing every rollout. The worker class is a class attribute whose loop receives the
-    worker's extra keyword arguments; `_score_group` is a coroutine of the group; metrics go through
-    `_push_metrics` with `_counters` and `_rates`; the trainer builds TRL's worker itself, writes the resume position
-    in `_save_checkpoint`, and looks up the attention kernel and the peak FLOPs by module-level name."""
-    from trl.experimental.async_grpo import async_grpo_trainer, packing
+    instead of PODS silently queuing every rollout or resuming at the wrong prompt. The worker class is a class
+    attribute, handed to the spawned child with the loop's keyword arguments (only the latter test-pickled), and the
+    loop receives the worker's extra keyword arguments; `_score_group` is a coroutine of the group; metrics go through
+    `_counters` and `_rates`; the trainer builds TRL's worker itself, writes `rollout_state.json` before Trainer's
+    checkpoint, reads it back into the worker's start and the epoch count, and looks up the attention kernel and the
+    peak FLOPs by module-level name. Trainer saves the RNG state before what completes a checkpoint, and restores it
+    once before the first step of a resumed run (TRL skips no data)."""
+    from transformers import Trainer
+    from trl.experimental.async_grpo import async_grpo_trainer, async_rollout_worker, packing
     from trl.experimental.async_grpo.async_grpo_trainer import AsyncGRPOTrainer
     from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker
 
     assert AsyncRolloutWorker._loop_cls is _AsyncRolloutLoop
     worker_parameters = list(inspect.signature(AsyncRolloutWorker).parameters)
     assert worker_parameters == ["queue_maxsize", "child_ready_timeout", "loop_kwargs"]
+    start = inspect.getsource(AsyncRolloutWorker.start)
+    assert "pickle.dumps(self._loop_kwargs)" in start and _in_order(start, "self._loop_cls,", "self._loop_kwargs,")
+    assert "rollout_loop = loop_cls(\n        **loop_kwargs," in inspect.getsource(async_rollout_worker._child_main)
     assert inspect.iscoroutinefunction(_AsyncRolloutLoop._score_group)
     assert list(inspect.signature(_AsyncRolloutLoop._score_group).parameters) == ["self", "group"]
-    assert list(inspect.signature(_AsyncRolloutLoop._push_metrics).parameters) == ["self", "values"]
     init = inspect.getsource(_AsyncRolloutLoop.__init__)
     assert "self._counters" in init and "self._rates" in init
     assert "self.rollout_worker = AsyncRolloutWorker(" in inspect.getsource(AsyncGRPOTrainer.__init__)
-    assert '"prompt_index"' in inspect.getsource(AsyncGRPOTrainer._save_checkpoint)
+    save = inspect.getsource(AsyncGRPOTrainer._save_checkpoint)
+    assert _in_order(save, "first_untrained = next(", '"rollout_state.json"', "super()._save_checkpoint(")
+    resume = inspect.getsource(AsyncGRPOTrainer._inner_training_loop)
+    assert _in_order(resume, '"dataset_start_index"] = rollout_state["prompt_index"]', "super()._inner_training_loop(")
+    assert 'self._groups_before_resume = rollout_state["prompt_index"]' in resume
+    epoch_stop = inspect.getsource(async_grpo_trainer._EpochStopCallback.on_step_end)
+    assert "self._trainer._groups_before_resume + len(self._trainer._trained_groups)" in epoch_stop
+    assert "self.args.ignore_data_skip = True" in inspect.getsource(AsyncGRPOTrainer.__init__)
+    checkpoint = inspect.getsource(Trainer._save_checkpoint)
+    completion = ("self.state.save_to_json(", "self._push_from_checkpoint(", "rotate_checkpoints(")
+    assert _in_order(checkpoint, "self._save_rng_state(output_dir)", *completion)
+    epoch = inspect.getsource(Trainer._run_epoch)
+    assert _in_order(
+        epoch, "elif steps_trained_in_current_epoch == 0:", "self._load_rng_state(resume_from_checkpoint)"
+    )
     assert "self._step_samples = 0.0" in inspect.getsource(AsyncGRPOTrainer._log_step_metrics)
     assert "_flash_attn().flash_attn_varlen_func(" in inspect.getsource(packing.tree_attention)
     assert "get_peak_flops_per_device(" in inspect.getsource(AsyncGRPOTrainer.__init__)

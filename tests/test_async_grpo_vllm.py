@@ -1,9 +1,11 @@
 """PODS in TRL's asynchronous trainer on a real `vllm serve` (vLLM's CPU build), with LoRA weight sync.
 
 One module server (`OpenAIServer`, stopped by its PID) serves two short runs: PODS 8 -> 2 with dynamic sampling for
-3 steps (checkpoint at step 2), then a resume from that checkpoint. The reward (`vllm_real.recorded_reward`) records
-every group the worker scores; the trainer's collator is wrapped to record every row it trains on. So the tests
-compare what was generated and scored (in the worker's child process) with what was trained (in this one).
+3 steps (checkpoint at step 2), then a resume from that checkpoint for half an epoch, with TRL's metrics queue full.
+The reward (`vllm_real.recorded_reward`) records every group the worker scores; the trainer's collator is wrapped to
+record every row it trains on, and the writing of a checkpoint's trainer state (which completes it) to record the
+checkpoint's resume position at that moment. So the tests compare what was generated and scored (in the worker's child
+process) with what was trained (in this one), and with what a checkpoint holds.
 """
 
 from __future__ import annotations
@@ -11,7 +13,10 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import math
+import multiprocessing
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -38,30 +43,58 @@ def server(vllm_model_path, tmp_path_factory):
     server.stop()
 
 
-def _train(model_path: Path, server: OpenAIServer, out: Path, steps: int, resume: str | None = None):
-    """Train PODS 8 -> 2 with dynamic sampling and LoRA against ``server``; return the trainer, the rows it trained
-    on (per micro-batch, as the collator saw them) and the groups the worker scored."""
+@dataclass
+class Run:
+    """A training run: its trainer, the rows of each micro-batch collated (as the collator saw them), the groups the
+    worker scored, and each checkpoint's `rollout_state.json` with the micro-batches collated so far, both taken when
+    Trainer wrote the checkpoint's trainer state."""
+
+    trainer: object
+    batches: list[list[dict]]
+    scored: list[dict]
+    completed: dict[str, tuple[dict, int]]
+
+
+def _train(
+    model_path: Path,
+    server: OpenAIServer,
+    out: Path,
+    steps: int,
+    resume: str | None = None,
+    epochs: float | None = None,
+    full_metrics_queue: bool = False,
+) -> Run:
+    """Train PODS 8 -> 2 with dynamic sampling and LoRA against ``server`` for ``steps`` steps, or ``epochs`` epochs
+    when given; with ``full_metrics_queue``, TRL's metrics queue has room for one push per logging step."""
     from datasets import Dataset
+    from transformers.trainer_callback import TrainerState
     from trl.experimental.async_grpo.async_grpo_trainer import DataCollatorForRollout
 
     from trl_pods.async_cpu import use_async_trainer_on_cpu
-    from trl_pods.async_grpo import PODSAsyncGRPOConfig, PODSAsyncGRPOTrainer
+    from trl_pods.async_grpo import ROLLOUT_STATE, PODSAsyncGRPOConfig, PODSAsyncGRPOTrainer
 
     record = out / "rewards.jsonl"
-    batches = []
-    collate = DataCollatorForRollout.torch_call
+    batches, completed = [], {}
+    collate, save_state = DataCollatorForRollout.torch_call, TrainerState.save_to_json
 
     def recording(self, examples):
         batches.append([sample for row in examples[0] for sample in row.samples])
         return collate(self, examples)
 
+    def completing(self, json_path):
+        rollout_state = Path(json_path).parent / ROLLOUT_STATE
+        if rollout_state.is_file():
+            completed[rollout_state.parent.name] = (json.loads(rollout_state.read_text()), len(batches))
+        save_state(self, json_path)
+
+    length = dict(max_steps=steps) if epochs is None else dict(num_train_epochs=epochs)
     config = PODSAsyncGRPOConfig(
         output_dir=str(out),
         pods_n=N,
         pods_m=M,
         pods_generation="refill",
         per_device_train_batch_size=4,
-        max_steps=steps,
+        token_budget=0,  # micro-batches of 4 rows: 2 groups
         max_completion_length=8,
         learning_rate=5e-2,
         max_staleness=STALENESS,
@@ -73,6 +106,7 @@ def _train(model_path: Path, server: OpenAIServer, out: Path, steps: int, resume
         report_to=[],
         disable_tqdm=True,
         seed=0,
+        **length,
     )
     dataset = Dataset.from_dict(
         {"prompt": [[{"role": "user", "content": f"What is {i} plus {i + 1}?"}] for i in range(PROMPTS)]}
@@ -82,22 +116,37 @@ def _train(model_path: Path, server: OpenAIServer, out: Path, steps: int, resume
     with pytest.MonkeyPatch.context() as patch:
         use_async_trainer_on_cpu(patch.setattr)
         patch.setattr(DataCollatorForRollout, "torch_call", recording)
-        trainer = PODSAsyncGRPOTrainer(
+        patch.setattr(TrainerState, "save_to_json", completing)
+        trainer = PODSAsyncGRPOTrainer(  # train_dataset positional, as TRL's trainer takes it
             str(model_path),
             functools.partial(recorded_reward, str(record)),
             config,
-            train_dataset=dataset,
+            dataset,
             processing_class=async_tokenizer(model_path),
             peft_config=lora,
         )
+        if full_metrics_queue:
+            metrics = multiprocessing.get_context("spawn").Queue(maxsize=1)
+            metrics.put({})
+            trainer.rollout_worker.metrics_queue = metrics  # what the worker's child will push to
         trainer.train(resume_from_checkpoint=resume)
     scored = [json.loads(line) for line in record.read_text().splitlines()]
-    return trainer, batches, scored
+    return Run(trainer, batches, scored, completed)
 
 
 @pytest.fixture(scope="module")
 def run(vllm_model_path, server, tmp_path_factory):
     return _train(vllm_model_path, server, tmp_path_factory.mktemp("pods-async"), steps=3)
+
+
+RESUMED_EPOCHS = 0.75  # of PROMPTS: 12 trained prompts in all
+
+
+@pytest.fixture(scope="module")
+def resumed(run, vllm_model_path, server, tmp_path_factory):
+    checkpoint = Path(run.trainer.args.output_dir) / "checkpoint-2"
+    out = tmp_path_factory.mktemp("pods-async-resumed")
+    return _train(vllm_model_path, server, out, 0, str(checkpoint), RESUMED_EPOCHS, full_metrics_queue=True)
 
 
 def _completion(sample: dict) -> tuple[int, ...]:
@@ -121,8 +170,7 @@ def test_kept_rows_are_a_max_variance_m_of_the_n_scored(run):
     """Every group the trainer sees is M of the N rollouts the worker scored, with the largest reward variance of
     any M of them, and advantages normalised over those M as TRL's asynchronous trainer normalises a group (minus the
     mean, over the population std + 1e-8)."""
-    _, batches, scored = run
-    groups = _trained_groups(batches, scored)
+    groups = _trained_groups(run.batches, run.scored)
     assert len(groups) >= 3
     complete = [(origin, rows) for origin, rows in groups if len(rows) == M]
     assert len(complete) >= len(groups) - 1, "only the run's last group may be cut short by the end of training"
@@ -138,16 +186,15 @@ def test_kept_rows_are_a_max_variance_m_of_the_n_scored(run):
 def test_groups_without_contrast_are_dropped_and_never_reach_the_trainer(run):
     """Dynamic sampling in the worker: groups whose N rewards are all equal (the even prompts) were scored but none
     of their rows was trained on; the worker counted them as dropped and went on to other prompts."""
-    trainer, batches, scored = run
-    constant = [g for g in scored if len(set(g["rewards"])) == 1]
+    constant = [g for g in run.scored if len(set(g["rewards"])) == 1]
     assert constant, "the even prompts give groups without contrast"
-    for origin, _ in _trained_groups(batches, scored):
+    for origin, _ in _trained_groups(run.batches, run.scored):
         assert origin["prompt"] % 2 == 1
         assert len(set(origin["rewards"])) > 1
-    logs = trainer.state.log_history
+    logs = run.trainer.state.log_history
     dropped = sum(entry.get("pods/groups_dropped_total", 0) for entry in logs)
     generated = sum(entry.get("pods/rollouts_generated_total", 0) for entry in logs)
-    assert 0 < dropped <= len(constant) and generated <= N * len(scored)
+    assert 0 < dropped <= len(constant) and generated <= N * len(run.scored)
     assert all(
         entry["pods/frac_zero_std_groups_kept"] == 0 for entry in logs if "pods/frac_zero_std_groups_kept" in entry
     )
@@ -168,14 +215,13 @@ def test_trainer_and_engine_log_probs_agree_at_the_first_step(run, vllm_model_pa
     and sampler (through the CPU tree attention) is ~0."""
     from transformers import AutoModelForCausalLM
 
-    trainer, batches, _ = run
     initial = AutoModelForCausalLM.from_pretrained(vllm_model_path).eval()
-    for sample in batches[0]:
+    for sample in run.batches[0]:
         mask = sample["completion_mask"].tolist()
         engine = torch.tensor(sample["old_log_probs"])[torch.tensor(mask, dtype=torch.bool)]
         gap = (engine - _hf_logps(initial, sample["input_ids"].tolist(), mask)).abs().max().item()
         assert gap < ALIGNED, gap
-    assert trainer.state.log_history[0]["kl"] < 1e-5
+    assert run.trainer.state.log_history[0]["kl"] < 1e-5
 
 
 def test_engine_serves_the_trained_adapter_after_a_sync(run, server, vllm_model_path):
@@ -183,7 +229,7 @@ def test_engine_serves_the_trained_adapter_after_a_sync(run, server, vllm_model_
     the trainer), which training moved far from the initial model's."""
     from transformers import AutoModelForCausalLM
 
-    trainer, _, _ = run
+    trainer = run.trainer
     adapter = f"trl-policy-v{trainer.model_version}"
     assert adapter in server.adapters()
     tokenizer = async_tokenizer(vllm_model_path)
@@ -203,19 +249,55 @@ def test_engine_serves_the_trained_adapter_after_a_sync(run, server, vllm_model_
     assert gap < SERVED < 10 * SERVED < initial_gap, (gap, initial_gap)
 
 
-def test_resume_from_a_checkpoint(run, server, vllm_model_path, tmp_path):
+def _collated_groups(batches: list[list[dict]]) -> set[int]:
+    """Ids of the groups with a row in ``batches``: TRL counts a group as trained once a row of it is collated."""
+    return {sample["group_id"] for sample in itertools.chain(*batches)}
+
+
+def _check_position(run: Run, checkpoint: str, start: int, trained_before: int) -> dict:
+    """The checkpoint's resume position, as the checkpoint held it when it became complete and after: every group of
+    the run (started at ``start``) below it was trained or dropped (an even prompt, no contrast), and every group
+    trained by then lies below it (the position is not held back at a group whose drop was reported); its
+    `groups_trained` adds the prompts the run trained to the ``trained_before`` it resumed with. Returns the rollout
+    state."""
+    state = json.loads((Path(run.trainer.args.output_dir) / checkpoint / "rollout_state.json").read_text())
+    at_completion, collated = run.completed[checkpoint]
+    assert state == at_completion, "the position was rewritten after the checkpoint was complete"
+    trained = {start + group for group in _collated_groups(run.batches[:collated])}
+    position = state["prompt_index"]
+    assert trained and max(trained) < position, (sorted(trained), position)
+    assert all(group in trained or group % 2 == 0 for group in range(start, position))
+    assert state["groups_trained"] == trained_before + len(trained)
+    return state
+
+
+def test_checkpoint_holds_pods_resume_position_when_it_completes(run):
     """The step-2 checkpoint's resume position counts dropped prompts as visited (TRL's own counts trained ones only,
-    and prompt 0, without contrast, is never trained: it would restart at 0); the resumed run starts its worker
-    there, keeps numbering the adapters from the checkpoint's version, and finishes the third step."""
-    first, _, scored = run
-    checkpoint = Path(first.args.output_dir) / "checkpoint-2"
-    state = json.loads((checkpoint / "rollout_state.json").read_text())
+    and prompt 0, without contrast, is never trained: it would restart at 0), from the moment Trainer completes the
+    checkpoint by writing its trainer state; it keeps the policy version for the adapters' names."""
+    state = _check_position(run, "checkpoint-2", start=0, trained_before=0)
+    assert run.completed["checkpoint-2"][1] == 3, "accelerate's dispatcher collates one micro-batch ahead (docs)"
     assert state["model_version"] == 3, "initial sync, then one per step"
-    assert 0 < state["prompt_index"] <= len(scored)
     visits = Counter(group % PROMPTS for group in range(state["prompt_index"]))  # groups cycle through the prompts
-    assert visits <= Counter(g["prompt"] for g in scored), "every group before the resume position was scored"
-    resumed, batches, rescored = _train(vllm_model_path, server, tmp_path, steps=3, resume=str(checkpoint))
-    assert resumed.state.global_step == 3 and len(batches) >= 1
-    in_flight_first = {(state["prompt_index"] + k) % PROMPTS for k in range(2)}  # 2 groups in flight (N = 8 of 16)
-    assert rescored[0]["prompt"] in in_flight_first
-    assert resumed.model_version == 5 and f"trl-policy-v{resumed.model_version}" in server.adapters()
+    assert visits <= Counter(g["prompt"] for g in run.scored), "every group before the resume position was scored"
+
+
+def test_resumed_run_continues_and_ends_its_epoch_on_trained_prompts(run, resumed, server):
+    """A resume from the step-2 checkpoint, for 0.75 epochs (12 trained prompts), with TRL's metrics queue full: its
+    worker starts at the checkpoint's position; the adapters' numbering goes on from the checkpoint's version; the run
+    stops at the first step that brings the prompts trained, before the checkpoint and since, to 12 (TRL's epoch,
+    resumed from the checkpoint's `groups_trained`: its position counts dropped prompts too); and its last
+    checkpoint's position is past every group it trained, though nearly every metrics push (once the carrier of
+    dropped groups) was lost."""
+    start = json.loads((Path(run.trainer.args.output_dir) / "checkpoint-2" / "rollout_state.json").read_text())
+    in_flight_first = {(start["prompt_index"] + k) % PROMPTS for k in range(2)}  # 2 groups in flight (N = 8 of 16)
+    assert resumed.scored[0]["prompt"] in in_flight_first
+    trainer = resumed.trainer
+    assert trainer.model_version == 3 + 1 + trainer.state.global_step - 2, "its initial sync, then one per step"
+    assert f"trl-policy-v{trainer.model_version}" in server.adapters()
+    target = math.ceil(RESUMED_EPOCHS * PROMPTS)
+    before = len(_collated_groups(run.batches[: run.completed["checkpoint-2"][1]]))
+    assert before + len(_collated_groups(resumed.batches)) >= target
+    assert before + len(_collated_groups(resumed.batches[:-1])) < target, "it went on past its epoch"
+    last = f"checkpoint-{trainer.state.global_step}"
+    _check_position(resumed, last, start=start["prompt_index"], trained_before=start["groups_trained"])

@@ -144,7 +144,7 @@ def test_adaptive_generation_defaults():
 @pytest.mark.parametrize(
     "options,message",
     [
-        (dict(pods_generation="dynamic"), "pods_generation must be one of"),
+        (dict(pods_generation="dynamic"), "Unknown generation mode 'dynamic'. Use one of 'adaptive', 'budgeted'"),
         (dict(pods_n_initial=8), "pods_n_initial only applies to pods_generation='adaptive'"),
         (dict(pods_generation="adaptive", pods_n_initial=2), r"pods_n_initial \(2\) must be between pods_m \(4\)"),
         (dict(pods_generation="adaptive", pods_n_initial=32), r"and pods_n \(16\)"),
@@ -208,3 +208,36 @@ def test_accepts_budgeted_generation_with_a_fractional_budget():
         pods_allocation="trl_pods.budget.contrast_probability",
     )
     assert config.pods_budget == 6.5 and config.pods_history_decay == 0.8
+
+
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        (dict(pods_generation="screened", pods_screen_ratio=2.5), "give whole numbers"),
+        (dict(pods_generation="screened", pods_screen_ratio=4.0), "give whole numbers"),
+        (dict(pods_generation="refill", pods_max_draws=2.0), "give whole numbers"),
+        (dict(pods_generation="screened", pods_screen_ratio=1), "a screen needs more prompts than it trains on"),
+        (dict(pods_generation="refill", pods_max_draws=0), "a screen needs more prompts than it trains on"),
+        (dict(pods_generation="refill", pods_cross_group=True, pods_advantage_scope="all"), "use one or the other"),
+        (
+            dict(pods_generation="refill", gradient_accumulation_steps=2, steps_per_generation=1),
+            r"steps_per_generation x num_iterations \(1\) must be a multiple of gradient_accumulation_steps \(2\)",
+        ),
+    ],
+    ids=["ratio-2.5", "ratio-4.0", "draws-2.0", "ratio-1", "draws-0", "cross-group", "epoch-ends-mid-step"],
+)
+def test_rejects_inconsistent_dynamic_sampling_options(options, message):
+    """Dynamic sampling counts prompts and draws in whole numbers (a float ratio used to pass the config and crash
+    the data loader: "batch_size should be a positive integer value, but got batch_size=80.0"), screens more
+    prompts than it trains, and a refill epoch, which ends when its prompts run out, must end an optimizer step."""
+    with pytest.raises(ValueError, match=message):
+        make(pods_m=4, pods_n=16, per_device_train_batch_size=8, **options)
+
+
+def test_refill_accepts_generations_spanning_optimizer_steps():
+    """A refill epoch ends after a whole generation: steps_per_generation a multiple of the accumulation is fine."""
+    config = make(
+        pods_m=4, pods_n=16, per_device_train_batch_size=8, pods_generation="refill", steps_per_generation=4,
+        gradient_accumulation_steps=2,
+    )  # fmt: skip
+    assert config.pods_max_draws == 3

@@ -1,31 +1,41 @@
-"""Dynamic sampling end to end on the tiny model (1 process): refill (DAPO) and screened (pilot, then commit) read a
-pool of prompts per generation, train on B of them (their M kept rows only reach phase 2), prefer groups with
-contrast, make at most `pods_max_draws` / exactly two generation calls on HF generate and on vLLM (stand-in, colocate
-and server), score every rollout once and log what they drew and trained."""
+"""Dynamic sampling end to end on the tiny model (1 process): refill (DAPO; the prompts it draws read on demand) and
+screened (pilot, then commit; a pool read per generation) generate for more prompts than they train on, train on B
+of them (their M kept rows only reach phase 2), prefer groups with contrast, make at most `pods_max_draws` / exactly
+two generation calls on HF generate and on vLLM (stand-in, colocate and server), score every rollout once and log
+what they drew and trained. A refill epoch generates for every prompt once."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
+import torch
 from helpers import RoleReward, load, pods_config, prompt_index, prompts_dataset, record_generate_sizes
 from test_trainer import SpyTrainer
 from vllm_standin import FakeVLLMGeneration, install
 
 from trl_pods.adaptive import has_contrast
+from trl_pods.loss_seams import use_full_group_advantages
 
 N, M, B, PROMPTS, STEPS = 4, 2, 2, 12, 3  # B prompts trained per generation
 ROLES = ("right", "wrong", "half")  # prompt i plays ROLES[i % 3]
 
 
 class GroupSpy(SpyTrainer):
-    """SpyTrainer that also keeps one input row per pool group."""
+    """SpyTrainer that also keeps one row per group of the layout (refill: None for a group never drawn)."""
+
+    def _generate_and_score(self, inputs, settings):
+        rollouts = super()._generate_and_score(inputs, settings)
+        self._rows = inputs if rollouts.rows is None else rollouts.rows
+        return rollouts
 
     def _generate_score_and_select(self, inputs):
         phase1 = super()._generate_score_and_select(inputs)
-        phase1["group_inputs"] = inputs[:: self.pods_n]
+        phase1["group_inputs"], phase1["epoch"] = self._rows[:: self.pods_n], self._epoch_replay.epoch
         return phase1
 
 
-def _train(model_path, out, generation: str, **options) -> tuple[GroupSpy, RoleReward]:
+def _train(model_path, out, generation: str, steps: int = STEPS, **options) -> tuple[GroupSpy, RoleReward]:
     model, tokenizer = load(model_path)
     config = pods_config(
         out,
@@ -33,7 +43,7 @@ def _train(model_path, out, generation: str, **options) -> tuple[GroupSpy, RoleR
         pods_m=M,
         pods_generation=generation,
         per_device_train_batch_size=B * M,
-        max_steps=STEPS,
+        max_steps=steps,
         **options,
     )
     reward = RoleReward(ROLES)
@@ -47,14 +57,14 @@ def _check(trainer: GroupSpy, reward: RoleReward, pool: int) -> list[dict]:
     assert len(trainer.selections) == STEPS
     for step, phase1 in enumerate(trainer.selections):
         counts, kept, rewards = phase1["counts"], phase1["kept"], phase1["rewards"]
-        assert counts.numel() == pool * B, "the data loader reads the pool"
+        assert counts.numel() == pool * B, "room for the pool: screened's, or refill's most draws"
         trained = kept.any(dim=1)
         assert int(trained.sum()) == B and kept.sum(1)[trained].tolist() == [M] * B
         if trainer.args.pods_generation == "refill":
             available = int((has_contrast(rewards) & (counts > 0)).sum())
             assert int(has_contrast(rewards[trained]).sum()) == min(B, available), "contrast first"
-        prompts = [prompt_index(row["prompt"]) for row in phase1["group_inputs"]]
-        assert [reward.seen[step, i] for i in prompts] == counts.tolist(), "every rollout is scored exactly once"
+        prompts = [prompt_index(row["prompt"]) for row in phase1["group_inputs"] if row is not None]
+        assert [reward.seen[step, i] for i in prompts] == counts[counts > 0].tolist(), "each rollout scored once"
     assert sum(rows for kind, rows in trainer.logp_passes if kind == "train") == STEPS * B * M
     logs = [e for e in trainer.state.log_history if "pods/prompts_drawn" in e]
     assert len(logs) == STEPS and all(e["pods/prompts_trained"] == B for e in logs)
@@ -75,6 +85,22 @@ def test_refill_draws_for_missing_groups_and_trains_on_groups_with_contrast(tiny
     assert [e["pods/prompts_drawn"] for e in logs] == [float((s["counts"] > 0).sum()) for s in trainer.selections]
 
 
+def test_a_refill_epoch_generates_for_every_prompt_once(tiny_model_path, tmp_path):
+    """Refill reads the loader's B prompts per generation and the prompts it draws only when it draws them: over an
+    epoch every prompt is generated for exactly once (all but a remainder smaller than B), so the epoch ends sooner
+    than TRL's len(dataloader) counts (6 generations), and a max_steps run goes on into the following epochs."""
+    trainer, _ = _train(tiny_model_path, tmp_path, "refill", steps=8, pods_max_draws=3)
+    assert len(trainer.selections) == 8, "the run reached max_steps over several epochs"
+    epochs: dict[int, list[int]] = {}
+    for phase1 in trainer.selections:
+        generated = [prompt_index(row["prompt"]) for row in phase1["group_inputs"] if row is not None]
+        epochs.setdefault(phase1["epoch"], []).extend(generated)
+    assert len(epochs) >= 2 and sum(phase1["epoch"] == 0 for phase1 in trainer.selections) < PROMPTS // B
+    for epoch, prompts in epochs.items():
+        assert len(prompts) == len(set(prompts)), f"epoch {epoch} generated for a prompt twice: {prompts}"
+    assert PROMPTS - len(epochs[0]) < B, f"the first epoch left more than a remainder: {sorted(epochs[0])}"
+
+
 def test_screened_pilots_the_pool_then_commits_the_chosen(tiny_model_path, tmp_path, monkeypatch):
     """Screened with HF generate: exactly two generate calls per generation (the pool's pilot, then the chosen
     prompts' remaining rollouts); when the pool offers both, the frontier rule always trains a prompt with pilot
@@ -93,8 +119,10 @@ def test_screened_pilots_the_pool_then_commits_the_chosen(tiny_model_path, tmp_p
             assert "half" in trained and trained.count("wrong") <= 1, (roles, trained)
             frontier_picks.append(trained.count("wrong"))
     assert 0 < sum(frontier_picks) < len(frontier_picks), frontier_picks
-    for entry in logs:
-        assert 0.0 <= entry["pods/predicted_contrast"] <= entry["pods/observed_contrast"] <= 1.0
+    for entry, phase1 in zip(logs, trainer.selections, strict=True):  # the chosen groups' pilot, then all N
+        chosen = phase1["rewards"][phase1["kept"].any(dim=1)]  # [B, N]
+        assert entry["pods/predicted_contrast"] == has_contrast(chosen[:, :2]).float().mean().item()
+        assert entry["pods/observed_contrast"] == has_contrast(chosen).float().mean().item()
 
 
 @pytest.mark.parametrize("mode", ["colocate", "server"])
@@ -135,3 +163,20 @@ def test_screened_combines_with_iterations_rounds_and_dropped_groups(tiny_model_
         assert len(trained) == B
         constant = [not has_contrast(rewards[g][kept[g]].unsqueeze(0)).item() for g in trained]
         assert phase1["dropped"].tolist() == [flag for flag in constant for _ in range(M)]
+
+
+def test_full_group_advantages_leave_untrained_groups_out_of_the_batch_std():
+    """pods_advantage_scope='all' with scale_rewards='batch': refill and screened leave groups of the generation
+    untrained; their rewards must not enter the batch std that scales the trained groups' advantages."""
+    nan = float("nan")
+    rewards = torch.tensor([[0.0, 1.0, 1.0, 0.0], [0.0, 100.0, nan, nan], [1.0, 0.0, 0.0, 0.0]])
+    kept = torch.tensor([[True, True, False, False], [False] * 4, [True, False, True, False]])  # group 1 untrained
+    trainer = SimpleNamespace(
+        scale_rewards="batch", accelerator=SimpleNamespace(process_index=0), _logs={"advantages": []}
+    )
+    output = {"advantages": torch.zeros(4)}
+    use_full_group_advantages(output, rewards, kept, trainer)
+    trained = rewards[[0, 2]]  # [2, 4]
+    expected = (trained - trained.mean(dim=1, keepdim=True)) / (trained.std() + 1e-4)
+    assert torch.allclose(output["advantages"], expected[kept[[0, 2]]])
+    assert trainer._logs["advantages"] == output["advantages"].tolist()

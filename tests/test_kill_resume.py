@@ -144,10 +144,11 @@ def test_killed_run_resumes_exactly(tiny_model_path, tmp_path, layout):
         assert after == [[4, 8], [4, 8]], f"allocations after the checkpoint come from the history: {after}"
 
 
-# Two processes, two trained prompts each per step, an epoch of 2 optimizer steps (8 training prompts; refill and
-# screened read a pool of 3 and 2 prompts per trained prompt, so 24 and 16). The checkpoint at step 3 lies one step
-# into epoch 1, so the resumed run skips a batch of a later epoch (accelerate's SkipBatchSampler around its
-# BatchSamplerShard) and must still see epoch 1's order, then epoch 2's.
+# Two processes, two trained prompts each per step, an epoch of 2 optimizer steps (8 training prompts; screened reads
+# a pool of 2 prompts per trained prompt, so 16). The checkpoint at step 3 lies one step into epoch 1, so the resumed
+# run skips a batch of a later epoch (accelerate's SkipBatchSampler around its BatchSamplerShard) and must still see
+# epoch 1's order, then epoch 2's. Refill reads the prompts it draws from its epoch's order: with rare rewards most
+# groups lack contrast, so its epochs of 24 prompts last fewer steps than TRL's 6, and the checkpoint lies after draws.
 RARE = ["--reward_funcs", "helpers.slow_rare_reward"]
 TWO_PROCESS_MODES = {
     "fixed": (["--reward_funcs", "helpers.slow_token_sum_reward"], 8),
@@ -188,7 +189,7 @@ def test_epoch_replay_gives_a_resumed_run_the_epochs_order():
     would replay epoch 0's order at epoch 2. Wrapped, epoch e yields the e-th order of the uninterrupted sequence."""
     from trl.trainer.utils import RepeatSampler
 
-    from trl_pods.resume import EpochReplay
+    from trl_pods.prompt_order import EpochReplay
 
     def sampler():
         return RepeatSampler(list(range(6)), mini_repeat_count=2, batch_size=3, seed=5)

@@ -1,21 +1,16 @@
-"""Dynamic sampling's pure parts (`trl_pods.screening`): the screening rules on pilot rewards, refill's choice among
-drawn groups, and the pool the data loader reads."""
+"""Dynamic sampling's pure parts (`trl_pods.screening`, `trl_pods.refill`): the screening rules on pilot rewards,
+refill's choice among drawn groups, and what each mode has the data loader read and the layout hold."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from trl_pods.screening import (
-    contrast_first,
-    frontier,
-    get_screen_rule,
-    missing_groups,
-    pool_factor,
-    random_screen,
-    refill_choice,
-    register_screen_rule,
-)
+from trl_pods.generation_modes import build_generation_mode
+from trl_pods.refill import missing_groups, refill_choice
+from trl_pods.screening import contrast_first, frontier, get_screen_rule, random_screen, register_screen_rule
 
 NAN = float("nan")
 PILOT = torch.tensor(
@@ -95,6 +90,23 @@ def test_refill_choice_takes_contrast_in_draw_order_then_fills_with_the_first_ot
     assert picked.tolist() == [1, 3] and filled == 0
 
 
-def test_pool_factor():
-    """The data loader reads the pool: screened ratio or refill's most draws per trained prompt, else 1."""
-    assert pool_factor("screened", 3, 5) == 3 and pool_factor("refill", 3, 5) == 5 and pool_factor("fixed", 3, 5) == 1
+def test_what_each_mode_reads_and_lays_out():
+    """The data loader reads screened's pool (its ratio of prompts per trained prompt), which its layout holds;
+    refill reads the batch only, and its layout keeps room for its most draws; the others read and lay out the
+    batch."""
+    config = SimpleNamespace(
+        pods_generation="fixed", pods_screen_ratio=3, pods_max_draws=4, pods_n_initial=2, pods_screen_rule="frontier",
+        pods_m=2, pods_n=4, pods_budget=3, pods_allocation="expected_signal", pods_history_size=10,
+        pods_history_decay=0.8,
+    )  # fmt: skip
+    layout = {}
+    for name in ("fixed", "adaptive", "budgeted", "refill", "screened"):
+        mode = build_generation_mode(SimpleNamespace(**{**vars(config), "pods_generation": name}))
+        layout[name] = (mode.prompts_read, mode.groups_laid_out, mode.draws, mode.dependent_waves)
+    assert layout == {
+        "fixed": (1, 1, False, False),
+        "adaptive": (1, 1, False, True),
+        "budgeted": (1, 1, False, False),
+        "refill": (1, 4, True, True),
+        "screened": (3, 3, False, True),
+    }

@@ -1,6 +1,7 @@
 """Contracts with TRL's private internals that PODSGRPOTrainer relies on. If a TRL upgrade breaks one, these fail
 loudly (and the trainer tests too) instead of PODS silently training on the wrong rows."""
 
+import hashlib
 import inspect
 
 import torch
@@ -42,13 +43,50 @@ def test_overridden_methods_exist_with_the_expected_signatures():
     assert "self._run_epoch(" in loop and "epoch=epoch," in loop, "called once per epoch with the epoch by keyword"
 
 
+# What GRPOTrainer._generate_and_score_completions runs before it calls `_generate`, as reviewed for TRL 1.16.0
+# (sha256 of its source up to the call, first 16 hex digits): prompt defaults, environment instances drawn from the
+# pool and reset, per-row tool dictionaries, image insertion. Nothing there logs, scores or runs the model.
+PREPARATION_DIGEST = "3d8d3e4b717da17a"
+
+
+def test_nothing_observable_happens_before_generate():
+    """`rollout_fields.generate_rows` stops TRL's method (`GenerationCaptured`) as soon as `_generate` returns: it
+    relies on everything before that call being batch preparation, with no metric, log, reward or forward pass. A
+    TRL change to that part fails here until it is reviewed again (update the digest only after reading it)."""
+    source = inspect.getsource(GRPOTrainer._generate_and_score_completions)
+    preparation = source[: source.index("self._generate(")]
+    for observable in ("_metrics", "_logs", "_calculate_rewards", "_get_per_token_logps", "gather", "self.model("):
+        assert observable not in preparation, observable
+    assert hashlib.sha256(preparation.encode()).hexdigest()[:16] == PREPARATION_DIGEST
+
+
+def test_trainer_epoch_accounting_that_refill_replaces():
+    """Refill's epochs end when their prompts run out (`prompt_order.DrawingSampler`): the trainer replaces the
+    epoch count of `set_initial_training_values` (first of its 7 values) and the resume position that
+    `_init_training_state` returns (epochs trained, micro-steps into the epoch); an exhausted epoch iterator ends
+    the epoch quietly in `get_batch_samples`."""
+    values = inspect.signature(Trainer.set_initial_training_values).parameters
+    assert list(values) == ["self", "args", "dataloader"]
+    returned = inspect.getsource(Trainer.set_initial_training_values).split("return (")[-1].split(")")[0]
+    assert [name.strip() for name in returned.split(",") if name.strip()][0] == "num_train_epochs"
+    init = inspect.signature(Trainer._init_training_state).parameters
+    assert list(init) == ["self", "max_steps", "num_update_steps_per_epoch", "num_train_epochs",
+                          "resume_from_checkpoint", "trial"]  # fmt: skip
+    loop = inspect.getsource(Trainer._inner_training_loop)
+    assert "epochs_trained, steps_trained_in_current_epoch = self._init_training_state(" in loop
+    assert "except StopIteration:" in inspect.getsource(Trainer.get_batch_samples)
+
+
 def test_repeat_sampler_draws_one_permutation_per_pass_from_its_seeded_generator():
-    """`resume.EpochReplay` replays the earlier epochs' permutations: it relies on RepeatSampler keeping its seed,
-    shuffle flag, row count and generator as attributes and drawing exactly one randperm per pass."""
+    """`prompt_order.EpochReplay` replays the earlier epochs' permutations (and `DrawingSampler` TRL's batches): it
+    relies on RepeatSampler keeping its seed, shuffle flag, row count, generator and layout as attributes and drawing
+    exactly one randperm per pass."""
     from trl.trainer.utils import RepeatSampler
 
     sampler = RepeatSampler(list(range(5)), mini_repeat_count=1, batch_size=5, seed=3)
     assert (sampler.seed, sampler.shuffle, sampler.num_samples) == (3, True, 5)
+    assert (sampler.mini_repeat_count, sampler.batch_size, sampler.repeat_count) == (1, 5, 1)  # DrawingSampler
+    assert sampler.data_source == list(range(5))
     first = list(sampler)
     generator = torch.Generator().manual_seed(3)
     assert first == torch.randperm(5, generator=generator).tolist()

@@ -15,23 +15,30 @@ present:
 Only what the worker queues reaches the trainer, so the trainer's batch sizes count kept rows and a dropped group
 never costs it a forward pass. A multi-turn conversation that forked into several rows is kept or dropped whole.
 
-The trainer side adds what selection changes: a checkpoint's resume position counts dropped prompts as visited (TRL
-counts trained ones only, and would regenerate every prompt after the first dropped one), and the worker's `pods/*`
-metrics reach the logs (`docs/async.md`).
+The trainer side adds what dropping changes (`docs/async.md`). A checkpoint's resume position (TRL's `prompt_index`
+in `rollout_state.json`) counts dropped prompts as visited: TRL counts trained ones only, and would regenerate every
+prompt after the first dropped one. The worker reports its dropped groups through `DroppedGroupReports`, which no lost
+message holds back. The checkpoint also keeps the number of prompts trained before its position, which an epoch-driven
+run resumes its count from: an epoch is, as in TRL, `len(train_dataset)` trained prompts.
 """
 
 from __future__ import annotations
 
+import collections
+import functools
+import inspect
 import itertools
 import json
 import math
+import multiprocessing
 import os
 import queue
 from dataclasses import dataclass, field
+from multiprocessing.queues import Queue as MPQueue
+from multiprocessing.sharedctypes import Synchronized
 from typing import Any
 
 import torch
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
 from trl.experimental.async_grpo.async_rollout_worker import (
     AsyncRolloutWorker,
@@ -46,7 +53,7 @@ from .config import ADVANTAGE_SCOPES, _resolve_group_sizes
 from .down_sampling import DownSampler, get_down_sampler
 
 ASYNC_GENERATION_MODES = ("fixed", "refill")
-DROPPED_GROUPS = "pods/dropped_group_ids"  # worker -> trainer, in the metrics queue; never logged
+ROLLOUT_STATE = "rollout_state.json"  # TRL's file of a checkpoint's resume position
 
 
 @dataclass
@@ -169,9 +176,97 @@ def select_rollouts(
     return GroupSelection(kept, advantages, has_contrast(rewards))
 
 
+class DroppedGroupReports:
+    """The rollout worker's reports of the groups it dropped, to the trainer, such that no lost report holds a group
+    back and no report grows with the run.
+
+    The worker numbers its dropped groups in the order it drops them. ``received``, shared and written by the trainer
+    alone, is the number up to which the trainer holds them all; it never decreases. After every group it scores, the
+    worker sends the groups numbered above the ``received`` it reads (if there are any), tagged with the number of the
+    last. The trainer reads the reports in order. One tagged k holds every group above a ``received`` the trainer had
+    already reached, so the trainer then holds all up to k, and confirms k. Hence:
+
+    - a report refused by a full channel (the worker never waits for room) is superseded: the next report read, sent
+      after the next scored group, repeats its groups;
+    - only groups the worker dropped are ever sent, so a position computed from them never skips a prompt that was
+      neither trained nor dropped;
+    - a report holds the groups dropped since the trainer last read, which it does every optimizer step, and the
+      channel holds ``maxsize`` reports at most.
+
+    Args:
+        reports: the channel, a queue (`put_nowait`, `get_nowait`).
+        received: the trainer's confirmation, a shared integer (``.value``).
+    """
+
+    def __init__(self, reports: queue.Queue | MPQueue, received: Synchronized):
+        self._reports = reports
+        self._received = received
+        self._dropped = 0  # worker side: groups dropped so far
+        self._unconfirmed: collections.deque[tuple[int, int]] = collections.deque()  # worker side: (number, group id)
+
+    @classmethod
+    def between_processes(cls, maxsize: int = 256) -> DroppedGroupReports:
+        """Reports from a spawned rollout worker to the trainer's process, ``maxsize`` of them in the channel."""
+        context = multiprocessing.get_context("spawn")
+        return cls(context.Queue(maxsize=maxsize), context.Value("q", 0))
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Unpickled only in the worker's child, as it is spawned. A report still unflushed when the child exits is
+        # dropped rather than holding up its exit: the trainer has stopped reading by then.
+        self.__dict__.update(state)
+        self._reports.cancel_join_thread()
+
+    def report(self, dropped_group: int | None) -> None:
+        """Worker side, after every scored group: record it if it was dropped (its id), then send every dropped group
+        the trainer has not confirmed, unless there is none or the channel is full."""
+        if dropped_group is not None:
+            self._dropped += 1
+            self._unconfirmed.append((self._dropped, dropped_group))
+        received = self._received.value
+        while self._unconfirmed and self._unconfirmed[0][0] <= received:
+            self._unconfirmed.popleft()
+        if not self._unconfirmed:
+            return
+        try:
+            self._reports.put_nowait((self._dropped, tuple(group for _, group in self._unconfirmed)))
+        except queue.Full:
+            pass  # a later report repeats these groups
+
+    def receive(self) -> set[int]:
+        """Trainer side: the groups of the reports sent since the last call (some maybe again), now confirmed."""
+        groups: set[int] = set()
+        received = self._received.value
+        while True:
+            try:
+                last, dropped = self._reports.get_nowait()
+            except queue.Empty:
+                break
+            groups.update(dropped)
+            received = max(received, last)
+        self._received.value = received
+        return groups
+
+
+def resume_position(trained: set[int], dropped: set[int]) -> tuple[int, int]:
+    """Where a run would resume among its groups, and how many of them it trained before that point.
+
+    Args:
+        trained: ids of the groups trained on (TRL's, counted when a first row of the group is collated).
+        dropped: ids of the groups dropped without contrast (never trained).
+
+    Returns:
+        The first group id that is neither trained nor dropped (so every group below it is one or the other), and the
+        number of trained groups below it. Trained groups above it are generated and trained again after a resume,
+        and counted then.
+    """
+    first_open = next(group for group in itertools.count() if group not in trained and group not in dropped)
+    return first_open, sum(1 for group in trained if group < first_open)
+
+
 class PODSRolloutLoop(_AsyncRolloutLoop):
     """TRL's rollout loop (in the worker's child process), generating `pods_n` rollouts per prompt (its
-    `num_generations`) and queuing the `pods_m` that `select_rollouts` keeps (see the module docstring)."""
+    `num_generations`) and queuing the `pods_m` that `select_rollouts` keeps (see the module docstring); it reports
+    the groups it drops through ``dropped_groups``."""
 
     def __init__(
         self,
@@ -181,6 +276,7 @@ class PODSRolloutLoop(_AsyncRolloutLoop):
         pods_advantage_scope: str,
         pods_generation: str,
         pods_seed: int,
+        dropped_groups: DroppedGroupReports,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
@@ -189,7 +285,7 @@ class PODSRolloutLoop(_AsyncRolloutLoop):
         self.advantage_scope = pods_advantage_scope
         self.drop_without_contrast = pods_generation == "refill"
         self.generator = torch.Generator().manual_seed(pods_seed)
-        self._dropped_groups: list[int] = []
+        self.dropped_groups = dropped_groups
 
     async def _score_group(self, group: RolloutGroup) -> list[RolloutSample]:
         samples = await super()._score_group(group)  # every conversation's rows, in order, TRL's advantages
@@ -202,7 +298,8 @@ class PODSRolloutLoop(_AsyncRolloutLoop):
         )  # [1, N]
         selection = select_rollouts(rewards, self.pods_m, self.down_sampler, self.advantage_scope, self.generator)
         dropped = self.drop_without_contrast and not bool(selection.contrast[0])
-        self._count(group.group_id, rewards, selection, dropped)
+        self._count(rewards, selection, dropped)
+        self.dropped_groups.report(group.group_id if dropped else None)
         if dropped:
             return []
         kept = []
@@ -212,9 +309,9 @@ class PODSRolloutLoop(_AsyncRolloutLoop):
                 kept.append(sample)
         return kept
 
-    def _count(self, group_id: int, rewards: torch.Tensor, selection: GroupSelection, dropped: bool) -> None:
+    def _count(self, rewards: torch.Tensor, selection: GroupSelection, dropped: bool) -> None:
         """Add one scored group to the metrics the next push sends: counters (`*_total`, summed over a logging
-        window) and rates (numerator, denominator). A dropped group's id goes to the trainer with them."""
+        window) and rates (numerator, denominator)."""
         kept_rewards = rewards.gather(1, selection.kept)  # [1, M]
         self._counters["pods/rollouts_generated_total"] += rewards.numel()
         self._counters["pods/groups_scored_total"] += 1
@@ -226,33 +323,38 @@ class PODSRolloutLoop(_AsyncRolloutLoop):
             self._add_rate(f"pods/reward_mean_{scope}", scored.sum().item(), scored.numel())
             self._add_rate(f"pods/group_reward_std_{scope}", scored.std(correction=0).nan_to_num(0.0).item(), 1)
             self._add_rate(f"pods/frac_zero_std_groups_{scope}", float(not has_contrast(values)[0]), 1)
-        if dropped:
-            self._dropped_groups.append(group_id)
 
     def _add_rate(self, key: str, numerator: float, denominator: float) -> None:
         rate = self._rates[key]
         rate[0] += numerator
         rate[1] += denominator
 
-    def _push_metrics(self, values: dict[str, float | tuple[float, float]]) -> None:
-        if self._dropped_groups:
-            values = {**values, DROPPED_GROUPS: tuple(self._dropped_groups)}
-            self._dropped_groups = []
-        super()._push_metrics(values)
-
 
 class PODSRolloutWorker(AsyncRolloutWorker):
-    """TRL's rollout worker running `PODSRolloutLoop` in its child process; the `pods_*` keyword arguments reach
-    the loop."""
+    """TRL's rollout worker running `PODSRolloutLoop` in its child process: the `pods_*` keyword arguments reach the
+    loop, and ``dropped_groups`` carries the loop's reports of the groups it dropped to the trainer."""
 
-    _loop_cls = PODSRolloutLoop
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.dropped_groups = DroppedGroupReports.between_processes()
+        # TRL test-pickles the loop's keyword arguments before spawning the child, and a queue pickles only while a
+        # process is spawned: the channel reaches the loop bound to its class, which only the spawn pickles.
+        self._loop_cls = functools.partial(PODSRolloutLoop, dropped_groups=self.dropped_groups)
 
 
 class PODSAsyncGRPOTrainer(AsyncGRPOTrainer):
     """TRL's `AsyncGRPOTrainer` with PODS in its rollout worker: takes a [`PODSAsyncGRPOConfig`], and every other
-    argument with TRL's meaning. An injected ``rollout_worker`` is used as given (it does its own selection)."""
+    argument, positional or named, as TRL's trainer takes it. An injected ``rollout_worker`` is used as given (it does
+    its own selection, and the resume position is TRL's)."""
 
-    def __init__(self, model: str, reward_funcs: Any = None, args: PODSAsyncGRPOConfig | None = None, **kwargs):
+    def __init__(
+        self,
+        model: str,
+        reward_funcs: Any = None,
+        args: PODSAsyncGRPOConfig | None = None,
+        *trl_args: Any,
+        **trl_kwargs: Any,
+    ):
         if args is None:
             args = PODSAsyncGRPOConfig(f"{model.split('/')[-1]}-PODSAsyncGRPO")
         if not isinstance(args, PODSAsyncGRPOConfig):
@@ -260,12 +362,13 @@ class PODSAsyncGRPOTrainer(AsyncGRPOTrainer):
                 f"PODSAsyncGRPOTrainer needs a PODSAsyncGRPOConfig (got {type(args).__name__}): it carries pods_n and "
                 "pods_m; every AsyncGRPOConfig parameter keeps its meaning there."
             )
+        trl_arguments = inspect.signature(AsyncGRPOTrainer).bind(model, reward_funcs, args, *trl_args, **trl_kwargs)
         automatic_inflight = args.max_inflight_tasks < 0
-        super().__init__(model, reward_funcs, args, **kwargs)
+        super().__init__(model, reward_funcs, args, *trl_args, **trl_kwargs)
         self._dropped_groups: set[int] = set()
         if automatic_inflight:  # TRL sized it in kept rows; each costs pods_n / pods_m rollouts
             self.args.max_inflight_tasks = math.ceil(self.args.max_inflight_tasks * args.pods_n / args.pods_m)
-        if self.accelerator.is_main_process and kwargs.get("rollout_worker") is None:
+        if self.accelerator.is_main_process and trl_arguments.arguments.get("rollout_worker") is None:
             self.rollout_worker = self._pods_worker(self.rollout_worker)
             self.rollout_queue = self.rollout_worker.rollout_buffer
 
@@ -287,41 +390,47 @@ class PODSAsyncGRPOTrainer(AsyncGRPOTrainer):
             queue_maxsize=queue_maxsize, child_ready_timeout=worker._child_ready_timeout, **loop_kwargs
         )
 
-    def _drain_worker_metrics(self) -> None:
-        """Move what the worker pushed into the metric sink (as TRL's `log` does), keeping the dropped groups' ids
-        apart."""
-        if not (self.accelerator.is_main_process and self.rollout_worker):
-            return
-        while True:
-            try:
-                payload = self.rollout_worker.metrics_queue.get_nowait()
-            except queue.Empty:
-                return
-            self._dropped_groups.update(payload.pop(DROPPED_GROUPS, ()))
-            for key, value in payload.items():
-                self._metrics["train"][key].append(value)
-
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        self._drain_worker_metrics()
-        super().log(logs, start_time)
+    def _receive_dropped_groups(self) -> None:
+        """Add the groups the worker reported dropped since the last call, and confirm them to it."""
+        if self.accelerator.is_main_process and isinstance(self.rollout_worker, PODSRolloutWorker):
+            self._dropped_groups |= self.rollout_worker.dropped_groups.receive()
 
     def _log_step_metrics(self) -> None:
+        self._receive_dropped_groups()  # every step, so that the worker's reports stay small
         # TRL's `batch/samples_per_step`, which it reconstructs as forwarded tokens / mean length: a float count
         self._metrics["train"]["pods/rollouts_trained"].append(float(round(self._step_samples)))
         super()._log_step_metrics()
 
-    def _save_checkpoint(self, model, trial) -> None:
-        """TRL's checkpoint; its resume position (`rollout_state.json`) then counts dropped prompts as visited."""
-        super()._save_checkpoint(model, trial)
-        if not (self.accelerator.is_main_process and isinstance(self.rollout_worker, AsyncRolloutWorker)):
+    def _save_rng_state(self, output_dir: str) -> None:
+        """Trainer's RNG state, then PODS's resume position in the checkpoint's `rollout_state.json`, which TRL wrote
+        first: the first prompt neither trained nor dropped, and the prompts trained before it (`groups_trained`).
+
+        Trainer saves the RNG state after the model and the optimizer, and before what completes the checkpoint: the
+        trainer state, the Hub push and the rotation of older checkpoints. So no complete checkpoint holds TRL's
+        position (with `save_only_model`, which Trainer cannot resume from, it does).
+        """
+        super()._save_rng_state(output_dir)
+        if not (self.accelerator.is_main_process and isinstance(self.rollout_worker, PODSRolloutWorker)):
             return
-        self._drain_worker_metrics()
-        folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
-        path = os.path.join(folder, "rollout_state.json")
+        self._receive_dropped_groups()
+        first_open, trained = resume_position(self._trained_groups, self._dropped_groups)
+        path = os.path.join(output_dir, ROLLOUT_STATE)
         with open(path) as f:
             rollout_state = json.load(f)
-        visited = self._trained_groups | self._dropped_groups
-        first_open = next(g for g in itertools.count() if g not in visited)
         rollout_state["prompt_index"] = self.rollout_worker._loop_kwargs["dataset_start_index"] + first_open
+        rollout_state["groups_trained"] = self._groups_before_resume + trained
         with open(path, "w") as f:
             json.dump(rollout_state, f)
+
+    def _load_rng_state(self, checkpoint: str | None) -> None:
+        """Trainer's RNG state, then the count of trained prompts an epoch-driven run resumes from. TRL takes it to be
+        the checkpoint's `prompt_index`, which with PODS counts dropped prompts too. Trainer restores the RNG state
+        once before the first step of a resumed run, after TRL read `rollout_state.json`; a checkpoint of TRL's own
+        trainer has no `groups_trained` and keeps TRL's count."""
+        super()._load_rng_state(checkpoint)
+        if checkpoint is None or not isinstance(self.rollout_worker, PODSRolloutWorker):
+            return
+        path = os.path.join(checkpoint, ROLLOUT_STATE)
+        if os.path.isfile(path):
+            with open(path) as f:
+                self._groups_before_resume = json.load(f).get("groups_trained", self._groups_before_resume)

@@ -48,10 +48,12 @@ import torch
 
 from ._lookup import resolve
 from .adaptive import has_contrast
+from .waves import GenerationMode, Wave, WaveState
 
 __all__ = [
     "ALLOCATION_RULES",
     "BudgetedAllocation",
+    "BudgetedMode",
     "PromptHistory",
     "allocate",
     "contrast_probability",
@@ -372,3 +374,31 @@ class BudgetedAllocation:
             **metrics,
             "observed_contrast": has_contrast(rewards).float().mean().item(),
         }
+
+
+class BudgetedMode(GenerationMode):
+    """``pods_generation="budgeted"``: each prompt's rollouts allocated before generating, from its history
+    (`BudgetedAllocation`, each process's prompts within its own share of the budget), and generated in one call,
+    every rollout its own request (group size 1, which vLLM server mode also takes unchanged). The history is what a
+    checkpoint keeps, so a resumed run allocates as the uninterrupted one."""
+
+    dependent_waves = False
+
+    def __init__(self, config: Any):
+        self.allocation = BudgetedAllocation(
+            config.pods_m, config.pods_n, config.pods_budget, config.pods_allocation, config.pods_history_size,
+            config.pods_history_decay,
+        )  # fmt: skip
+
+    def first_wave(self, state: WaveState) -> Wave:
+        counts = self.allocation.plan(state.group_keys(), state.processes)  # [G], the same on every process
+        return Wave(torch.arange(counts.numel()), counts, 1)
+
+    def metrics(self, state: WaveState) -> dict[str, float]:
+        return {**super().metrics(state), **self.allocation.observe(state.rewards)}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"prompt_history": self.allocation.history.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.allocation.history.load_state_dict({k: v.cpu() for k, v in state["prompt_history"].items()})

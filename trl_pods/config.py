@@ -8,12 +8,12 @@ from trl import GRPOConfig
 
 from .budget import get_allocation_rule
 from .down_sampling import get_down_sampler
+from .generation_modes import get_generation_mode
 from .losses import MICRO_BATCH_TOKEN_LOSSES, SEQUENCE_AVERAGE_LOSSES
 from .schedules import SCHEDULES
 from .screening import get_screen_rule
 
 ADVANTAGE_SCOPES = ("kept", "all")
-GENERATION_MODES = ("fixed", "adaptive", "budgeted", "refill", "screened")
 
 
 @dataclass
@@ -27,7 +27,8 @@ class PODSConfig(GRPOConfig):
     `pods_m` of them per prompt enter the policy update.
     The update is laid out exactly as `GRPOTrainer`'s with `num_generations = pods_m`: `per_device_train_batch_size`
     counts kept completions per backward micro-batch, and an optimizer step consumes the same number of prompts. So
-    `pods_n > pods_m` only generates more, and `pods_n == pods_m` is plain GRPO.
+    `pods_n > pods_m` only generates more, and `pods_n == pods_m` is plain GRPO. An unset `bf16` stays TRL's default
+    (True) wherever bf16 can run, and is False on a machine without a bf16 GPU (e.g. a laptop: float32 on the CPU).
 
     Parameters:
         > Parameters that control PODS down-sampling
@@ -84,11 +85,14 @@ class PODSConfig(GRPOConfig):
             spends a fixed budget in one call, and needs prompts that recur (epochs) to do better than spreading it
             evenly.
             `"refill"` (DAPO's dynamic sampling) and `"screened"` (pilot, then commit) choose *which* prompts to train
-            on from a larger pool read from the data loader (`trl_pods.screening`): refill generates `pods_n` for the
-            batch's prompts and draws further pool prompts for the groups without contrast, at most `pods_max_draws`
-            draws; screened generates a pilot of `pods_n_initial` for `pods_screen_ratio` times the batch's prompts
-            and gives the remaining rollouts to those `pods_screen_rule` picks. Pool prompts not trained on are
-            consumed for the epoch.
+            on (`trl_pods.refill`, `trl_pods.screening`): refill generates `pods_n` for the batch's prompts and draws
+            further prompts for
+            the groups without contrast, at most `pods_max_draws` draws, reading them from the epoch's order only
+            when it draws them (`trl_pods.prompt_order`: an epoch ends when its prompts run out); screened reads
+            `pods_screen_ratio` times the batch's prompts, generates a pilot of `pods_n_initial` for each and gives
+            the remaining rollouts to those `pods_screen_rule` picks. Prompts generated for and not trained on are
+            consumed for the epoch. Every mode works with tools, environments, `rollout_func` and images. A mode of
+            your own: a name registered with `trl_pods.generation_modes.register_generation_mode`, or a dotted path.
         pods_n_initial (`int`, *optional*):
             Rollouts per prompt in the first wave of adaptive generation (between `pods_m` and `pods_n`), or in the
             pilot of screened generation (between 2 and `pods_n`). Defaults to `pods_m`.
@@ -108,8 +112,8 @@ class PODSConfig(GRPOConfig):
             Budgeted generation: weight of a prompt's earlier outcomes at each new visit (1.0: every visit counts
             alike), so the history follows the changing policy.
         pods_max_draws (`int`, *optional*, defaults to `3`):
-            Refill: the most draws (generation calls) per generation. The data loader reads `pods_max_draws` prompts
-            per trained prompt, the pool the draws take from.
+            Refill: the most draws (generation calls) per generation, the first being the data loader's batch; the
+            further prompts are read when drawn.
         pods_screen_ratio (`int`, *optional*, defaults to `2`):
             Screened: prompts piloted per trained prompt (the data loader reads that many).
         pods_screen_rule (`str`, *optional*, defaults to `"frontier"`):
@@ -210,8 +214,8 @@ class PODSConfig(GRPOConfig):
             "rewards are all equal get more in waves (doubling, at most pods_n) until their rewards differ. "
             "'budgeted': pods_budget per prompt on average, allocated before generating from each prompt's history. "
             "'refill' (DAPO's dynamic sampling): further prompts drawn for the groups without contrast. 'screened': a "
-            "pilot for pods_screen_ratio x the prompts, the rest of pods_n for those pods_screen_rule picks.",
-            "choices": list(GENERATION_MODES),
+            "pilot for pods_screen_ratio x the prompts, the rest of pods_n for those pods_screen_rule picks. Or a "
+            "name registered with trl_pods.generation_modes.register_generation_mode, or a dotted import path."
         },
     )
     pods_n_initial: int | None = field(
@@ -224,8 +228,8 @@ class PODSConfig(GRPOConfig):
     pods_max_draws: int = field(
         default=3,
         metadata={
-            "help": "Refill: the most draws per generation; the data loader reads pods_max_draws prompts per trained "
-            "prompt (the pool that further draws take from; pool prompts not trained on are consumed for the epoch)."
+            "help": "Refill: the most draws (generation calls) per generation, the first being the data loader's "
+            "batch; further prompts are read from the epoch's order when drawn (drawn and not trained: consumed)."
         },
     )
     pods_screen_ratio: int = field(
@@ -283,6 +287,7 @@ class PODSConfig(GRPOConfig):
     )
 
     def __post_init__(self):
+        _bf16_where_it_runs(self)
         _resolve_group_sizes(self)
         if self.generation_batch_size is None:  # checked before GRPOConfig's coarser check, for a PODS message
             steps = self.steps_per_generation or self.gradient_accumulation_steps
@@ -376,6 +381,16 @@ def _check_whole_groups_per_process(config: PODSConfig, rows: int) -> None:
         )
 
 
+def _bf16_where_it_runs(config: PODSConfig) -> None:
+    """An unset ``bf16`` becomes False where TRL's default (True) would make transformers refuse to start: no GPU with
+    bf16, no TPU and no ``use_cpu`` (e.g. a laptop). Everywhere bf16 can run, TRL's default stands."""
+    from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
+
+    bf16_runs = is_torch_bf16_gpu_available() or is_torch_xla_available()
+    if config.bf16 is None and not (config.fp16 or config.use_cpu or bf16_runs):
+        config.bf16 = False
+
+
 def _resolve_group_sizes(config: PODSConfig) -> None:
     if config.pods_m is None and config.num_generations is None:
         config.pods_m = 8
@@ -402,8 +417,7 @@ def _resolve_group_sizes(config: PODSConfig) -> None:
 
 
 def _check_adaptive_generation(config: PODSConfig) -> None:
-    if config.pods_generation not in GENERATION_MODES:
-        raise ValueError(f"pods_generation must be one of {GENERATION_MODES}; got {config.pods_generation!r}.")
+    get_generation_mode(config.pods_generation)  # raises with the list of known names
     if config.pods_generation not in ("adaptive", "screened") and config.pods_n_initial is not None:
         raise ValueError(
             f"pods_n_initial only applies to pods_generation='adaptive' or 'screened' (got "
@@ -445,10 +459,23 @@ def _check_budgeted_generation(config: PODSConfig) -> None:
 
 def _check_dynamic_sampling(config: PODSConfig) -> None:
     generation = config.pods_generation
+    counts = (config.pods_max_draws, config.pods_screen_ratio)
+    if not all(isinstance(count, int) and not isinstance(count, bool) for count in counts):
+        raise ValueError(
+            f"pods_max_draws and pods_screen_ratio count draws and prompts: give whole numbers (got "
+            f"{config.pods_max_draws!r} and {config.pods_screen_ratio!r})."
+        )
     if config.pods_max_draws < 1 or config.pods_screen_ratio < 2:
         raise ValueError(
             f"pods_max_draws must be >= 1 and pods_screen_ratio >= 2 (got {config.pods_max_draws} and "
             f"{config.pods_screen_ratio}): a screen needs more prompts than it trains on."
+        )
+    per_generation = config.steps_per_generation * config.num_iterations
+    if generation == "refill" and per_generation % config.gradient_accumulation_steps:
+        raise ValueError(
+            "pods_generation='refill' ends an epoch when its prompts run out, after a whole generation, which must "
+            f"end an optimizer step: steps_per_generation x num_iterations ({per_generation}) must be a multiple of "
+            f"gradient_accumulation_steps ({config.gradient_accumulation_steps})."
         )
     if generation not in ("refill", "screened"):
         return

@@ -36,8 +36,10 @@ def token_selection_on(args: Any) -> bool:
 
 def use_full_group_advantages(output: dict[str, Any], rewards: torch.Tensor, kept: torch.Tensor, trainer: Any) -> None:
     """``pods_advantage_scope="all"``: replace TRL's kept-only advantages (and the logged ones) by full-group ones
-    computed from the ``[G, N]`` rewards, for the ``[G, N]`` kept mask."""
-    advantages = full_group_advantages(rewards, trainer.scale_rewards)[kept.to(rewards.device)]  # [K], all processes
+    computed from the ``[G, N]`` rewards, for the ``[G, N]`` kept mask. Only the trained groups (those with a kept
+    row) take part: refill and screened leave groups untrained, whose rewards must not enter a batch std."""
+    trained = kept.any(dim=1).to(rewards.device)  # [G]
+    advantages = full_group_advantages(rewards[trained], trainer.scale_rewards)[kept.to(rewards.device)[trained]]
     local_rows = output["advantages"].size(0)
     start = trainer.accelerator.process_index * local_rows
     output["advantages"] = advantages[start : start + local_rows].to(output["advantages"].device)

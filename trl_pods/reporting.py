@@ -16,9 +16,10 @@ from typing import Any
 import torch
 from accelerate.utils import gather_object
 
-from .adaptive import generated_slots, has_contrast, wave_metrics
+from .adaptive import generated_slots, has_contrast
 from .advantages import nanstd
-from .phase1 import Rollouts, Selection
+from .phase1 import Rollouts
+from .selection import Selection
 
 SELECTION_LOG = "pods_selections.jsonl"
 LENGTH_METRICS = tuple(  # what TRL's `_generate` logs about the completions of each call
@@ -33,37 +34,25 @@ def digest(value: Any) -> str:
 
 
 def log_selection(
-    metrics: dict[str, list],
-    selection: Selection,
-    rollouts: Rollouts,
-    args: Any,
-    token_fraction: float | None,
-    allocation: dict[str, float],
+    metrics: dict[str, list], selection: Selection, rollouts: Rollouts, args: Any, token_fraction: float | None
 ) -> None:
     """Append one generation's `pods/*` metrics: rewards and zero-std groups over all and kept rollouts, the time
-    the rule took, the rollouts generated (with adaptive and budgeted generation also the padding and the calls, as
-    recorded while generating, the waves' effect and the ``allocation`` metrics of `BudgetedAllocation.observe`) and
-    trained, M, the dropped fraction and the token fraction of D3S token selection (None: off)."""
+    the rule took, the rollouts generated and trained, the trained groups with contrast (when the mode chose which
+    groups to train on), what the generation mode reports (`GenerationMode.metrics`: its calls, padding, waves'
+    effect, allocation, draws...), M, the dropped fraction and D3S token selection's token fraction (None: off)."""
     rewards, kept = selection.rewards, selection.kept
     kept_rewards = rewards.masked_fill(~kept, torch.nan)
-    trained = kept.any(dim=1)  # [G]: refill and screened leave groups of their pool untrained
-    generated = rollouts.counts.cpu() > 0  # [G]: refill leaves pool prompts undrawn
+    trained = kept.any(dim=1)  # [G]: refill and screened leave groups untrained
+    generated = rollouts.counts.cpu() > 0  # [G]: refill leaves room for prompts never drawn
     for scope, values in (("all", rewards[generated]), ("kept", kept_rewards[trained])):
         metrics[f"pods/reward_mean_{scope}"].append(torch.nanmean(values).item())
         metrics[f"pods/reward_std_{scope}"].append(nanstd(values).nan_to_num(0.0).item())
         metrics[f"pods/frac_zero_std_groups_{scope}"].append((~has_contrast(values)).float().mean().item())
     metrics["pods/selection_time"].append(selection.seconds)
     metrics["pods/rollouts_generated"].append(float(rollouts.generated))
-    if args.pods_generation in ("refill", "screened"):
+    if rollouts.chosen is not None:
         metrics["pods/frac_trained_groups_with_contrast"].append(has_contrast(rewards[trained]).float().mean().item())
-    if args.pods_generation != "fixed":
-        calls = "pods/waves" if args.pods_generation == "adaptive" else "pods/generation_calls"
-        metrics[calls].append(float(rollouts.calls))
-        metrics["pods/rollouts_padding"].append(float(rollouts.padding))
-    if args.pods_generation == "adaptive":
-        for name, value in wave_metrics(rewards, rollouts.counts, args.pods_n_initial).items():
-            metrics[f"pods/{name}"].append(value)
-    for name, value in {**allocation, **rollouts.metrics}.items():
+    for name, value in rollouts.metrics.items():
         metrics[f"pods/{name}"].append(value)
     metrics["pods/rollouts_trained"].append(float(kept.sum()))
     metrics["pods/kept_per_prompt"].append(float(selection.m))
@@ -156,7 +145,7 @@ def clear_completion_logs(logs: dict[str, Any]) -> None:
 
 
 def gather_all_rollouts(
-    inputs: list[dict[str, Any]],
+    prompts: list,
     completions: list,
     rewards_per_func: torch.Tensor,
     counts: torch.Tensor,
@@ -165,9 +154,10 @@ def gather_all_rollouts(
     pending_extra_logs: dict[str, list],
 ) -> dict[str, Any]:
     """``pods_log_all_rollouts``: completions-table columns of every generated rollout, all processes, in slot
-    order (advantages are added after phase 2). Reads the reward functions' `log_extra` columns before they are
-    cut to the kept rows."""
-    n, local_rows = kept.size(1), len(inputs)
+    order (advantages are added after phase 2); ``prompts`` are this process's rows' prompts as they were generated
+    from (after environment resets). Reads the reward functions' `log_extra` columns before they are cut to the kept
+    rows."""
+    n, local_rows = kept.size(1), len(prompts)
     generated = generated_slots(counts, n).flatten()  # [G * N]
     first_row = process_index * local_rows
     local = generated[first_row : first_row + local_rows].nonzero().squeeze(1).tolist()
@@ -176,7 +166,7 @@ def gather_all_rollouts(
         values = pending_extra_logs.get(column, [])
         extra[column] = gather_object([values[i] if len(values) == local_rows else None for i in local])
     return {
-        "prompt": gather_object([inputs[i]["prompt"] for i in local]),
+        "prompt": gather_object([prompts[i] for i in local]),
         "completion": gather_object([completions[i] for i in local]),
         "rewards": rewards_per_func[generated.to(rewards_per_func.device)].cpu(),  # [R, F]
         "kept": kept.flatten()[generated].tolist(),

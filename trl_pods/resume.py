@@ -3,13 +3,15 @@
 Beside its RNG state each process saves ``pods_state_{process_index}.pt``: the position in the generation cycle
 (TRL's micro-step counter), the buffered micro-batches of the current generation (still to be trained on when
 `steps_per_generation > gradient_accumulation_steps` or `num_iterations > 1`), the count behind
-`pods/tokens_generated` and, with budgeted generation, the prompts' reward history (`budget.PromptHistory`), so that
-the resumed run allocates as the uninterrupted one. With HF generate, a resumed run then generates the same rollouts
+`pods/tokens_generated` and what the generation mode keeps across generations (`GenerationMode.state_dict`: with
+budgeted generation the prompts' reward history, so that the resumed run allocates as the uninterrupted one). With HF
+generate, a resumed run then generates the same rollouts
 as an uninterrupted one; with vLLM the engine's sampling state is not in the checkpoint, so a resumed run continues
 correctly but re-samples.
 
-A run that resumes at a later epoch also needs that epoch's prompt order: TRL's `RepeatSampler` draws one permutation
-per epoch from a generator seeded once, so a resumed run would start the sequence again (`EpochReplay`).
+A run that resumes at a later epoch also needs that epoch's prompt order (`prompt_order.EpochReplay`); a refill run
+also the prompts its epoch has drawn and where the epoch began, since its epochs end when their prompts run out
+(`refill_position`, `prompt_order.DrawingSampler`).
 """
 
 from __future__ import annotations
@@ -19,34 +21,12 @@ import os
 from typing import Any
 
 import torch
-from torch.utils.data import Sampler
+
+from .prompt_order import DrawingSampler
 
 logger = logging.getLogger(__name__)
 
 RESUME_STATE = "pods_state_{}.pt"  # per process index, beside a checkpoint's RNG states
-
-
-class EpochReplay(Sampler):
-    """TRL's `RepeatSampler` whose epoch ``e`` yields the ``e``-th order of its seeded sequence, however training
-    got there: before each pass the generator is re-seeded and the permutations of earlier epochs drawn again, so an
-    uninterrupted run sees TRL's order and a run resumed at epoch ``e`` the same (Trainer calls `set_epoch`)."""
-
-    def __init__(self, sampler: Any):
-        self.sampler, self.epoch = sampler, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __len__(self) -> int:
-        return len(self.sampler)
-
-    def __iter__(self):
-        sampler = self.sampler
-        if sampler.shuffle and sampler.seed is not None:
-            sampler.generator.manual_seed(sampler.seed)
-            for _ in range(self.epoch):
-                torch.randperm(sampler.num_samples, generator=sampler.generator)
-        return iter(sampler)
 
 
 def cycle_layout(trainer: Any) -> list[int]:
@@ -67,23 +47,32 @@ def save_state(trainer: Any, output_dir: str) -> None:
         "buffered_inputs": trainer._buffered_inputs,
         "tokens_generated": trainer._tokens_generated,
     }
-    if trainer._pods_budget is not None:
-        state["prompt_history"] = trainer._pods_budget.history.state_dict()
+    if trainer._pods_mode is not None:
+        state["mode"] = trainer._pods_mode.state_dict()
+    if isinstance(trainer._epoch_replay, DrawingSampler):
+        state["draws"] = trainer._epoch_replay.state()
     torch.save(state, os.path.join(output_dir, RESUME_STATE.format(trainer.accelerator.process_index)))
+
+
+def _read(trainer: Any, checkpoint: str) -> dict[str, Any] | None:
+    """This process's `save_state` in ``checkpoint``, or None (e.g. a GRPOTrainer checkpoint)."""
+    path = os.path.join(checkpoint, RESUME_STATE.format(trainer.accelerator.process_index))
+    if not os.path.isfile(path):
+        return None
+    device = trainer.accelerator.device  # "cpu:0" under torchrun with gloo, which torch.load cannot map to
+    return torch.load(path, map_location="cpu" if device.type == "cpu" else device, weights_only=True)
 
 
 def load_state(trainer: Any, checkpoint: str) -> None:
     """Restore what `save_state` saved in ``checkpoint``. A checkpoint without it (e.g. GRPOTrainer's) or saved
-    with another cycle layout starts a new generation, as TRL does; the token count and the prompt history are
+    with another cycle layout starts a new generation, as TRL does; the token count and the mode's state are
     restored in the latter."""
-    path = os.path.join(checkpoint, RESUME_STATE.format(trainer.accelerator.process_index))
-    if not os.path.isfile(path):
+    state = _read(trainer, checkpoint)
+    if state is None:
         return
-    device = trainer.accelerator.device  # "cpu:0" under torchrun with gloo, which torch.load cannot map to
-    state = torch.load(path, map_location="cpu" if device.type == "cpu" else device, weights_only=True)
     trainer._tokens_generated = state["tokens_generated"]
-    if trainer._pods_budget is not None and "prompt_history" in state:
-        trainer._pods_budget.history.load_state_dict({k: v.cpu() for k, v in state["prompt_history"].items()})
+    if trainer._pods_mode is not None and state.get("mode"):
+        trainer._pods_mode.load_state_dict(state["mode"])
     if state["layout"] != cycle_layout(trainer):
         logger.warning(
             "Resuming with steps_per_generation, num_iterations, gradient_accumulation_steps or the number of "
@@ -93,3 +82,18 @@ def load_state(trainer: Any, checkpoint: str) -> None:
         )
         return
     trainer._step, trainer._buffered_inputs = state["step"], state["buffered_inputs"]
+
+
+def refill_position(trainer: Any, checkpoint: str | None, position: tuple[int, int]) -> tuple[int, int]:
+    """Where a refill run resumes (`prompt_order.DrawingSampler`): the epoch and the micro-steps into it at which the
+    checkpoint's run stood, in place of the Trainer's ``position``, which assumes TRL's ``len(dataloader)`` steps per
+    epoch (a refill epoch ends sooner); the epoch's draws are restored. A checkpoint without them keeps ``position``;
+    one saved with another cycle layout keeps its epoch but not its draws (its batches differ)."""
+    state = None if checkpoint is None else _read(trainer, checkpoint)
+    if state is None or "draws" not in state:
+        return position
+    draws = state["draws"]
+    trainer._epoch_replay.resume(draws if state["layout"] == cycle_layout(trainer) else {**draws, "drawn": 0})
+    args = trainer.args
+    steps = 0 if args.ignore_data_skip else (trainer.state.global_step - draws["first_step"])
+    return draws["epoch"], steps * args.gradient_accumulation_steps

@@ -3,22 +3,24 @@
 TRL prepares a batch in `GRPOTrainer._generate_and_score_completions` before it calls `_generate`: it draws one
 environment instance per row from its pool and resets it (the observation extends the prompt), builds each row's tool
 dictionaries, and inserts the dataset's images into conversational prompts. Phase 1 runs that preparation unchanged
-for all N rollouts of each prompt (`generate_rows`): the parent method is called with the N-row batch, and its call
-of `_generate` raises `GenerationCaptured` as soon as the trainer's generation (TRL's tool loop, environments,
-`rollout_func`) has returned, before any no-grad forward. What TRL prepared is kept beside the 8-tuple (`RolloutRows`).
+for every generation call of every mode (`generate_rows`): the parent method is called with the call's rows, and its
+call of `_generate` raises `GenerationCaptured` as soon as the trainer's generation (TRL's tool loop, environments,
+`rollout_func`) has returned, before any no-grad forward. What TRL prepared is kept beside the 8-tuple (`RolloutRows`)
+and follows each row into its slot (`trl_pods.phase1.SlotLayout`). Within one generation every call gets environment
+instances no earlier call of it used (`fresh_environments`), so a top-up or refill wave never resets the environment
+of a rollout generated before it; a rollout's reward functions see its own environment and fields (`scoring_rows`).
 
 Phase 2 must see each kept row with exactly its own data and nothing of a discarded rollout:
 
 - `rollout_func`'s extra fields hold one value per row (or one value shared by all rows): `kept_fields` keeps the
   kept rows' values, and refuses a list of another length, which cannot be down-sampled.
-- The tool mask and the tool images are per-row items of the 8-tuple (`phase1.kept_generation`).
+- The tool mask and the tool images are per-row items of the 8-tuple (`selection.kept_generation`).
 - Environments are reset once per rollout, as TRL does, in phase 1 only: in phase 2 (`kept_environments`) TRL sees no
   environment factory, so it neither draws nor resets instances, the kept rows carry the prompts their environments
   produced, and `trainer.environments` holds the kept rows' own instances (their state after the rollout).
 - Images: TRL builds the pixel inputs of phase 2 from the kept rows' image columns, so they cover the kept rows only.
 
-The other generation modes (adaptive, budgeted, refill, screened) call `_generate` several times per step, without
-this preparation; they are refused with these features (`check_supported`), as is a generation chunk size with
+Refused (`check_supported`), because no mode could give each row its own data: a generation chunk size with
 `rollout_func` or image inputs, and environments with image inputs.
 """
 
@@ -63,12 +65,6 @@ def check_supported(args: Any, features: list[str]) -> None:
         features: What the run uses, among ``"tools"``, ``"rollout_func"``, ``"environment_factory"`` and
             ``"image inputs"`` (a vision-language model, or an image column).
     """
-    if features and args.pods_generation != "fixed":
-        raise ValueError(
-            f"pods_generation={args.pods_generation!r} cannot be combined with {', '.join(features)}: it calls "
-            "`_generate` several times per step without TRL's per-batch preparation (environment resets, tool "
-            "dictionaries, image insertion). Use pods_generation='fixed'."
-        )
     if args.pods_generation_chunk_size is not None and {"rollout_func", "image inputs"} & set(features):
         raise ValueError(
             "pods_generation_chunk_size cannot split the generation of a rollout_func (it generates every row itself) "
@@ -125,13 +121,13 @@ def generate_rows(trainer: Any, parent_generate_and_score, rows: list[dict[str, 
     raise RuntimeError("GRPOTrainer._generate_and_score_completions returned without calling _generate.")
 
 
-def scoring_rows(rows: list[dict[str, Any]], extra_fields: dict[str, Any]) -> list[dict[str, Any]]:
-    """Copies of ``rows`` with `rollout_func`'s extra fields merged as TRL merges them before scoring: a list gives
-    row ``i`` its ``i``-th value (`check_fields`), any other value goes to every row."""
+def scoring_rows(rows: list[dict[str, Any]], extra_fields: dict[str, Any], scored: int) -> list[dict[str, Any]]:
+    """Copies of the first ``scored`` of a call's ``rows`` with `rollout_func`'s extra fields merged as TRL merges them
+    before scoring: a list gives row ``i`` its ``i``-th value (`check_fields`), any other value goes to every row."""
     check_fields(extra_fields, len(rows))
     if not extra_fields:
-        return rows
-    merged = [dict(row) for row in rows]
+        return rows[:scored]
+    merged = [dict(row) for row in rows[:scored]]
     for i, row in enumerate(merged):
         for key, values in extra_fields.items():
             row[key] = values[i] if isinstance(values, list) else values
@@ -158,19 +154,19 @@ def kept_fields(extra_fields: dict[str, Any], local: list[int], rows: int) -> di
     }
 
 
-def kept_rows(rows: list[dict[str, Any]], rollouts: RolloutRows | None, local: list[int]) -> list[dict[str, Any]]:
+def kept_rows(rows: list[dict[str, Any]], prompts: list, environments: list | None, local: list[int]) -> list[dict]:
     """Phase 2's rows: the kept rows; with environments, each carrying the prompt its environment's reset produced
     (phase 2 does not reset them again)."""
-    if rollouts is None or rollouts.environments is None:
+    if environments is None:
         return [rows[i] for i in local]
-    return [{**rows[i], "prompt": rollouts.prompts[i]} for i in local]
+    return [{**rows[i], "prompt": prompts[i]} for i in local]
 
 
 @contextmanager
-def kept_environments(trainer: Any, rollouts: RolloutRows | None, local: list[int]):
+def kept_environments(trainer: Any, environments: list | None, local: list[int]):
     """Within the block (phase 2), TRL sees no environment factory, so it neither draws nor resets instances; after
     it, ``trainer.environments`` holds the kept rows' own environments."""
-    if rollouts is None or rollouts.environments is None:
+    if environments is None:
         yield
         return
     factories = trainer.environment_factories
@@ -179,7 +175,26 @@ def kept_environments(trainer: Any, rollouts: RolloutRows | None, local: list[in
         yield
     finally:
         trainer.environment_factories = factories
-        trainer.environments = [rollouts.environments[i] for i in local]
+        trainer.environments = [environments[i] for i in local]
+
+
+@contextmanager
+def fresh_environments(trainer: Any, in_use: list):
+    """Within the block, TRL's environment pools leave out the instances ``in_use`` (those of the generation's
+    earlier calls), so the call draws other instances, creating them as it needs; they join the pools after it."""
+    pools = getattr(trainer, "_environment_pool", None)
+    if not in_use or not pools:
+        yield
+        return
+    used = {id(environment) for environment in in_use}
+    kept = {name: [env for env in pool if id(env) in used] for name, pool in pools.items()}
+    for name, pool in pools.items():
+        pools[name] = [env for env in pool if id(env) not in used]
+    try:
+        yield
+    finally:
+        for name in pools:
+            pools[name] = kept.get(name, []) + pools[name]
 
 
 def per_row(values: Any, rows: int) -> bool:

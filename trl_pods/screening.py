@@ -1,17 +1,12 @@
-"""Dynamic sampling: choose which prompts of a larger pool get trained on, from what a few of their rollouts showed.
+"""Screened generation (pilot, then commit): choose which prompts get trained on from what a few rollouts showed.
 
-Both modes read a *pool* of prompts per generation from the data loader, larger than the ``B`` prompts a generation
-trains on, and train on ``B`` of them, each process on its own share (``B / processes``; selection is local, so no
-row ever moves between processes). A pool prompt that is drawn and not trained on is consumed for the epoch, as in
-DAPO; so is one never drawn.
+With ``pods_generation="screened"`` (`ScreenedMode`) the data loader reads a pool of ``ratio x B`` prompts per
+generation, ``B`` being the prompts it trains on (each process its own share, ``B / processes``; selection is local,
+so no row ever moves between processes). A prompt piloted and not chosen is consumed for the epoch, as in DAPO.
 
-* ``"refill"`` (DAPO's dynamic sampling): ``N`` rollouts for the first ``B`` prompts of the pool; groups whose rewards
-  all agree carry no signal, so as many further prompts as groups are missing are drawn from the pool, ``N`` rollouts
-  each, until every process holds its share of groups with contrast or ``max_draws`` draws are made; the remainder is
-  filled with the first groups without contrast (`refill_choice`).
-* ``"screened"`` (pilot, then commit): a pilot of ``n_initial`` rollouts for every prompt of the pool (``ratio x B``),
-  a rule picks the ``B`` to train on (`SCREEN_RULES`), and those get their remaining ``N - n_initial`` rollouts; the
-  pilot rollouts stay in their group.
+Every pool prompt gets a pilot of ``n_initial`` rollouts (one call), a rule picks the ``B`` to train on
+(`SCREEN_RULES`), and those get their remaining ``N - n_initial`` rollouts (a second call); the pilot rollouts stay
+in their group.
 
 A rule is ``rule(pilot [G, k], chosen, generator) -> [chosen]`` indices into the ``G`` pool groups of one process,
 ``pilot`` holding the reward (TRL's weighted sum) of each pilot rollout (NaN: unscorable). Registered rules:
@@ -33,34 +28,28 @@ This module imports only torch.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from ._lookup import resolve
 from .adaptive import has_contrast
+from .waves import GenerationMode, Wave, WaveState
 
 __all__ = [
     "FRONTIER_SHARE",
     "SCREEN_RULES",
+    "ScreenedMode",
     "contrast_first",
     "frontier",
     "get_screen_rule",
-    "missing_groups",
-    "pool_factor",
     "random_screen",
-    "refill_choice",
     "register_screen_rule",
 ]
 
 FRONTIER_SHARE = 0.25  # of the picks of the "frontier" rule, reserved for groups whose pilot all failed
 
 ScreenRule = Callable[[torch.Tensor, int, torch.Generator | None], torch.Tensor]
-
-
-def pool_factor(generation: str, screen_ratio: int, max_draws: int) -> int:
-    """Prompts read from the data loader per trained prompt: ``screen_ratio`` (screened), ``max_draws`` (refill),
-    else 1."""
-    return {"screened": screen_ratio, "refill": max_draws}.get(generation, 1)
 
 
 def _lowest_mean_first(pilot: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
@@ -117,23 +106,57 @@ def get_screen_rule(name: str) -> ScreenRule:
     return resolve(name, SCREEN_RULES, "screening rule")
 
 
-def refill_choice(rewards: torch.Tensor, drawn: torch.Tensor, chosen: int) -> tuple[torch.Tensor, int]:
-    """Refill's choice among one process's drawn groups: those with contrast first, in draw order, then the first
-    groups without contrast to fill the remainder.
+class ScreenedMode(GenerationMode):
+    """``pods_generation="screened"``: a pilot of ``pods_n_initial`` rollouts for every prompt of the pool
+    (``pods_screen_ratio`` prompts per trained prompt), then the remaining ``pods_n - pods_n_initial`` for the
+    prompts each process's rule (`pods_screen_rule`) picks from its own pool; the rule's generator is seeded with
+    the generation's seed and the process's first group, so every process can replay every choice."""
 
-    Args:
-        rewards: ``[G, N]`` rewards of the process's pool groups (NaN where nothing was generated).
-        drawn: ``[G]`` bool, the groups drawn (generated).
-        chosen: groups to train on.
+    def __init__(self, config: Any):
+        self.prompts_read = self.groups_laid_out = config.pods_screen_ratio
+        self.pilot, self.rule = config.pods_n_initial, get_screen_rule(config.pods_screen_rule)
+        self.picked: torch.Tensor | None = None
 
-    Returns:
-        The ``[chosen]`` group indices, sorted, and how many of them lack contrast (filled).
-    """
-    contrast = has_contrast(rewards) & drawn  # [G]
-    picked = _take([contrast.nonzero().squeeze(1), (drawn & ~contrast).nonzero().squeeze(1)], chosen)
-    return picked, int((~contrast[picked]).sum())
+    def first_wave(self, state: WaveState) -> Wave:
+        self.picked = None
+        return Wave.uniform(torch.arange(state.rewards.size(0)), self.pilot)
+
+    def next_wave(self, state: WaveState) -> Wave | None:
+        if self.picked is not None:
+            return None
+        pilot = state.rewards[:, : self.pilot]  # [G, k]
+        self.picked = torch.zeros(pilot.size(0), dtype=torch.bool)
+        for block in state.blocks():
+            generator = torch.Generator().manual_seed(state.seed + block.start)
+            picked = self.rule(pilot[block], state.share, generator)
+            _check_screen_choice(picked, state.groups_per_process, state.share)
+            self.picked[block.start + picked] = True
+        commit = self.picked.nonzero().squeeze(1)
+        return Wave.uniform(commit, state.n - self.pilot) if state.n > self.pilot else None
+
+    def chosen(self, state: WaveState) -> torch.Tensor | None:
+        return self.picked
+
+    def metrics(self, state: WaveState) -> dict[str, float]:
+        trained = state.rewards[self.picked]  # [B, N]
+        return {
+            **super().metrics(state),
+            "predicted_contrast": has_contrast(trained[:, : self.pilot]).float().mean().item(),
+            "observed_contrast": has_contrast(trained).float().mean().item(),
+            "prompts_drawn": float(state.rewards.size(0)),
+            "prompts_trained": float(self.picked.sum()),
+        }
 
 
-def missing_groups(rewards: torch.Tensor, drawn: torch.Tensor, chosen: int) -> int:
-    """Groups with contrast one process still lacks for its ``chosen``."""
-    return max(chosen - int((has_contrast(rewards) & drawn).sum()), 0)
+def _check_screen_choice(picked: Any, pool: int, share: int) -> None:
+    if (
+        not isinstance(picked, torch.Tensor)
+        or picked.dtype != torch.long
+        or tuple(picked.shape) != (share,)
+        or picked.unique().numel() != share
+        or (share and (picked.min() < 0 or picked.max() >= pool))
+    ):
+        raise ValueError(
+            f"The screening rule (pods_screen_rule) must return a LongTensor of {share} distinct group indices in "
+            f"[0, {pool}) (the groups of one process's pool to train on)."
+        )

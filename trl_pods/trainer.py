@@ -2,14 +2,13 @@
 
 A training batch goes through two phases, both built from `GRPOTrainer`'s own methods:
 
-1. **Generate and select** (`trl_pods.phase1`). With the group size set to N, the parent's `_generate` produces N
-   rollouts per prompt and the parent's `_calculate_rewards` scores each once (gathered over processes). The
-   down-sampler picks M per prompt from the gathered ``[groups, N]`` reward matrix, so every process computes the
-   same selection. With ``pods_generation="adaptive"`` the rollouts come in waves (`trl_pods.adaptive`), with
-   ``"budgeted"`` in counts allocated per prompt from its history (`trl_pods.budget`); both are laid out in
-   slots (row ``g * N + s`` is the ``s``-th rollout of group ``g``; NaN rewards where nothing was generated).
-   Fixed generation runs TRL's own batch preparation first (environment resets, tool dictionaries, image
-   insertion; `trl_pods.rollout_fields`), so tools, environments, `rollout_func` and images work for all N.
+1. **Generate and select** (`trl_pods.phase1`, `trl_pods.selection`). The generation mode (`pods_generation`,
+   `trl_pods.generation_modes`) decides, wave by wave, which prompts get how many rollouts (up to N); each wave goes
+   through TRL's own batch preparation and `_generate` (environment resets, tool dictionaries, image insertion,
+   `rollout_func`; `trl_pods.rollout_fields`) and the parent's `_calculate_rewards` scores each rollout once
+   (gathered over processes). Rollouts are laid out in slots (row ``g * N + s`` is the ``s``-th rollout of group
+   ``g``; NaN rewards where nothing was generated). The down-sampler picks M per prompt from the gathered
+   ``[groups, N]`` reward matrix, so every process computes the same selection.
 2. **Train on the kept rows.** The parent's `_generate_and_score_completions` runs on the kept rows only, with
    `_generate` and `_calculate_rewards` answering from the phase-1 results and the group size at M. Padding,
    masks, old/reference log-probs, the vLLM importance-sampling correction, advantages, metrics and the loss are
@@ -17,7 +16,7 @@ A training batch goes through two phases, both built from `GRPOTrainer`'s own me
 
 The data loader is sized for the generated rows: each prompt is repeated N times, and each process receives whole
 prompt groups (`PODSConfig` checks the layout). This module holds only the methods TRL calls; each hands its work to
-the module owning the concern: `phase1` (generation, scoring, selection), `reporting` (metrics, selection log,
+the module owning the concern: `phase1` (generation, scoring), `selection`, `reporting` (metrics, selection log,
 completions table, token counts), `loss_seams` (D3S dropped groups, token selection, full-group advantages),
 `rollout_fields` (what a kept row carries besides token ids: tool masks, environments, `rollout_func` fields,
 images) and `resume` (exact-resume state).
@@ -25,6 +24,7 @@ images) and `resume` (exact-resume state).
 
 from __future__ import annotations
 
+import sys
 from functools import partial
 from typing import Any
 
@@ -34,21 +34,24 @@ from datasets import Dataset
 from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
-from . import loss_seams, phase1, reporting, resume, rollout_fields, screening, trainer_steps
-from .budget import BudgetedAllocation
+from . import loss_seams, phase1, reporting, resume, rollout_fields, selection, trainer_steps
 from .config import PODSConfig
 from .down_sampling import get_down_sampler
+from .generation_modes import build_generation_mode
 from .losses import SEQUENCE_AVERAGE_LOSSES
+from .model_card import PODSModelCard
 from .paper import PODS_PAPER
+from .prompt_order import DrawingSampler, EpochReplay, check_drawable
 from .vllm_engine import colocate_engine
+from .waves import GenerationMode
 
 
-class PODSGRPOTrainer(GRPOTrainer):
+class PODSGRPOTrainer(PODSModelCard, GRPOTrainer):  # PODSModelCard: the model card's seams (`model_card`)
     """Drop-in replacement for `trl.GRPOTrainer` that trains on a down-sampled subset of the rollouts.
 
     Takes the same arguments as `GRPOTrainer`; `args` must be a [`PODSConfig`] (without `args`, a default one is
     built, its output directory named as `GRPOTrainer` names it). Evaluation is unchanged (no down-sampling). Tools,
-    environments, `rollout_func` and vision inputs work with fixed generation (`rollout_fields`); what cannot be
+    environments, `rollout_func` and vision inputs work with every generation mode (`rollout_fields`); what cannot be
     down-sampled is refused at construction (an image column of an iterable dataset at the first training step).
     """
 
@@ -65,11 +68,9 @@ class PODSGRPOTrainer(GRPOTrainer):
     _tokens_generated: int = 0  # prompt + completion tokens of every generated row, all processes, cumulative
     _count_step_sequences: bool = False  # dropped groups with a sequence-averaged loss: rescale its policy term
     _loss_forward: dict[str, Any] | None = None  # what the training forward computed, while it is rescaled
-    _pods_budget: BudgetedAllocation | None = None  # budgeted generation: the prompts' history and the allocation
-    _epoch_replay: resume.EpochReplay | None = None  # the training sampler, told each epoch by `_run_epoch`
-    _pods_pool: int = 1  # refill, screened: prompts read per trained prompt (`screening.pool_factor`)
-    _screen_rule: Any = None  # screened: the rule choosing the prompts to train on
-    _pods_rollouts: rollout_fields.RolloutRows | None = None  # phase 1: the rows as TRL prepared and generated them
+    _pods_mode: GenerationMode | None = None  # `pods_generation`: which prompts get how many rollouts, wave by wave
+    _epoch_replay: EpochReplay | None = None  # the training sampler, told each epoch by `_run_epoch`
+    _pods_pool: int = 1  # prompts the data loader reads per trained prompt (the mode's `prompts_read`)
 
     def __init__(self, model, reward_funcs=None, args: PODSConfig | None = None, *trainer_args, **trainer_kwargs):
         if args is None:  # as GRPOTrainer does
@@ -84,19 +85,15 @@ class PODSGRPOTrainer(GRPOTrainer):
             super().__init__(model, reward_funcs, args, *trainer_args, **trainer_kwargs)
         columns = self.train_dataset.column_names if isinstance(self.train_dataset, Dataset) else []
         rollout_fields.check_supported(args, rollout_fields.features_in_use(self, columns))
+        self._pods_mode = build_generation_mode(args)
+        self._pods_pool = self._pods_mode.prompts_read
+        if self._pods_mode.draws:
+            check_drawable(self.train_dataset)
         self.pods_n, self.pods_m = args.pods_n, args.pods_m
         self.down_sampler = get_down_sampler(args.pods_down_sampler)
         self._generation_chunk_size = args.pods_generation_chunk_size
         self._count_step_sequences = args.pods_drop_constant_groups and args.loss_type in SEQUENCE_AVERAGE_LOSSES
         self._token_selection = loss_seams.token_selection_on(args)
-        if args.pods_generation == "budgeted":
-            self._pods_budget = BudgetedAllocation(
-                args.pods_m, args.pods_n, args.pods_budget, args.pods_allocation, args.pods_history_size,
-                args.pods_history_decay,
-            )  # fmt: skip
-        self._pods_pool = screening.pool_factor(args.pods_generation, args.pods_screen_ratio, args.pods_max_draws)
-        if args.pods_generation == "screened":
-            self._screen_rule = screening.get_screen_rule(args.pods_screen_rule)
         if self._token_selection:
             self.top_entropy_quantile = 0.0  # routes TRL's token-mask seam (get_high_entropy_mask) to D3S
 
@@ -108,15 +105,29 @@ class PODSGRPOTrainer(GRPOTrainer):
             return super().get_train_dataloader()
 
     def _get_train_sampler(self, dataset=None):
-        self._epoch_replay = resume.EpochReplay(super()._get_train_sampler(dataset))  # a resumed epoch keeps its order
+        # A resumed epoch keeps its order; a mode that draws (refill) reads its further prompts from it on demand.
+        order = DrawingSampler if self._pods_mode is not None and self._pods_mode.draws else EpochReplay
+        self._epoch_replay = order(super()._get_train_sampler(dataset))
         return self._epoch_replay
 
     def _run_epoch(self, *args, epoch: int, **kwargs):
         # Trainer's set_epoch does not reach the sampler through accelerate's SkipBatchSampler(BatchSamplerShard(..))
         # when a multi-process run resumes mid-epoch, so the epoch is handed to it here.
         if self._epoch_replay is not None:
-            self._epoch_replay.set_epoch(epoch)
+            self._epoch_replay.start_epoch(epoch, self.state.global_step)
         return super()._run_epoch(*args, epoch=epoch, **kwargs)
+
+    def set_initial_training_values(self, args, dataloader):
+        values = super().set_initial_training_values(args, dataloader)
+        if isinstance(self._epoch_replay, DrawingSampler) and args.max_steps > 0:  # refill epochs end when drawn out
+            values = (sys.maxsize, *values[1:])  # as many epochs as max_steps takes
+        return values
+
+    def _init_training_state(self, max_steps, steps_per_epoch, epochs, resume_from_checkpoint, trial):
+        position = super()._init_training_state(max_steps, steps_per_epoch, epochs, resume_from_checkpoint, trial)
+        if isinstance(self._epoch_replay, DrawingSampler):  # a refill epoch is shorter than TRL's steps per epoch
+            return resume.refill_position(self, resume_from_checkpoint, position)
+        return position
 
     def _get_dataloader(self, dataset, description, batch_size, *args, **kwargs):
         if kwargs.get("is_training") and self.pods_n is not None:  # sized by TRL for the kept rows: pods_m per prompt
@@ -134,7 +145,7 @@ class PODSGRPOTrainer(GRPOTrainer):
         self._pods_phase1 = kept
         self.num_generations = kept["m"]  # the group size TRL's advantage code reads
         try:
-            with rollout_fields.kept_environments(self, kept["rollouts"], kept["local"]):
+            with rollout_fields.kept_environments(self, kept["rollouts"].environments, kept["local"]):
                 output = super()._generate_and_score_completions(kept["inputs"])
         finally:
             self._pods_phase1 = None
@@ -158,107 +169,66 @@ class PODSGRPOTrainer(GRPOTrainer):
         return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
 
     def _generate_score_and_select(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        """Phase 1: generate N per prompt (at most N when adaptive), score every rollout once, keep M per prompt
-        (same on every process); report it. Returns what phase 2 serves to TRL, for this process's kept rows."""
-        local_rows, args = len(inputs), self.args
-        tokens_seen = self.state.num_input_tokens_seen
-        settings = self._phase1_settings()
+        """Phase 1: generate up to N per prompt as the generation mode decides, score every rollout once, keep M per
+        prompt (same on every process); report it. Returns what phase 2 serves to TRL, for this process's kept rows."""
+        args, tokens_seen = self.args, self.state.num_input_tokens_seen
+        settings = trainer_steps.phase1_settings(self)
         rollouts = self._generate_and_score(inputs, settings)  # slot layout
-        generation, rewards_per_func, counts = rollouts.generation, rollouts.rewards_per_func, rollouts.counts
-        m = phase1.kept_per_step(args, self._progress(), local_rows // self.pods_n // self._pods_pool)
-        selection = phase1.select_rollouts(
-            rewards_per_func, counts, local_rows, m, settings.seed, settings, rollouts.chosen
+        generation, rewards_per_func, counts, rows = (
+            rollouts.generation, rollouts.rewards_per_func, rollouts.counts, rollouts.rows
+        )  # fmt: skip
+        m = selection.kept_per_step(args, self._progress(), len(inputs) // self.pods_n // self._pods_pool)
+        chosen = selection.select_rollouts(
+            rewards_per_func, counts, len(rows), m, settings.seed, settings, rollouts.chosen
         )
-        prepared, self._pods_rollouts = self._pods_rollouts, None  # fixed generation: TRL's prepared rows
-        if args.pods_log_all_rollouts:
-            process = self.accelerator.process_index
+        if args.pods_log_all_rollouts:  # with the prompts as generated (after environment resets)
             all_rollouts = reporting.gather_all_rollouts(
-                inputs, generation[3], rewards_per_func, counts, selection.kept, process, self._pending_extra_logs
-            )
-        reporting.filter_pending_extra_logs(self._pending_extra_logs, selection.local, local_rows)
-        reporting.count_tokens(self, tokens_seen, generation, selection.local)
+                rollouts.prompts, generation[3], rewards_per_func, counts, chosen.kept,
+                self.accelerator.process_index, self._pending_extra_logs,
+            )  # fmt: skip
+        reporting.filter_pending_extra_logs(self._pending_extra_logs, chosen.local, len(rows))
+        reporting.count_tokens(self, tokens_seen, generation, chosen.local)
         fraction = loss_seams.token_fraction(args, self._progress()) if self._token_selection else None
-        allocation = self._pods_budget.observe(selection.rewards) if self._pods_budget is not None else {}
-        reporting.log_selection(self._metrics["train"], selection, rollouts, args, fraction, allocation)
+        reporting.log_selection(self._metrics["train"], chosen, rollouts, args, fraction)
         if args.pods_selection_log:
             position = {
                 "global_step": self.state.global_step,
                 "generation": self._step % args.gradient_accumulation_steps,
             }
             main = self.accelerator.is_main_process
-            prompts = [row.get("prompt") for row in inputs[:: self.pods_n]]
-            reporting.record_selection(args.output_dir, main, position, prompts, selection, counts)
+            prompts = [row.get("prompt") for row in rows[:: self.pods_n] if row is not None]  # the groups' prompts
+            reporting.record_selection(args.output_dir, main, position, prompts, chosen, counts)
         return {
-            "inputs": rollout_fields.kept_rows(inputs, prepared, selection.local),
-            "rollouts": prepared,
-            "local": selection.local,
-            "generation": phase1.kept_generation(generation, selection, args.pods_drop_constant_groups),
-            "rewards_per_func": rewards_per_func[selection.kept_rows.to(rewards_per_func.device)],
-            "rewards": selection.rewards,
-            "kept": selection.kept,
+            "inputs": rollout_fields.kept_rows(rows, rollouts.prompts, rollouts.environments, chosen.local),
+            "rollouts": rollouts,
+            "local": chosen.local,
+            "generation": selection.kept_generation(generation, chosen, args.pods_drop_constant_groups),
+            "rewards_per_func": rewards_per_func[chosen.kept_rows.to(rewards_per_func.device)],
+            "rewards": chosen.rewards,
+            "kept": chosen.kept,
             "counts": counts,
             "m": m,
-            "dropped": selection.local_dropped,
+            "dropped": chosen.local_dropped,
             **({"all_rollouts": all_rollouts} if args.pods_log_all_rollouts else {}),
         }
 
-    def _generate_and_score(self, inputs: list[dict[str, Any]], settings: phase1.Phase1Settings) -> phase1.Rollouts:
-        """Phase 1's rollouts in slot layout (`phase1.generate_and_score` with this trainer's generation and reward
-        steps, `trainer_steps`): the 8-tuple of `_generate`, the gathered rewards ``[G * N, F]`` and the rollouts per
-        group ``[G]``, with what generating them cost."""
+    def _generate_and_score(self, inputs: list[dict[str, Any]], settings: selection.Phase1Settings) -> phase1.Rollouts:
+        """Phase 1's rollouts in slot layout (`phase1.generate_and_score`: the generation mode's waves with this
+        trainer's generation and reward steps, `trainer_steps`): the 8-tuple of `_generate`, the gathered rewards
+        ``[G * N, F]`` and the rollouts per group ``[G]``, with what generating them cost."""
         steps = phase1.GenerationSteps(
-            generate=self._generate_all,
-            score=self._score_all,
-            generate_wave=self._generate_wave,
-            score_wave=partial(trainer_steps.score_own_rows, self),
+            generate=partial(trainer_steps.generate_call, self, super()._generate_and_score_completions, []),
+            score=partial(trainer_steps.score_own_rows, self),
             one_weight_load=partial(trainer_steps.one_weight_load_per_generation, self),
-            allocate=partial(trainer_steps.allocate_groups, self, inputs),
+            draw=partial(trainer_steps.draw_prompts, self),
+            group_keys=partial(trainer_steps.group_keys, self),
         )
-        rollouts = phase1.generate_and_score(inputs, settings, steps)
-        if self.args.pods_generation != "fixed":  # the reward functions' log_extra columns, and one length entry
-            self._pending_extra_logs.update(rollouts.extra_columns)
+        rollouts = phase1.generate_and_score(inputs, settings, self._pods_mode, steps)
+        self._pending_extra_logs.update(rollouts.extra_columns)  # the reward functions' log_extra, in slot layout
+        if rollouts.calls > 1 or rollouts.padding:  # one length entry over every rollout generated, padding excluded
             ends = [*self.eos_token_ids, self._tokenizer.pad_token_id]
             reporting.log_lengths_once(self._metrics["train"], rollouts.calls, rollouts.generation[1], ends)
         return rollouts
-
-    def _generate_all(self, rows: list[dict[str, Any]]) -> tuple:
-        """N rollouts of each prompt, generated after TRL's batch preparation (`rollout_fields.generate_rows`)."""
-        with trainer_steps.generation_layout(self):
-            self._pods_rollouts = rollout_fields.generate_rows(self, super()._generate_and_score_completions, rows)
-        return self._pods_rollouts.generation
-
-    def _score_all(self, rows: list[dict[str, Any]], generation: tuple) -> torch.Tensor:
-        """TRL's rewards ``[P * rows, F]`` of `_generate_all`'s rollouts: for the prompts they were generated from,
-        with `rollout_func`'s extra fields and each row's environment (TRL's `environments` reward argument)."""
-        scored = rollout_fields.scoring_rows(rows, generation[5])
-        return self._calculate_rewards(scored, self._pods_rollouts.prompts, generation[3], generation[1])
-
-    def _generate_wave(self, rows: list[dict[str, Any]], size: int) -> tuple:
-        with trainer_steps.group_size(self, size):  # server mode: one request per prompt with n = size
-            return self._generate([row["prompt"] for row in rows])
-
-    def _phase1_settings(self) -> phase1.Phase1Settings:
-        args = self.args
-        return phase1.Phase1Settings(
-            n=self.pods_n,
-            generation=args.pods_generation,
-            n_initial=args.pods_n_initial,
-            process_index=self.accelerator.process_index,
-            processes=self.accelerator.num_processes,
-            reward_weights=self.reward_weights,
-            aggregation=self.multi_objective_aggregation,
-            down_sampler=self.down_sampler,
-            pool=self._pods_pool,
-            screen_rule=self._screen_rule,
-            seed=phase1.selection_seed(
-                args.seed, self.state.global_step, self._step, args.gradient_accumulation_steps
-            ),
-            down_sampler_name=args.pods_down_sampler,
-            cross_group=args.pods_cross_group,
-            scale_rewards=self.scale_rewards,
-            drop_constant_groups=args.pods_drop_constant_groups,
-            advantage_scope=args.pods_advantage_scope,
-        )
 
     def _progress(self) -> float:
         return self.state.global_step / max(self.state.max_steps - 1, 1)

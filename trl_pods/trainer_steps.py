@@ -13,8 +13,10 @@ import torch
 import trl.trainer.grpo_trainer as grpo_trainer_module
 from trl.models import unwrap_model_for_generation
 
+from . import rollout_fields
 from .budget import prompt_key
-from .phase1 import Generation
+from .rollout_fields import RolloutRows
+from .selection import Phase1Settings, selection_seed
 from .vllm_engine import engine_awake
 
 
@@ -66,21 +68,37 @@ def take_new(pending: dict[str, list], before: dict[str, int]) -> dict[str, list
     return new
 
 
-def score_own_rows(trainer: Any, rows: list[dict], generation: Generation, real: int) -> tuple[torch.Tensor, dict]:
-    """Score a wave's own rows (the first ``real``), not its padding, and gather them: ``[P * len(rows), F]``, NaN on
+def generate_call(trainer: Any, parent, in_use: list, rows: list[dict], request: int) -> RolloutRows:
+    """One generation call of phase 1 through TRL's batch preparation (`rollout_fields.generate_rows`), ``request``
+    rollouts per prompt asked of the engine at once, with environment instances the generation's earlier calls did
+    not use (``in_use``, which this call's join)."""
+    with group_size(trainer, request), rollout_fields.fresh_environments(trainer, in_use):
+        generated = rollout_fields.generate_rows(trainer, parent, rows)
+    in_use.extend(generated.environments or [])
+    return generated
+
+
+def score_own_rows(trainer: Any, rows: list[dict], generated: RolloutRows, real: int) -> tuple[torch.Tensor, dict]:
+    """Score a call's own rows (the first ``real``), not its padding, and gather them: ``[P * len(rows), F]``, NaN on
     padding rows; with the `log_extra` columns the reward functions logged for the scored rows.
 
-    Reward functions see the process's rows that have a slot, or its first padding row when it has none, so every
-    process calls them once per wave (a reward model under ZeRO-3 needs every process). What they log then describes
-    real rollouts: `log_extra` values go to their slots, and each `log_metric` value counts once per rollout scored,
-    so TRL's average over the step is per rollout, as without waves.
+    Reward functions see the rows as TRL would score them: the prompts they were generated from (after environment
+    resets), `rollout_func`'s fields, and each row's own environment. They see the process's rows that have a slot,
+    or its first padding row when it has none, so every process calls them once per call (a reward model under
+    ZeRO-3 needs every process). What they log then describes real rollouts: `log_extra` values go to their slots,
+    and each `log_metric` value counts once per rollout scored, so TRL's average over the step is per rollout.
     """
     scored = max(real, 1)
     extra_before = {column: len(values) for column, values in trainer._pending_extra_logs.items()}
     metrics_before = {name: len(values) for name, values in trainer._pending_metrics.items()}
-    prompts = [row["prompt"] for row in rows[:scored]]
+    _, completion_ids, _, completions = generated.generation[:4]
+    merged = rollout_fields.scoring_rows(rows, generated.generation[5], scored)
+    if generated.environments is not None:
+        trainer.environments = generated.environments[:scored]  # TRL's `environments` reward argument
     with rewards_not_gathered():
-        local = trainer._calculate_rewards(rows[:scored], prompts, generation[3][:scored], generation[1][:scored])
+        local = trainer._calculate_rewards(
+            merged, generated.prompts[:scored], completions[:scored], completion_ids[:scored]
+        )
     extra = take_new(trainer._pending_extra_logs, extra_before)
     for name, values in take_new(trainer._pending_metrics, metrics_before).items():
         trainer._pending_metrics[name].extend(value for value in values for _ in range(real))
@@ -89,12 +107,11 @@ def score_own_rows(trainer: Any, rows: list[dict], generation: Generation, real:
     return trainer.accelerator.gather(padded), extra
 
 
-def allocate_groups(trainer: Any, inputs: list[dict[str, Any]], processes: int) -> torch.Tensor:
-    """Budgeted generation: ``[G]`` rollouts for this generation's groups (all processes), from the prompts' keys,
-    gathered so that every process allocates alike, each process's groups within its own share of the budget."""
-    keys = [prompt_key(row["prompt"]) for row in inputs[:: trainer.pods_n]]
-    gathered = trainer.accelerator.gather(torch.tensor(keys, device=trainer.accelerator.device))
-    return trainer._pods_budget.plan(gathered.tolist(), processes)
+def group_keys(trainer: Any, rows: list[dict[str, Any]]) -> list[int]:
+    """Budgeted generation: digests of this process's groups' prompts (one row each), gathered over processes, so
+    that every process allocates alike."""
+    keys = [prompt_key(row["prompt"]) for row in rows]
+    return trainer.accelerator.gather(torch.tensor(keys, device=trainer.accelerator.device)).tolist()
 
 
 @contextmanager
@@ -128,3 +145,37 @@ def one_weight_load_per_generation(trainer: Any):
             yield
         finally:
             trainer.args.ds3_gather_for_generation = True
+
+
+def draw_prompts(trainer: Any, counts: list[int]) -> tuple[list[int], list[dict[str, Any]]]:
+    """Refill: up to ``counts[r]`` further prompts for process ``r`` (the same list on every process), read from the
+    epoch's order now (`prompt_order.DrawingSampler`, the same draw on every process, processes served in order).
+    Returns how many each process got (fewer once the epoch runs out) and this process's rows, each prompt
+    `pods_n` times."""
+    drawn = trainer._epoch_replay.draw(sum(counts))
+    got, left = [], len(drawn)
+    for count in counts:
+        got.append(min(count, left))
+        left -= got[-1]
+    first = sum(got[: trainer.accelerator.process_index])
+    mine = drawn[first : first + got[trainer.accelerator.process_index]]
+    return got, [row for row in mine for _ in range(trainer.pods_n)]
+
+
+def phase1_settings(trainer: Any) -> Phase1Settings:
+    """What phase 1 reads from the trainer's configuration and process layout, for the generation about to start."""
+    args = trainer.args
+    return Phase1Settings(
+        n=trainer.pods_n,
+        process_index=trainer.accelerator.process_index,
+        processes=trainer.accelerator.num_processes,
+        reward_weights=trainer.reward_weights,
+        aggregation=trainer.multi_objective_aggregation,
+        down_sampler=trainer.down_sampler,
+        seed=selection_seed(args.seed, trainer.state.global_step, trainer._step, args.gradient_accumulation_steps),
+        down_sampler_name=args.pods_down_sampler,
+        cross_group=args.pods_cross_group,
+        scale_rewards=trainer.scale_rewards,
+        drop_constant_groups=args.pods_drop_constant_groups,
+        advantage_scope=args.pods_advantage_scope,
+    )
