@@ -63,7 +63,7 @@ from trl_pods.arithmetic import DIFFICULTIES
 from trl_pods.demo import demo_arguments, held_out
 from trl_pods.smollm2 import fetch_smollm2
 from trl_pods.train import ScriptArguments, train
-from trl_pods.vllm_engine import prepare_cpu_engine
+from trl_pods.vllm_engine import check_cpu_vllm, cpu_weights_in_place
 
 NAME = "time_to_target"
 TRL_GROUP_SIZES = {f"trl.GRPOTrainer {g}": g for g in (4, 8, 16)}
@@ -154,7 +154,8 @@ def train_method(method: str, where: tuple, callbacks: list | None = None) -> li
     """Train one method (``where``: `run_arguments`'s after the method); its `step_records`."""
     trainer_class, arguments = method_arguments(method, *where)
     trl_rollouts = trl_rollouts_per_step(arguments[1]) if trainer_class is GRPOTrainer else None
-    history = train(*arguments, callbacks=callbacks, trainer_class=trainer_class).state.log_history
+    with cpu_weights_in_place():  # trl.GRPOTrainer's colocate engine must take TRL's weight sync on vLLM-CPU too
+        history = train(*arguments, callbacks=callbacks, trainer_class=trainer_class).state.log_history
     return step_records(history, trl_rollouts)
 
 
@@ -678,7 +679,8 @@ def main() -> None:
     torch.set_num_threads(1)  # one run per core; vLLM's CPU engine keeps it
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM-CPU's default would take much more
     os.environ.setdefault("MASTER_PORT", str(free_port()))  # TRL tries 29500 first: processes side by side collide
-    prepare_cpu_engine()  # trl.GRPOTrainer's colocate engine must take TRL's weight sync on vLLM's CPU build too
+    if not check_cpu_vllm():
+        raise SystemExit("time_to_target.py measures on vLLM's CPU build: run it in the vLLM test environment.")
     model = fetch_smollm2()
     if args.timing:
         timing_run = timing(model, args)
