@@ -171,9 +171,12 @@ def recording_add(events: Events):
     return recorded
 
 
-def tool_results(messages: list[dict]) -> list[str]:
-    """The results of a completion's tool calls that ran (not TRL's error messages for calls that failed)."""
-    return [m["content"] for m in messages if m["role"] == "tool" and not m["content"].startswith("{'error'")]
+def tool_calls(messages: list[dict]) -> tuple[int, list[str]]:
+    """The tool calls a completion made (TRL runs each once, failing ones included), and the results it shows of
+    those that ran (the last may be rolled back: TRL drops a result that would exceed max_completion_length)."""
+    made = sum(len(m.get("tool_calls") or []) for m in messages if m["role"] == "assistant")
+    contents = [m["content"] for m in messages if m["role"] == "tool"]
+    return made, [content for content in contents if not content.startswith("{'error'")]
 
 
 @pytest.mark.parametrize("mode", list(MODES))
@@ -181,7 +184,9 @@ def test_tools_in_every_mode(tool_model_path, tmp_path, mode):
     """Tools (HF generate) in each mode: the tool really runs, once per tool call of a generated rollout (each
     wave's rollouts, none of phase 2); every generated rollout is scored once with its own row's answer; phase 2
     trains on the kept rows with their own tool masks (tool-output tokens, and only those, out of the loss), and the
-    logged rewards are the kept completions' own."""
+    logged rewards are the kept completions' own. TRL's tool-call frequency and completion length (model tokens)
+    describe every rollout the waves generated, as they describe the N rollouts of fixed generation (they were
+    averaged over waves: a wave of 2 rollouts weighed like one of 4; the length counted tool output)."""
     PhaseSpy.events = events = Events()
     model, tokenizer = load(tool_model_path)
     trainer = train(
@@ -189,7 +194,7 @@ def test_tools_in_every_mode(tool_model_path, tmp_path, mode):
         tools=[recording_add(events)],
     )  # fmt: skip
     check_common(mode, trainer, tokenizer.pad_token_id)
-    tool_rows = 0
+    tool_rows, frequencies, lengths = 0, [], []
     for record in trainer.records:
         rollouts, local = record["phase1"]["rollouts"], record["phase1"]["local"]
         completions, tool_mask, completion_ids = rollouts.generation[3], rollouts.generation[2], rollouts.generation[1]
@@ -198,9 +203,12 @@ def test_tools_in_every_mode(tool_model_path, tmp_path, mode):
         assert Counter(scored) == Counter((rollouts.rows[s]["answer"], json.dumps(completions[s])) for s in slots), (
             "each generated rollout scored once, with its own row"
         )
-        results = [result for s in slots for result in tool_results(completions[s])]
-        calls = [event[1:] for event in record["phase1_events"] if event[0] == "tool"]
-        assert sorted(str(a + b) for a, b in calls) == sorted(results), "one tool run per tool call generated"
+        made = sum(tool_calls(completions[s])[0] for s in slots)
+        shown = Counter(result for s in slots for result in tool_calls(completions[s])[1])
+        ran = [event[1:] for event in record["phase1_events"] if event[0] == "tool"]
+        assert shown <= Counter(str(a + b) for a, b in ran) and len(ran) <= made, "one run per tool call generated"
+        frequencies.append(made / rollouts.generated)
+        lengths.append(sum(sum(tool_mask[s]) for s in slots) / len(slots))  # TRL's: model tokens, not tool output
         for i in local:
             masked = [token for token, keep in zip(completion_ids[i], tool_mask[i], strict=True) if not keep]
             responses = [m["content"] for m in completions[i] if m["role"] == "tool"]
@@ -208,6 +216,9 @@ def test_tools_in_every_mode(tool_model_path, tmp_path, mode):
             text = trainer.processing_class.decode(masked)
             assert text.count("<tool_response>") == len(responses) and all(r in text for r in responses)
     assert tool_rows > 0, "no kept rollout called the tool"
+    logged = [entry for entry in trainer.state.log_history if "tools/call_frequency" in entry]
+    assert [entry["tools/call_frequency"] for entry in logged] == pytest.approx(frequencies), "over every rollout"
+    assert [entry["completions/mean_length"] for entry in logged] == pytest.approx(lengths), "over every rollout"
     last = trainer.records[-1]
     kept_rows = [last["phase1"]["rollouts"].rows[i] for i in last["phase1"]["local"]]
     kept_completions = [last["phase1"]["rollouts"].generation[3][i] for i in last["phase1"]["local"]]
@@ -262,7 +273,7 @@ def test_environments_in_every_mode(tool_model_path, tmp_path, mode):
         environment_factory=lambda: LoggedEnv(events),
     )  # fmt: skip
     check_common(mode, trainer, tokenizer.pad_token_id)
-    tool_calls = 0
+    calls_made = 0
     for record in trainer.records:
         phase1 = record["phase1"]
         rollouts, local, snapshot = phase1["rollouts"], phase1["local"], record["snapshot"]
@@ -275,9 +286,10 @@ def test_environments_in_every_mode(tool_model_path, tmp_path, mode):
         scored = [event[1] for event in record["phase1_events"] if event[0] == "get_reward"]
         assert Counter(scored) == Counter(environments), "get_reward: each rollout once"
         for s in slots:
-            results = tool_results(rollouts.generation[3][s])
-            assert results == [str(result) for result in snapshot[s][2]], "the rollout's tool results are its env's"
-            tool_calls += len(results)
+            made, results = tool_calls(rollouts.generation[3][s])
+            ran = [str(result) for result in snapshot[s][2]]
+            assert ran[: len(results)] == results and len(ran) <= made, "the rollout's tool results are its env's"
+            calls_made += made
         assert [id(env) for env in record["environments_after"]] == [snapshot[i][0] for i in local]
         prompts = [row["prompt"] for row in phase1["inputs"]]
         assert prompts == [rollouts.prompts[i] for i in local], "the kept rows' prompts, as their resets produced"
@@ -285,7 +297,7 @@ def test_environments_in_every_mode(tool_model_path, tmp_path, mode):
         assert extended == [constant_prompt(prompt) for prompt in prompts]
         column = trainer.reward_func_names.index("LoggedEnv")
         assert phase1["rewards_per_func"][:, column].tolist() == [snapshot[i][3] for i in local]
-    assert tool_calls > 0, "no environment tool was called"
+    assert calls_made > 0, "no environment tool was called"
 
 
 # ---------------------------------------------------------------- rollout_func
