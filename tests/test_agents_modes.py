@@ -187,13 +187,22 @@ def test_tools_in_every_mode(tool_model_path, tmp_path, mode):
     logged rewards are the kept completions' own. TRL's tool-call frequency and completion length (model tokens)
     describe every rollout the waves generated, as they describe the N rollouts of fixed generation (they were
     averaged over waves: a wave of 2 rollouts weighed like one of 4; the length counted tool output)."""
+    check_tool_rollouts(mode, train_with_tools(mode, tmp_path, tool_model_path))
+
+
+def train_with_tools(mode: str, tmp_path, model_path, **options) -> PhaseSpy:
+    """`train` the tool model in ``mode`` with the recording `add` tool and `role_calculator_reward`."""
     PhaseSpy.events = events = Events()
-    model, tokenizer = load(tool_model_path)
-    trainer = train(
-        mode, tmp_path, model, tokenizer, role_calculator_reward, tool_dataset(PAIRS), TOOL_OPTIONS,
+    model, tokenizer = load(model_path)
+    return train(
+        mode, tmp_path, model, tokenizer, role_calculator_reward, tool_dataset(PAIRS), {**TOOL_OPTIONS, **options},
         tools=[recording_add(events)],
     )  # fmt: skip
-    check_common(mode, trainer, tokenizer.pad_token_id)
+
+
+def check_tool_rollouts(mode: str, trainer: PhaseSpy) -> None:
+    """What `test_tools_in_every_mode` checks (also on a vLLM engine: test_agents_vllm.py)."""
+    check_common(mode, trainer, trainer.processing_class.pad_token_id)
     tool_rows, frequencies, lengths = 0, [], []
     for record in trainer.records:
         rollouts, local = record["phase1"]["rollouts"], record["phase1"]["local"]
