@@ -146,10 +146,14 @@ class AccuracyCurve(TrainerCallback):
         self.curve: list[tuple[int, float, float, float]] = []
         self.start = self.eval_seconds = 0.0
 
+    def accuracy(self, model: Qwen2ForCausalLM) -> tuple[float, float]:
+        """What is measured (a subclass may measure another task): `accuracy`."""
+        return accuracy(model, self.tokenizer, self.data)
+
     def _measure(self, step: int, model: Qwen2ForCausalLM) -> None:
         begin = time.perf_counter()
         minutes = (begin - self.start - self.eval_seconds) / 60
-        self.curve.append((step, minutes, *accuracy(model, self.tokenizer, self.data)))
+        self.curve.append((step, minutes, *self.accuracy(model)))
         self.eval_seconds += time.perf_counter() - begin
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):

@@ -1,10 +1,14 @@
 """Worker of the multi-process agent tests: `torchrun --nproc_per_node K tests/agents_run.py MODEL OUT FEATURE`.
 
 Trains PODS 4 -> 2 with the calculator tool model (`tool_model`) on one prompt per rank per step, with FEATURE
-`tools` (a standalone `add` tool) or `environment` (an `AdderEnv` per rollout, its `get_reward` a reward source),
-and writes per rank what it saw: the gathered reward matrix and kept mask of each generation, its tool calls and the
-resets of its environments. `--slow` adds a reward function that takes half a second (so a test can kill the run
-between steps); `--save-steps` checkpoints; `--resume` resumes from the last checkpoint.
+`tools` (a standalone `add` tool) or `environment` (a `LoggedEnv` per rollout: its `add` method is the tool, its
+`get_reward` the reward), rewards constant for the prompts whose first number is even (`test_agents_modes`), and
+writes per rank what it saw: the gathered reward matrix, kept mask and rollouts generated of each generation, its tool
+calls and the resets of its environments. `--mode refill` or `--mode screened` sets `pods_generation` (refill: at
+most 2 draws; screened: a pool of 2 prompts per trained prompt, a pilot of 2) and reads the data in order, so that
+rank 0's own prompt always lacks contrast and refill draws for it, while rank 1 pads whenever its prompt has some.
+`--slow` adds a reward function that takes half a second (so a test can kill the run between steps); `--save-steps`
+checkpoints; `--resume` resumes from the last checkpoint.
 """
 
 import argparse
@@ -18,8 +22,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 from helpers import RowSpy, exit_together, load, pods_config  # noqa: E402
-from test_agents import AdderEnv, tool_dataset  # noqa: E402
-from tool_model import calculator_reward, counting_add  # noqa: E402
+from test_agents import tool_dataset  # noqa: E402
+from test_agents_modes import MODES, Events, LoggedEnv, role_calculator_reward  # noqa: E402
+from tool_model import counting_add  # noqa: E402
 
 
 def pause_reward(completions, **kwargs) -> list[float]:
@@ -33,6 +38,7 @@ def main() -> None:
     parser.add_argument("model")
     parser.add_argument("out")
     parser.add_argument("feature", choices=["tools", "environment"])
+    parser.add_argument("--mode", choices=["fixed", "refill", "screened"], default="fixed")
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--save-steps", type=int)
     parser.add_argument("--slow", action="store_true")
@@ -51,10 +57,13 @@ def main() -> None:
         learning_rate=1e-4,
         ddp_backend="gloo" if world > 1 else None,
         **(dict(save_strategy="steps", save_steps=args.save_steps) if args.save_steps else {}),
+        shuffle_dataset=args.mode == "fixed",
+        **MODES.get(args.mode, {}),
     )
     calls = []
-    rewards = [calculator_reward] if args.feature == "tools" else []
-    feature = dict(tools=[counting_add(calls)]) if args.feature == "tools" else dict(environment_factory=AdderEnv)
+    rewards = [role_calculator_reward] if args.feature == "tools" else []
+    environment = dict(environment_factory=lambda: LoggedEnv(Events()))
+    feature = dict(tools=[counting_add(calls)]) if args.feature == "tools" else environment
     trainer = RowSpy(
         model,
         rewards + ([pause_reward] if args.slow else []),
@@ -73,7 +82,10 @@ def main() -> None:
                 rewards=phase1["rewards"].tolist(),
                 kept=phase1["kept"].tolist(),
                 kept_rows=len(phase1["local"]),
-                tool_rows=sum(any(m["role"] == "tool" for m in c) for c in rollouts.generation[3]),
+                counts=phase1["counts"].tolist(),
+                generated=rollouts.generated,
+                padding=rollouts.padding,
+                tool_rows=sum(any(m["role"] == "tool" for m in c) for c in rollouts.generation[3] if c is not None),
             )
         )
     pool = [env for envs in (getattr(trainer, "_environment_pool", None) or {}).values() for env in envs]

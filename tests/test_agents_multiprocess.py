@@ -1,5 +1,6 @@
-"""Tools and environments on two real processes (torchrun, CPU, gloo): the same selection on both ranks, and an
-exact resume after SIGKILL."""
+"""Tools and environments on two real processes (torchrun, CPU, gloo): standalone tools in fixed generation, and an
+environment whose method is the tool in the modes that choose which prompts to train on (refill, screened, several
+generation calls, refill's padding): the same selection on both ranks, and an exact resume after SIGKILL."""
 
 from pathlib import Path
 
@@ -11,23 +12,39 @@ WORKER = Path(__file__).with_name("agents_run.py")
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("feature", ["tools", "environment"])
-def test_two_processes_select_alike_and_resume_exactly_after_sigkill(tool_model_path, tmp_path, feature):
-    """Two ranks, one prompt (4 rollouts, 2 kept) each per step, 4 steps. The uninterrupted run: both ranks compute
-    the same gathered rewards and kept mask, each trains its 2 kept rows, tools really run, and every rollout's
-    environment is reset once per generation. Then both ranks are SIGKILLed after the step-2 checkpoint and resumed:
-    the selections (rewards, kept rows), losses and token counts equal the uninterrupted run's."""
-    options = (feature, "--steps", "4", "--save-steps", "2", "--slow")
+@pytest.mark.parametrize(
+    ("feature", "mode"),
+    [("tools", "fixed"), ("environment", "refill"), ("environment", "screened")],
+)
+def test_two_processes_select_alike_and_resume_exactly_after_sigkill(tool_model_path, tmp_path, feature, mode):
+    """Two ranks, one trained prompt (2 of its 4 rollouts kept) each per step, 4 steps. The uninterrupted run: both
+    ranks compute the same gathered rewards and kept mask, each trains its 2 kept rows, tools really run, and every
+    rollout's environment is reset once per generation: each rank resets one environment per rollout it generated,
+    padding included (refill: a rank that draws no prompt while the other does pads its call). Refill really draws and
+    screened pilots a pool of 2 prompts per rank, then commits 1. Then both ranks are SIGKILLed after the step-2
+    checkpoint and resumed: the selections (rewards, kept rows), losses and token counts equal the uninterrupted
+    run's. In refill and screened the environment's `add` method is the tool: TRL's tool loop runs environment methods
+    and standalone tools alike (one tool dictionary per rollout), so one run covers tools and environments."""
+    options = (feature, "--mode", mode, "--steps", "4", "--save-steps", "2", "--slow")
     reference, killed = tmp_path / "reference", tmp_path / "killed"
     ranks = run_worker(tool_model_path, reference, 2, *options, worker=WORKER)
     assert len(ranks[0]["records"]) == len(ranks[1]["records"]) == 4
+    groups = {"fixed": 2, "refill": 4, "screened": 4}[mode]  # laid out: refill's room for 1 draw per rank, a pool
     for r0, r1 in zip(ranks[0]["records"], ranks[1]["records"], strict=True):
-        assert r0["rewards"] == r1["rewards"] and r0["kept"] == r1["kept"]
-        assert len(r0["rewards"]) == 2 and all(sum(row) == 2 for row in r0["kept"])
+        assert r0["rewards"] == r1["rewards"] and r0["kept"] == r1["kept"] and r0["counts"] == r1["counts"]
+        assert len(r0["rewards"]) == groups and sum(sum(row) == 2 for row in r0["kept"]) == 2
         assert r0["kept_rows"] == r1["kept_rows"] == 2
+        assert r0["generated"] == sum(r0["counts"]) + r0["padding"]
     assert sum(rank["calls"] for rank in ranks) > 0, "no tool call was executed"
     if feature == "environment":
-        assert [rank["resets"] for rank in ranks] == [16, 16]
+        generated = sum(record["generated"] for record in ranks[0]["records"])
+        assert [rank["resets"] for rank in ranks] == [generated // 2] * 2, "one reset per rollout, padding included"
+    counts = [record["counts"] for record in ranks[0]["records"]]
+    if mode == "refill":
+        assert any(sum(c > 0 for c in record) > 2 for record in counts), f"refill never drew: {counts}"
+        assert any(record["padding"] for record in ranks[0]["records"]), "no rank ever padded: nothing is tested"
+    if mode == "screened":
+        assert all(sorted(record) == [2, 2, 4, 4] for record in counts), counts
 
     killed.mkdir()
     kill_after_checkpoint(torchrun_command(WORKER, tool_model_path, killed, 2, *options), killed, 2, 4)

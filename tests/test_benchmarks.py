@@ -218,3 +218,17 @@ def test_time_to_target_evaluation_stops_at_the_target_without_touching_training
     assert stops == [False, True, False, False]
     assert stopping.accuracy == [(5, 0.2), (10, 0.5)] and never.accuracy == [(15, 0.4), (20, 0.9)]
     assert calls[0] == ("add2", 7, "checkpoint-5")
+
+
+def test_agent_modes_benchmark_smoke_mode_trains_every_method_with_the_tool():
+    """`benchmarks/agent_modes.py --smoke` trains each method a few steps with TRL's tool loop: GRPO generates its 4
+    rollouts per prompt, PODS its 8, refill at least PODS's and screened its pilot plus top-up; every method makes
+    tool calls; docs/ is untouched."""
+    out = _run_smoke("agent_modes.py", "--seeds", "1", "--steps", "2", "--eval_every", "2")
+    summary = [line.split("|") for line in out.splitlines() if line.startswith("| ") and line.count("|") == 11]
+    rows = {row[1].strip(): row for row in summary}
+    rollouts = {method: float(row[5]) for method, row in rows.items() if method in ("GRPO 4", "PODS 8->4")}
+    assert rollouts == {"GRPO 4": 4 * 4, "PODS 8->4": 4 * 8}
+    assert float(rows["PODS 8->4 + refill"][5]) >= 4 * 8
+    assert float(rows["screened 2x4->8->4"][5]) == 2 * 4 * 4 + 4 * 4
+    assert all(float(rows[method][6]) > 0 for method in rollouts), "tool calls per step"

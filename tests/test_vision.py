@@ -85,7 +85,8 @@ def test_vlm_kept_rows_carry_their_images(tmp_path, family):
 
 
 def test_vlm_refused_where_phase1_cannot_carry_images(tmp_path):
-    """Generation chunks cannot carry a batch's pixel inputs: refused at construction."""
+    """Generation chunks cannot carry images (the pixel inputs cover the whole batch): refused at construction. (Every
+    generation mode carries them: tests/test_agents_modes.py.)"""
     model, processor = build("llava")
     config = pods_config(
         tmp_path, pods_n=4, pods_m=2, per_device_train_batch_size=4, max_steps=1, pods_generation_chunk_size=2

@@ -76,6 +76,7 @@ class Rollouts:
         calls: Generation calls made.
         generated: Rollouts generated over all processes, padding included.
         padding: Of those, rollouts generated only to keep the processes in step, then discarded.
+        call_rows: Rollouts of each generation call over all processes, padding included.
         chosen: ``[G]`` bool, the groups to train on (None: all).
         metrics: What the mode reports (`pods/<name>`), the same on every process.
     """
@@ -90,6 +91,7 @@ class Rollouts:
     calls: int = 1
     generated: int = 0
     padding: int = 0
+    call_rows: list[int] = field(default_factory=list)
     chosen: torch.Tensor | None = None
     metrics: dict[str, float] = field(default_factory=dict)
 
@@ -241,6 +243,7 @@ class SlotFiller:
         self.settings, self.steps = settings, steps
         self.layout = SlotLayout(len(self.rows))
         self.rewards_per_func: torch.Tensor | None = None  # [G * N, F]
+        self.call_rows: list[int] = []  # rollouts of each call, over all processes
         groups = self.per_process * processes
         self.state = WaveState(
             n=n,
@@ -294,11 +297,13 @@ class SlotFiller:
         state.counts[groups] += sizes
         state.calls += 1
         state.generated += lockstep * settings.processes
+        self.call_rows.append(lockstep * settings.processes)
         state.padding += lockstep * settings.processes - int(sizes.sum())
 
     def rollouts(self, chosen: torch.Tensor | None, metrics: dict[str, float]) -> Rollouts:
         layout, state = self.layout, self.state
         return Rollouts(
             layout.generation(), self.rewards_per_func, state.counts, self.rows, layout.prompts,
-            layout.environments, layout.extra_columns(), state.calls, state.generated, state.padding, chosen, metrics,
+            layout.environments, layout.extra_columns(), state.calls, state.generated, state.padding, self.call_rows,
+            chosen, metrics,
         )  # fmt: skip

@@ -109,13 +109,21 @@ def count_tokens(trainer: Any, tokens_seen: int, generation: tuple, local: list[
     trainer._metrics["train"]["pods/tokens_generated"] = [trainer._tokens_generated]
 
 
-def log_lengths_once(metrics: dict[str, list], calls: int, completion_ids: list, ends: list[int]) -> None:
+def log_lengths_once(
+    metrics: dict[str, list], calls: int, completion_ids: list, tool_mask: list | None, ends: list[int]
+) -> None:
     """TRL's `_generate` logged the completion-length metrics once per wave (``calls``); averaged, they would weigh
-    a small wave like a large one. Replace them by one entry over every rollout generated (padding excluded);
-    a completion ends when its last token is in ``ends``."""
+    a small wave like a large one. Replace them by one entry over every rollout generated (padding excluded). As in
+    TRL, a completion's length counts its model tokens (``tool_mask`` 1: not a tool's output), and it ends when its
+    last token is in ``ends``."""
     for key in LENGTH_METRICS:
         del metrics[key][-calls:]
-    rows = gather_object([(len(ids), not ids or ids[-1] not in ends) for ids in completion_ids if ids is not None])
+
+    def length_and_clipped(i: int) -> tuple[int, bool]:
+        ids = completion_ids[i]
+        return len(ids) if tool_mask is None else sum(tool_mask[i]), not ids or ids[-1] not in ends
+
+    rows = gather_object([length_and_clipped(i) for i, ids in enumerate(completion_ids) if ids is not None])
     lengths = torch.tensor([length for length, _ in rows], dtype=torch.float)  # [R]
     clipped = torch.tensor([clip for _, clip in rows])  # [R]
     terminated = lengths[~clipped] if (~clipped).any() else torch.zeros(1)  # TRL's convention when none ended
@@ -123,6 +131,20 @@ def log_lengths_once(metrics: dict[str, list], calls: int, completion_ids: list,
         metrics[f"completions/{stat}_length"].append(getattr(lengths, stat)().item())
         metrics[f"completions/{stat}_terminated_length"].append(getattr(terminated, stat)().item())
     metrics["completions/clipped_ratio"].append(clipped.float().mean().item())
+
+
+def log_tool_calls_once(metrics: dict[str, list], call_rows: list[int]) -> None:
+    """TRL's `_generate` logged the tool-call metrics once per wave, each over the wave's rows (``call_rows``, all
+    processes, padding included); averaged, they would weigh a small wave like a large one. Replace them by one entry
+    over all the rows: tool calls per rollout, and the share of the calls that failed."""
+    calls = len(call_rows)
+    frequencies, failures = (metrics[f"tools/{name}_frequency"][-calls:] for name in ("call", "failure"))
+    for name in ("call", "failure"):
+        del metrics[f"tools/{name}_frequency"][-calls:]
+    tool_calls = [frequency * rows for frequency, rows in zip(frequencies, call_rows, strict=True)]
+    failed = sum(share * count for share, count in zip(failures, tool_calls, strict=True))
+    metrics["tools/call_frequency"].append(sum(tool_calls) / sum(call_rows))
+    metrics["tools/failure_frequency"].append(failed / sum(tool_calls) if sum(tool_calls) else 0.0)
 
 
 def filter_pending_extra_logs(pending: dict[str, list], local: list[int], local_rows: int) -> None:

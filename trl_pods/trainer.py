@@ -227,7 +227,10 @@ class PODSGRPOTrainer(PODSModelCard, GRPOTrainer):  # PODSModelCard: the model c
         self._pending_extra_logs.update(rollouts.extra_columns)  # the reward functions' log_extra, in slot layout
         if rollouts.calls > 1 or rollouts.padding:  # one length entry over every rollout generated, padding excluded
             ends = [*self.eos_token_ids, self._tokenizer.pad_token_id]
-            reporting.log_lengths_once(self._metrics["train"], rollouts.calls, rollouts.generation[1], ends)
+            generation = rollouts.generation
+            reporting.log_lengths_once(self._metrics["train"], rollouts.calls, generation[1], generation[2], ends)
+        if rollouts.calls > 1 and self.tools:  # TRL's tool-call metrics, over every rollout generated
+            reporting.log_tool_calls_once(self._metrics["train"], rollouts.call_rows)
         return rollouts
 
     def _progress(self) -> float:

@@ -151,7 +151,8 @@ def draw_prompts(trainer: Any, counts: list[int]) -> tuple[list[int], list[dict[
     """Refill: up to ``counts[r]`` further prompts for process ``r`` (the same list on every process), read from the
     epoch's order now (`prompt_order.DrawingSampler`, the same draw on every process, processes served in order).
     Returns how many each process got (fewer once the epoch runs out) and this process's rows, each prompt
-    `pods_n` times."""
+    `pods_n` times, each row its own dict as the data loader gives them (TRL writes `rollout_func`'s per-row fields
+    into phase 2's rows)."""
     drawn = trainer._epoch_replay.draw(sum(counts))
     got, left = [], len(drawn)
     for count in counts:
@@ -159,7 +160,7 @@ def draw_prompts(trainer: Any, counts: list[int]) -> tuple[list[int], list[dict[
         left -= got[-1]
     first = sum(got[: trainer.accelerator.process_index])
     mine = drawn[first : first + got[trainer.accelerator.process_index]]
-    return got, [row for row in mine for _ in range(trainer.pods_n)]
+    return got, [dict(row) for row in mine for _ in range(trainer.pods_n)]
 
 
 def phase1_settings(trainer: Any) -> Phase1Settings:
