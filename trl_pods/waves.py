@@ -23,6 +23,7 @@ This module imports only torch.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -126,6 +127,13 @@ class GenerationMode:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore `state_dict`."""
+
+    def fork(self) -> GenerationMode:
+        """A mode for one more generation at the same time as this one's (the asynchronous worker runs one per
+        window of prompts in flight, `trl_pods.streaming`): its own state for the generation, sharing what the mode
+        keeps across generations (`state_dict`). The default, a shallow copy, suits a mode that assigns its
+        per-generation state rather than changing shared objects in place."""
+        return copy.copy(self)
 
 
 class FixedMode(GenerationMode):
