@@ -57,9 +57,11 @@ def rollout_loop(
     inflight: int = 4,
     **kwargs: Any,
 ) -> _AsyncRolloutLoop:
-    """TRL's rollout loop (or a subclass), in this process: a plain queue for the rollouts and one for the metrics.
-    Accelerate's state is set up first, as TRL's child process does: the loop logs through accelerate."""
+    """TRL's rollout loop (or a subclass), in this process: a plain queue for the rollouts and one for the metrics, and
+    the policy version a namespace (``kwargs["model_version_value"]``, else 0 throughout). Accelerate's state is set
+    up first, as TRL's child process does: the loop logs through accelerate."""
     PartialState()
+    kwargs.setdefault("model_version_value", SimpleNamespace(value=0))
     return cls(
         model_name="tiny",
         dataset=dataset,
@@ -67,7 +69,6 @@ def rollout_loop(
         processing_class=tokenizer,
         eos_token_ids=[tokenizer.eos_token_id],
         rollout_buffer=queue.Queue(),
-        model_version_value=SimpleNamespace(value=0),
         heartbeat_value=SimpleNamespace(value=0.0),
         failed_event=None,
         exception_info_queue=None,

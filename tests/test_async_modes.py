@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -91,15 +92,20 @@ def test_adaptive_pilots_each_prompt_and_doubles_it_until_its_rewards_differ(tok
 
 def test_screened_pilots_a_window_commits_the_rules_picks_and_drops_the_rest(tokenizer):
     """pods_screen_ratio 2, pods_window 2, rule "contrast": every 4 prompts are piloted with 2 rollouts; the 2 whose
-    pilot shows contrast get the remaining 6 (the pilot stays in the group) and are trained; the other 2 are dropped
-    and reported to the trainer as visited."""
+    pilot shows contrast get the remaining 6 (the pilot stays in the group) and are trained, their rows stamped with
+    the oldest policy version of the group (TRL's staleness limit then keeps or drops them together); the other 2
+    are dropped and reported to the trainer as visited."""
+
+    versions = SimpleNamespace(value=0)
 
     def script(i: int, k: int, text: str) -> int:
+        versions.value += 1  # a new policy version after every rollout, as if the trainer synced in between
         return {0: 10 + k % 2, 1: 12, 2: 11 - k % 2, 3: 10}[i % 4]  # 0 and 2 disagree; 1 solved, 3 unsolved
 
     channel = reports()
     loop = pods_loop(tokenizer, prompts(40), channel, pods_n=N, pods_m=M, pods_generation="screened",
-                     pods_n_initial=2, pods_window=2, pods_screen_rule="contrast", script=script)  # fmt: skip
+                     pods_n_initial=2, pods_window=2, pods_screen_rule="contrast", script=script,
+                     model_version_value=versions)  # fmt: skip
     rows = _rows_by_prompt(run_until(loop, lambda: len(loop.windows) >= 3))
     groups = _finished(loop)
     first = [window.groups[0].prompt for window in loop.windows]
@@ -113,6 +119,9 @@ def test_screened_pilots_a_window_commits_the_rules_picks_and_drops_the_rest(tok
         assert (group.prompt in rows) == group.trained
         if group.trained:
             _check_kept(rows[group.prompt], group)
+            generated = [sample.model_version for rollout in group.rollouts for sample in rollout]
+            assert max(generated) > min(generated), "the pilot and the commit started under other versions"
+            assert {row.model_version for row in rows[group.prompt]} == {min(generated)}, "the oldest, for all"
     _check_scored_once(loop, groups)
     assert channel.receive() == {g.prompt for g in groups if not g.trained}
     assert all(w.metrics["prompts_drawn"] == 4 and w.metrics["prompts_trained"] == 2 for w in loop.windows)

@@ -415,16 +415,19 @@ class PODSRolloutLoop(_AsyncRolloutLoop):
         return queued
 
     def _kept_rows(self, group: StreamGroup) -> tuple[list[RolloutSample], torch.Tensor]:
-        """The rows of the M rollouts kept of a prompt trained on, with their advantages, the prompt's id and TRL's
-        `reward_std` (the population std of all the prompt's rewards); and the ``[M]`` kept rewards."""
+        """The rows of the M rollouts kept of a prompt trained on, with their advantages, the prompt's id, the oldest
+        policy version among its rollouts and TRL's `reward_std` (the population std of all the prompt's rewards);
+        and the ``[M]`` kept rewards. A row's advantage depends on every rollout of its prompt, so its rows carry the
+        version of the first one, as TRL stamps a group, and TRL's staleness limit keeps or discards them together."""
         rewards = group.rewards.unsqueeze(0).double()  # [1, N]
         selection = select_rollouts(rewards, self.pods_m, self.down_sampler, self.advantage_scope, self.generator)
         scored = rewards[~torch.isnan(rewards)]
         reward_std = scored.std(correction=0).item() if scored.numel() else math.nan
+        version = min((sample.model_version for rows in group.rollouts for sample in rows), default=0)
         rows = []
         for index, advantage in zip(selection.kept[0].tolist(), selection.advantages[0].tolist(), strict=True):
             for sample in group.rollouts[index]:
-                sample.advantage, sample.group_id = advantage, group.prompt
+                sample.advantage, sample.group_id, sample.model_version = advantage, group.prompt, version
                 sample.metrics["reward_std"] = reward_std
                 rows.append(sample)
         return rows, rewards[0, selection.kept[0]]

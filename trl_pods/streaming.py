@@ -175,7 +175,7 @@ class PromptStream:
             processes=1,
             groups_per_process=groups,
             share=self.window,
-            rewards=torch.full((groups, self.n), torch.nan),
+            rewards=torch.full((groups, self.n), torch.nan, dtype=torch.float64),  # TRL scores in float64
             counts=torch.zeros(groups, dtype=torch.long),
             drawn=torch.ones(groups, dtype=torch.bool),
             seed=next(self.seeds),

@@ -8,7 +8,9 @@ processes or engines:
 * `first_wave(state)`: the wave every generation starts with;
 * `next_wave(state)`: given the rewards so far, the next wave, or None when done;
 * `chosen(state)`: the groups to train on (None: all; refill and screened train on some of them);
-* `metrics(state)`: what it reports (`pods/<name>`), the same on every process.
+* `metrics(state)`: what it reports (`pods/<name>`), the same on every process;
+* `fork()`: a copy for one more generation at the same time, which the asynchronous worker runs over windows of its
+  stream of prompts (`trl_pods.streaming`).
 
 Groups are the prompts of a generation, over all processes, in *slot layout*: process ``r`` owns groups
 ``r * groups_per_process .. (r + 1) * groups_per_process - 1``, the first of them holding the data loader's prompts;
