@@ -25,8 +25,12 @@ REPORT = DOCS / "benchmarks.md"
 INTRO = """# Benchmarks
 
 CPU measurements of `trl_pods`. Each section below is written by one script, which states the exact command that
-produced it, the versions and the machine; re-running a script rewrites only its own section and figure.
+produced it, the versions and the machine; re-running a script rewrites only its own section and figure. The sections
+follow the order in which they were measured; the table first says what they settled. Nothing here was measured on a
+GPU yet, and small CPU models with few seeds show directions, not the paper's numbers.
 """
+"""The opening of a new docs/benchmarks.md. The "What to choose" table that follows it there is written by hand from
+the sections' results (each row links to its section), and no script rewrites it."""
 
 if str(REPO) not in sys.path:  # `python benchmarks/<name>.py` puts benchmarks/, not the repository, on the path
     sys.path.insert(0, str(REPO))

@@ -30,8 +30,11 @@ def pods_fields() -> list[dataclasses.Field]:
 def reference_table() -> str:
     """The markdown table: field, type, default (Python `repr`), meaning (the field's help metadata)."""
     rows = ["| field | type | default | meaning |", "|---|---|---|---|"]
+    # The annotation as written: an argument parser built from PODSConfig (HfArgumentParser) resolves `Field.type` in
+    # place, which would make the table depend on what ran before.
     for f in pods_fields():
-        kind, meaning = (str(text).replace("|", "\\|") for text in (f.type, f.metadata["help"]))
+        annotation = PODSConfig.__annotations__.get(f.name, f.type)
+        kind, meaning = (str(text).replace("|", "\\|") for text in (annotation, f.metadata["help"]))
         rows.append(f"| `{f.name}` | `{kind}` | `{f.default!r}` | {meaning} |")
     return "\n".join(rows)
 

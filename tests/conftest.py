@@ -5,7 +5,10 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_DISABLED", "true")
 
+import gc  # noqa: E402
+
 import pytest  # noqa: E402
+import torch  # noqa: E402
 from tiny_model import build_tiny_model  # noqa: E402
 
 
@@ -44,3 +47,25 @@ def tool_model_path(tmp_path_factory):
     from tool_model import build_tool_model
 
     return build_tool_model(tmp_path_factory.mktemp("tiny-qwen2-tools"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_engine_outlives_its_module():
+    """Each test module starts without another module's colocate vLLM engine or its distributed leftovers. TRL's
+    colocate init sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT, and vLLM creates the default
+    process group, which the engine destroys whenever it is garbage-collected: a later module's trainer would build
+    DDP on that process group and lose it mid-setup ("Default process group has not been initialized"). At the end
+    of a module its engines are collected now and the variables restored."""
+    from vllm_standin import DISTRIBUTED_ENV
+
+    saved = {key: os.environ.get(key) for key in DISTRIBUTED_ENV}
+    had_process_group = torch.distributed.is_initialized()
+    yield
+    gc.collect()
+    if torch.distributed.is_initialized() and not had_process_group:
+        torch.distributed.destroy_process_group()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value

@@ -144,7 +144,7 @@ def test_adaptive_generation_defaults():
 @pytest.mark.parametrize(
     "options,message",
     [
-        (dict(pods_generation="dynamic"), "pods_generation must be one of"),
+        (dict(pods_generation="dynamic"), "Unknown generation mode 'dynamic'. Use one of 'adaptive', 'budgeted'"),
         (dict(pods_n_initial=8), "pods_n_initial only applies to pods_generation='adaptive'"),
         (dict(pods_generation="adaptive", pods_n_initial=2), r"pods_n_initial \(2\) must be between pods_m \(4\)"),
         (dict(pods_generation="adaptive", pods_n_initial=32), r"and pods_n \(16\)"),

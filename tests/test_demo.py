@@ -1,7 +1,9 @@
-"""The offline demo's report, thread choice, console, plots and model card (the demo itself runs end to end in CI)."""
+"""The offline demo's report, output folder, console, plots and model card (the demo itself runs end to end in CI;
+its thread choice is tested in tests/test_cpu.py)."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -9,8 +11,8 @@ import pytest
 from helpers import load, pods_config, prompts_dataset, token_sum_reward
 from matplotlib.figure import Figure
 
-from trl_pods import PODSGRPOTrainer, demo
-from trl_pods.demo import cpu_threads, verdict
+from trl_pods import PODSGRPOTrainer, demo, smollm2
+from trl_pods.demo import fresh_folder, verdict
 from trl_pods.smollm2 import HUB_NAME
 
 
@@ -35,15 +37,19 @@ def test_verdict_is_quiet_when_the_last_checkpoint_is_the_best():
     ]
 
 
-@pytest.mark.parametrize(("env", "cores", "expected"), [(None, 2, 1), (None, 1, 1), (None, 16, 15), ("3", 2, 3)])
-def test_cpu_threads_leaves_a_core_free_unless_the_user_chose(monkeypatch, env, cores, expected):
-    """One core is left to other processes (2 cores -> 1 thread); OMP_NUM_THREADS, when set, wins."""
-    if env is None:
-        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    else:
-        monkeypatch.setenv("OMP_NUM_THREADS", env)
-    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(cores)))
-    assert cpu_threads() == expected
+def test_a_rerun_gets_a_folder_of_its_own(tmp_path):
+    """A second `trl-pods demo` wrote into the first run's ./pods-demo: it evaluated the old checkpoint-10..40 as its
+    own, mixed both runs in demo_summary.json, the card and the plots, and appended to pods_selections.jsonl. A run
+    now goes to the wanted folder only while it is missing or empty, else to the first free NAME-2, NAME-3, ..."""
+    wanted = tmp_path / "pods-demo"
+    assert fresh_folder(wanted) == wanted
+    wanted.mkdir()
+    assert fresh_folder(wanted) == wanted  # empty: nothing to mix with
+    (wanted / "checkpoint-40").mkdir()
+    assert fresh_folder(wanted) == tmp_path / "pods-demo-2"
+    (tmp_path / "pods-demo-2").mkdir()
+    (tmp_path / "pods-demo-2" / "demo_log.txt").write_text("an interrupted run\n")
+    assert fresh_folder(wanted) == tmp_path / "pods-demo-3"
 
 
 def test_console_sends_everything_but_the_demos_lines_to_the_log(tmp_path, capfd):
@@ -92,10 +98,14 @@ def test_held_out_plot_starts_at_step_0_on_a_0_to_1_axis(tmp_path, monkeypatch):
 
 
 def test_model_card_names_pods_its_paper_and_the_base_model(tiny_model_path, tmp_path):
-    """TRL's card said "a fine-tuned version of [None]" and "trained with GRPO". The demo's card names PODS, its
-    paper (arXiv 2504.13818), the Hub base model and how its weights were made, and leaves the model's config as it
-    was."""
-    model, tokenizer = load(tiny_model_path)
+    """TRL's card said "a fine-tuned version of [None]", `pipeline(..., model="None")` and "trained with GRPO". The
+    demo's card is the PODS card: PODS and its paper, the base model by its local folder and by the Hub model that the
+    folder's card names (as `trl_pods.smollm2` writes it), a usage example loading this run, and the demo's section
+    (how the weights were made, accuracy by step); the model's config is left as it was."""
+    base = tmp_path / "SmolLM2-135M-Instruct"
+    shutil.copytree(tiny_model_path, base)
+    smollm2._write_card(base)
+    model, tokenizer = load(base)
     trainer = PODSGRPOTrainer(
         model=model,
         reward_funcs=token_sum_reward,
@@ -104,8 +114,11 @@ def test_model_card_names_pods_its_paper_and_the_base_model(tiny_model_path, tmp
         processing_class=tokenizer,
     )
     card = demo.model_card(trainer, [(0, 0.46), (40, 0.88)]).read_text()
-    assert "This model was trained with PODS, a method introduced in [Not All Rollouts are Useful" in card
+    assert "trained with PODS (Policy Optimization with Down-Sampling, [Not All Rollouts are Useful" in card
     assert "https://huggingface.co/papers/2504.13818" in card and "Xu, Yixuan Even" in card
-    assert f"fine-tuned version of [{HUB_NAME}](https://huggingface.co/{HUB_NAME})" in card and "[None]" not in card
+    assert f"`{base}` (a local folder; its card names [{HUB_NAME}](https://huggingface.co/{HUB_NAME})" in card
+    assert f"base_model: {HUB_NAME}" in card and "None" not in card
+    assert f"PeftModel.from_pretrained(base, '{tmp_path / 'pods-demo'}')" not in card  # a full model here
+    assert f"AutoModelForCausalLM.from_pretrained('{tmp_path / 'pods-demo'}')" in card
     assert "4-bit (Q4_1) GGUF" in card and "0: 0.46, 40: 0.88" in card
-    assert trainer.model.config._name_or_path == str(tiny_model_path)
+    assert trainer.model.config._name_or_path == str(base)

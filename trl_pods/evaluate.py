@@ -33,7 +33,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from .parsing import CommandParser
 from .rewards import get_reward_func
-from .train import TASKS, check_task
+from .tasks import TASK_COMPLETION_LENGTHS, TASK_REWARDS, TASKS, load_task
+from .train import check_data_file, check_model, check_task, set_up_cpu
 
 __all__ = ["EvalArguments", "check_arguments", "evaluate", "format_table", "main", "pass_at_k", "plot_results"]
 
@@ -91,7 +92,8 @@ class EvalArguments:
         default=None,
         metadata={
             "help": "Correctness reward: a name ('accuracy', 'gsm8k', 'arithmetic', ...) or dotted import path; a "
-            "sample is correct when it scores >= 1.0. None: 'arithmetic' for that task, else 'accuracy'."
+            "sample is correct when it scores >= 1.0. None: the task's own (gsm8k: gsm8k, math: accuracy, "
+            "arithmetic: arithmetic)."
         },
     )
     num_samples: int = field(default=1, metadata={"help": "Completions per problem (k of pass@k)."})
@@ -99,7 +101,10 @@ class EvalArguments:
         default=0.9, metadata={"help": "Sampling temperature (the paper's 0.9); 0 is greedy and needs num_samples 1."}
     )
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling probability mass (1.0: off)."})
-    max_new_tokens: int = field(default=512, metadata={"help": "Most tokens generated per completion."})
+    max_new_tokens: int | None = field(
+        default=None,
+        metadata={"help": "Most tokens generated per completion. None: the task's (arithmetic: 16, else 512)."},
+    )
     max_problems: int | None = field(
         default=None,
         metadata={
@@ -154,23 +159,26 @@ class EvalArguments:
         if self.max_problems is not None and self.max_problems < 1:
             raise ValueError(f"--max_problems must be at least 1, got {self.max_problems}.")
         check_task(self.task, self.arithmetic_difficulty)
-
-
-def _reward_name(args: EvalArguments) -> str:
-    """The correctness reward: ``--reward``, else 'arithmetic' for that task and 'accuracy' for the others."""
-    return args.reward or ("arithmetic" if args.task == "arithmetic" else "accuracy")
+        if self.reward is None:
+            self.reward = TASK_REWARDS[self.task]
+        if self.max_new_tokens is None:
+            self.max_new_tokens = TASK_COMPLETION_LENGTHS[self.task]
 
 
 def check_arguments(args: EvalArguments) -> None:
-    """Refuse what the user can fix before any download or model load: the reward and run folder (the task and its
-    difficulty are checked when `EvalArguments` is built).
+    """Refuse what the user can fix before any download or model load: the reward, the model folders, the run folder
+    and a local data file (the task and its difficulty are checked when `EvalArguments` is built).
 
     Raises:
         ValueError: what is wrong and which flag to change.
     """
-    get_reward_func(_reward_name(args))  # raises with the registered names
+    get_reward_func(args.reward)  # raises with the registered names
+    for flag in ("model_name_or_path", "base_model"):
+        if getattr(args, flag) is not None:
+            check_model(flag, getattr(args, flag))
     if args.run_dir is not None and not Path(args.run_dir).is_dir():
         raise ValueError(f"--run_dir {args.run_dir}: no such folder.")
+    check_data_file("dataset_path", args.dataset_path, args.task)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -213,13 +221,9 @@ def _pass_ks(k: int) -> list[int]:
 def _load_problems(args: EvalArguments) -> Dataset:
     """The test problems: ``prompt`` and gold columns."""
     if args.task == "arithmetic":
-        from .arithmetic import train_test_arithmetic
-
         seed = args.seed if args.arithmetic_seed is None else args.arithmetic_seed
-        _, test = train_test_arithmetic(0, args.max_problems or 50, seed=seed, difficulty=args.arithmetic_difficulty)
-        return test
-    from .tasks import load_task
-
+        difficulty = args.arithmetic_difficulty
+        return load_task("arithmetic", "test", difficulty=difficulty, seed=seed, n_test=args.max_problems or 50)
     dataset = load_task(args.task, args.split, args.dataset_path, args.prompt_style)
     if args.max_problems is not None:
         dataset = dataset.select(range(min(args.max_problems, len(dataset))))
@@ -365,7 +369,7 @@ def _evaluate_model(model_path: str, dataset: Dataset, args: EvalArguments) -> d
     gold = {name: [value for value in dataset[name] for _ in range(k)] for name in dataset.column_names}
     gold["prompts"] = gold.pop("prompt")
     completions = [[{"role": "assistant", "content": text}] for samples in texts for text in samples]
-    rewards = get_reward_func(_reward_name(args))(completions=completions, **gold)
+    rewards = get_reward_func(args.reward)(completions=completions, **gold)
     correct = [sum(r is not None and r >= 1.0 for r in rewards[i : i + k]) for i in range(0, len(rewards), k)]
     n = len(correct)
     return {
@@ -458,6 +462,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     names = [f.name for f in fields(EvalArguments)]
     parser = CommandParser((EvalArguments,), "trl-pods eval", DESCRIPTION, [("evaluation", names, True)])
     (args,) = parser.parse_checked(argv, check_arguments)
+    set_up_cpu()
     print(format_table(evaluate(args)))
 
 

@@ -5,13 +5,17 @@ errors fit on one line.
   its own argument groups (for training: the PODS and script flags and a few common ones); ``--help-all`` shows every
   flag, TRL's and transformers' included.
 * A user error (a bad flag value, an unknown name, a missing or malformed ``--config`` file, a value a dataclass's
-  ``__post_init__`` refuses) prints one line ``<command>: error: <message>`` and exits with status 2. Only errors
-  raised while the arguments are parsed and checked count as user errors: a crash later keeps its traceback.
+  ``__post_init__`` refuses) prints one line ``<command>: error: <message>`` and exits with status 2; an unknown flag
+  close to a known one gets a "did you mean". Only errors raised while the arguments are parsed and checked count as
+  user errors: a crash later keeps its traceback.
+* The ``--no_FLAG`` of a boolean flag that defaults to true says that it turns the flag off.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import NoReturn
@@ -78,6 +82,10 @@ class CommandParser(TrlParser):
         usage = f"{prog} [--config FILE.yaml] [--FLAG VALUE ...]"
         super().__init__(dataclass_types, prog=prog, description=description, usage=usage, add_help=False)
         flags = list(self._optionals._group_actions)
+        for action in flags:
+            if isinstance(action, argparse._StoreFalseAction) and action.option_strings[0].startswith("--no_"):
+                action.help = f"Turn --{action.dest} off (it is on by default)."
+                action.default = argparse.SUPPRESS  # its own default (False) is never used, and --help showed it
         self._optionals._group_actions.clear()
         self._brief: list[argparse._ArgumentGroup] = []
         claimed: set[str] = set()
@@ -103,6 +111,17 @@ class CommandParser(TrlParser):
         finally:
             self._action_groups = groups
 
+    def did_you_mean(self, message: str) -> str:
+        """``message`` followed by "did you mean --FLAG?" for each ``'--name'`` in it that is no flag of this parser
+        but close to one."""
+        known = [option[2:] for action in self._actions for option in action.option_strings if option[:2] == "--"]
+        guesses = [
+            f"--{match[0]}"
+            for name in re.findall(r"'--([\w-]+)'", message)
+            if name not in known and (match := difflib.get_close_matches(name, known, n=1, cutoff=0.8))
+        ]
+        return f"{message} (did you mean {' or '.join(guesses)}?)" if guesses else message
+
     def error(self, message: str) -> NoReturn:
         """One line on stderr, ``<command>: error: <message>``, and exit status 2 (argparse's status)."""
         self.exit(2, f"{self.prog}: error: {message}\n")
@@ -114,5 +133,5 @@ class CommandParser(TrlParser):
             if check is not None:
                 check(*parsed)
         except USER_ERRORS as err:
-            self.error(one_line(err))
+            self.error(self.did_you_mean(one_line(err)))
         return parsed

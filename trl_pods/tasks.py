@@ -1,13 +1,16 @@
-r"""Datasets of the PODS paper's tasks as TRL conversational prompts, with the gold columns `trl_pods.rewards` reads.
+r"""The tasks as TRL conversational prompts, with the gold columns their rewards read: the PODS paper's GSM8K and
+MATH, and the built-in offline arithmetic task.
 
 Every loader returns a `datasets.Dataset` whose ``prompt`` column is ``[system message, user message]`` (no system
 message when ``system_prompt`` is None) and which keeps the gold answer:
 
 * GSM8K: ``answer``, the dataset's own answer text (reasoning, then ``#### <number>``).
 * MATH: ``solution`` (with ``\boxed{}``) and, where the source has one, ``answer`` (MATH-500's final answer).
+* arithmetic: ``answer``, the integer result; generated offline (`trl_pods.arithmetic`), no system message.
 
-With ``path=None`` the data comes from the Hugging Face Hub (not available offline); otherwise from a local
-``.jsonl``, ``.json`` or ``.parquet`` file with the source's columns.
+For GSM8K and MATH, with ``path=None`` the data comes from the Hugging Face Hub (not available offline); otherwise
+from a local ``.jsonl``, ``.json`` or ``.parquet`` file with the source's columns. Each task has its own reward
+(`TASK_REWARDS`) and completion length (`TASK_COMPLETION_LENGTHS`), used wherever none is given.
 """
 
 from __future__ import annotations
@@ -16,14 +19,31 @@ from pathlib import Path
 
 from datasets import Dataset, concatenate_datasets, load_dataset
 
+from .arithmetic import train_test_arithmetic
+
 __all__ = [
     "MATH_SUBJECTS",
     "SYSTEM_PROMPT_PLAIN",
     "SYSTEM_PROMPT_THINK",
+    "TASKS",
+    "TASK_COMPLETION_LENGTHS",
+    "TASK_REWARDS",
+    "load_arithmetic",
     "load_gsm8k",
     "load_math",
     "load_task",
 ]
+
+TASKS = ("gsm8k", "math", "arithmetic")
+
+TASK_REWARDS = {"gsm8k": "gsm8k", "math": "accuracy", "arithmetic": "arithmetic"}
+"""The reward each task trains and is evaluated with when none is named (names of `trl_pods.rewards.get_reward_func`):
+the paper's GSM8K reward (correctness plus format credit), the paper's binary MATH reward, the exact integer."""
+
+TASK_COMPLETION_LENGTHS = {"gsm8k": 512, "math": 512, "arithmetic": 16}
+"""Most tokens a completion of each task may take when none is set: TRL's default (512) for the reasoning tasks; 16
+for arithmetic, whose answer is a few tokens (the demo's length: with 512, two CPU steps of SmolLM2-135M had not
+finished after 400 s)."""
 
 SYSTEM_PROMPT_THINK = (
     "A conversation between User and Assistant. The user asks a question, and the Assistant solves it. The Assistant "
@@ -129,24 +149,60 @@ def load_math(
     return _to_prompts(dataset, "problem", ("solution", "answer"), system_prompt)
 
 
-_LOADERS = {"gsm8k": load_gsm8k, "math": load_math}
-
-
-def load_task(name: str, split: str = "train", path: str | Path | None = None, prompt_style: str = "think") -> Dataset:
-    """Load task ``name`` (``"gsm8k"`` or ``"math"``) with the system prompt of ``prompt_style``.
+def load_arithmetic(
+    split: str = "train", difficulty: str = "add1", seed: int = 0, n_train: int = 2000, n_test: int = 50
+) -> Dataset:
+    """The built-in arithmetic task as ``prompt`` + ``answer`` rows, generated offline (`trl_pods.arithmetic`).
 
     Args:
-        name: ``"gsm8k"`` or ``"math"``.
-        split: Hub split, see `load_gsm8k` and `load_math`.
-        path: Local data file instead of the hub.
-        prompt_style: ``"think"`` (`SYSTEM_PROMPT_THINK`, for ``format``/``gsm8k`` rewards) or ``"plain"``
-            (`SYSTEM_PROMPT_PLAIN`, for the ``accuracy`` reward alone).
+        split: ``"train"`` (``n_train`` seeded problems, repeats allowed) or ``"test"`` (``n_test`` distinct
+            problems, none of them in the training split when the difficulty has at least ``2 * n_test``).
+        difficulty: ``"add1"`` (single-digit addition, "What is 7 + 4?"), ``"add2x1"``, ``"add2"``, ``"mul1"`` or
+            ``"sub1"``; see `trl_pods.arithmetic`.
+        seed: Draws both splits: the same seed gives the same held-out problems.
+        n_train: Training problems.
+        n_test: Test problems.
+
+    Returns:
+        Rows ``{"prompt": [user question], "answer": "<integer>"}``, scored by `trl_pods.arithmetic.arithmetic_reward`.
 
     Raises:
-        ValueError: unknown task or prompt style.
+        ValueError: unknown split or difficulty.
     """
-    if name not in _LOADERS:
-        raise ValueError(f"Unknown task {name!r}; known tasks: {', '.join(_LOADERS)}.")
+    if split not in ("train", "test"):
+        raise ValueError(f"The arithmetic task has the splits 'train' and 'test', not {split!r}.")
+    train, test = train_test_arithmetic(n_train if split == "train" else 0, n_test, seed=seed, difficulty=difficulty)
+    return train if split == "train" else test
+
+
+_HUB_LOADERS = {"gsm8k": load_gsm8k, "math": load_math}
+
+
+def load_task(
+    name: str, split: str = "train", path: str | Path | None = None, prompt_style: str = "think", **arithmetic
+) -> Dataset:
+    """Load task ``name`` (one of `TASKS`); GSM8K and MATH with the system prompt of ``prompt_style``.
+
+    Args:
+        name: ``"gsm8k"``, ``"math"`` or ``"arithmetic"`` (generated offline, no download).
+        split: ``"train"`` or ``"test"`` (GSM8K and MATH: a Hub split, see `load_gsm8k` and `load_math`).
+        path: Local data file instead of the hub (GSM8K and MATH only).
+        prompt_style: ``"think"`` (`SYSTEM_PROMPT_THINK`, for ``format``/``gsm8k`` rewards) or ``"plain"``
+            (`SYSTEM_PROMPT_PLAIN`, for the ``accuracy`` reward alone); the arithmetic prompts have no system message.
+        **arithmetic: ``difficulty``, ``seed``, ``n_train``, ``n_test`` of `load_arithmetic`.
+
+    Raises:
+        ValueError: unknown task or prompt style, or a ``path`` for the arithmetic task.
+        TypeError: arithmetic options for another task.
+    """
+    if name not in TASKS:
+        raise ValueError(f"Unknown task {name!r}; known tasks: {', '.join(TASKS)}.")
     if prompt_style not in PROMPT_STYLES:
         raise ValueError(f"Unknown prompt style {prompt_style!r}; use one of {', '.join(PROMPT_STYLES)}.")
-    return _LOADERS[name](split=split, path=path, system_prompt=PROMPT_STYLES[prompt_style])
+    if name == "arithmetic":
+        if path is not None:
+            raise ValueError(f"The arithmetic task is generated, not read from a file: drop the path {str(path)!r}.")
+        return load_arithmetic(split, **arithmetic)
+    if arithmetic:
+        raise TypeError(f"{', '.join(arithmetic)}: options of the arithmetic task, not of {name!r}.")
+    return _HUB_LOADERS[name](split=split, path=path, system_prompt=PROMPT_STYLES[prompt_style])

@@ -6,11 +6,13 @@
 Arguments are those of `ScriptArguments` (data and rewards), `trl_pods.PODSConfig` (training, with every
 `trl.GRPOConfig` field) and `trl.ModelConfig` (model, dtype, LoRA). A YAML ``--config`` sets defaults; flags override.
 ``--help`` lists the PODS, script and common flags, ``--help-all`` every flag. Every name (task, reward functions,
-down-sampler, allocation rule, arithmetic difficulty) and the other user inputs are checked before any download or
-model load; a user error prints one ``error:`` line. Without a GPU ``--bf16`` defaults to false (float32, on the
-CPU), and the command says so in one line. The run saves the model, ``run_args.json`` (all
-arguments, and the device and precision that really ran), ``train_results.json`` and ``trainer_state.json`` (every
-logged metric) in ``output_dir``; ``--resume_from_checkpoint PATH`` (or ``last``) continues a run.
+down-sampler, allocation rule, arithmetic difficulty), the model folder and the other user inputs are checked before
+any download or model load; a user error prints one ``error:`` line. The task chooses the reward functions and the
+completion length the user does not set (`trl_pods.tasks.TASK_REWARDS`, ``TASK_COMPLETION_LENGTHS``). Without a GPU
+the run trains in float32 on the CPU, on the threads `cpu_threads` chooses, and the command says so in one line. The
+run saves the model, ``run_args.json`` (all arguments, and the device and precision that really ran),
+``train_results.json`` and ``trainer_state.json`` (every logged metric) in ``output_dir``;
+``--resume_from_checkpoint PATH`` (or ``last``) continues a run.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 
 import torch
 from accelerate import PartialState
+from huggingface_hub.utils import HFValidationError, validate_repo_id
 from transformers import AutoTokenizer
 from transformers.trainer_utils import get_last_checkpoint
 from trl import GRPOConfig, ModelConfig, get_peft_config, get_quantization_config
@@ -32,9 +35,9 @@ from trl import GRPOConfig, ModelConfig, get_peft_config, get_quantization_confi
 from .config import PODSConfig
 from .parsing import CommandParser
 from .rewards import get_reward_func
+from .tasks import TASK_COMPLETION_LENGTHS, TASK_REWARDS, TASKS, load_task
 from .trainer import PODSGRPOTrainer
 
-TASKS = ("gsm8k", "math", "arithmetic")
 DESCRIPTION = (
     "Train a model with PODS: generate --pods_n rollouts per prompt, score them all, and train on the --pods_m that "
     "the down-sampler keeps (--pods_n equal to --pods_m is plain GRPO). Flags and/or a YAML recipe (--config "
@@ -79,11 +82,12 @@ class ScriptArguments:
             "choices": ["think", "plain"],
         },
     )
-    reward_funcs: list[str] = field(
-        default_factory=lambda: ["gsm8k"],
+    reward_funcs: list[str] | None = field(
+        default=None,
         metadata={
             "help": "Reward functions by name ('accuracy', 'format', 'gsm8k', 'arithmetic') or dotted import "
-            "path; weight them with --reward_weights."
+            "path; weight them with --reward_weights. None: the task's own (gsm8k: gsm8k, math: accuracy, "
+            "arithmetic: arithmetic)."
         },
     )
     max_train_samples: int | None = field(
@@ -95,6 +99,11 @@ class ScriptArguments:
     arithmetic_train_size: int = field(
         default=2000, metadata={"help": "Training problems generated for the 'arithmetic' task."}
     )
+
+    def __post_init__(self):
+        check_task(self.task, self.arithmetic_difficulty)
+        if self.reward_funcs is None:
+            self.reward_funcs = [TASK_REWARDS[self.task]]
 
 
 def check_task(task: str, arithmetic_difficulty: str) -> None:
@@ -109,16 +118,35 @@ def check_task(task: str, arithmetic_difficulty: str) -> None:
         )
 
 
+def check_model(flag: str, name: str) -> None:
+    """Raise ValueError when ``name`` is neither a local folder nor a name the Hub could hold (a mistyped path)."""
+    if Path(name).is_dir():  # as transformers reads it: "~" unexpanded
+        return
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        raise ValueError(f"--{flag} {name}: no such folder (nor a Hub model name, 'owner/name').") from None
+
+
+def check_data_file(flag: str, path: str | None, task: str) -> None:
+    """Raise ValueError for a data path given to the generated arithmetic task, or a missing local data file."""
+    if path and task == "arithmetic":
+        raise ValueError(f"--{flag}: the arithmetic task is generated, not read from a file; drop --{flag}.")
+    if path and Path(path).suffix.lower() in (".jsonl", ".json", ".parquet") and not Path(path).is_file():
+        raise ValueError(f"--{flag} {path}: no such file.")
+
+
 def check_arguments(script_args: ScriptArguments, training_args: PODSConfig, model_args: ModelConfig) -> None:
-    """Refuse what the user can fix before any download or model load: every name (task, reward functions,
-    arithmetic difficulty; `PODSConfig` checks its down-sampler and allocation rule), the reward weights, a local
-    data file and ``--resume_from_checkpoint last``.
+    """Refuse what the user can fix before any download or model load: the model folder, every name (reward
+    functions; `ScriptArguments` checks the task and arithmetic difficulty, `PODSConfig` its down-sampler and
+    allocation rule), the reward weights, a local data file and ``--resume_from_checkpoint last``.
 
     Raises:
         ValueError: what is wrong and which flag to change.
     """
     if model_args.model_name_or_path is None:
         raise ValueError("Set --model_name_or_path (a Hub name or a local folder).")
+    check_model("model_name_or_path", model_args.model_name_or_path)
     for name in script_args.reward_funcs:
         get_reward_func(name)  # raises with the registered names
     weights = training_args.reward_weights
@@ -127,35 +155,23 @@ def check_arguments(script_args: ScriptArguments, training_args: PODSConfig, mod
             f"--reward_weights has {len(weights)} value(s) for {len(script_args.reward_funcs)} --reward_funcs: give "
             "one weight per reward function."
         )
-    check_task(script_args.task, script_args.arithmetic_difficulty)
     for flag in ("dataset_path", "eval_dataset_path"):
-        path = getattr(script_args, flag)
-        if path and Path(path).suffix.lower() in (".jsonl", ".json", ".parquet") and not Path(path).is_file():
-            raise ValueError(f"--{flag} {path}: no such file.")
+        check_data_file(flag, getattr(script_args, flag), script_args.task)
     _resume_checkpoint(training_args)
 
 
 def load_datasets(script_args: ScriptArguments, seed: int):
-    """``(train, eval or None)`` for the task of ``script_args``."""
-    if script_args.task == "arithmetic":
-        from .arithmetic import train_test_arithmetic
-
-        train, test = train_test_arithmetic(
-            n_train=script_args.arithmetic_train_size, seed=seed, difficulty=script_args.arithmetic_difficulty
-        )
-        evaluation = test if script_args.eval_split or script_args.eval_dataset_path else None
-    else:
-        from .tasks import load_task
-
-        train = load_task(script_args.task, "train", script_args.dataset_path, script_args.prompt_style)
-        evaluation = None
-        if script_args.eval_dataset_path or script_args.eval_split:
-            evaluation = load_task(
-                script_args.task,
-                script_args.eval_split or "test",
-                script_args.eval_dataset_path,
-                script_args.prompt_style,
-            )
+    """``(train, eval or None)`` for the task of ``script_args`` (the arithmetic task drawn with ``seed``)."""
+    task, style = script_args.task, script_args.prompt_style
+    arithmetic = {}
+    if task == "arithmetic":
+        difficulty, size = script_args.arithmetic_difficulty, script_args.arithmetic_train_size
+        arithmetic = dict(difficulty=difficulty, seed=seed, n_train=size)
+    train = load_task(task, "train", script_args.dataset_path, style, **arithmetic)
+    evaluation = None
+    if script_args.eval_dataset_path or script_args.eval_split:
+        split = script_args.eval_split or "test"
+        evaluation = load_task(task, split, script_args.eval_dataset_path, style, **arithmetic)
     if script_args.max_train_samples is not None:
         train = train.select(range(min(script_args.max_train_samples, len(train))))
     return train, evaluation
@@ -251,31 +267,65 @@ def parser() -> CommandParser:
 
 
 def device_defaults() -> dict[str, bool]:
-    """Flag defaults for this machine: none with a bf16-capable GPU, else ``bf16`` off (TRL's default turns it on,
-    which transformers refuses without such a GPU), so the run trains in float32: on the CPU when there is no
-    accelerator, with no pinned memory (there is nothing to pin it for). ``use_cpu`` stays off: accelerate runs on
-    the CPU anyway, and ``use_cpu`` would also turn DeepSpeed off."""
-    from transformers.utils import is_torch_bf16_gpu_available
+    """Flag defaults for this machine: TRL's wherever there is an accelerator; without one no pinned memory (there is
+    nothing to pin it for). `PODSConfig` turns ``bf16`` off where transformers would refuse it; ``use_cpu`` stays
+    off: accelerate runs on the CPU anyway, and ``use_cpu`` would also turn DeepSpeed off."""
+    return {} if torch.accelerator.is_available() else {"dataloader_pin_memory": False}
 
-    if is_torch_bf16_gpu_available():
-        return {}
-    return {"bf16": False} if torch.accelerator.is_available() else {"bf16": False, "dataloader_pin_memory": False}
+
+def cpu_threads() -> int:
+    """Intra-op CPU threads of this process: ``OMP_NUM_THREADS`` when set, else every core this process may use but
+    one (at least 1), shared among the processes of a multi-process launch on this host (``LOCAL_WORLD_SIZE``).
+
+    Leaving a core free keeps another busy process from stalling the OpenMP threads of every matrix product: beside
+    one busy process, 2 threads made the demo's step 2.5x slower than 1 thread on 2 cores, while 1 thread on the idle
+    machine cost 1.2x (docs/benchmarks.md, "CPU threads").
+    """
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
+        return int(os.environ["OMP_NUM_THREADS"])
+    processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return max(1, (len(os.sched_getaffinity(0)) - 1) // processes)
+
+
+def set_up_cpu() -> None:
+    """Without an accelerator: `cpu_threads` intra-op threads, and DeepSpeed told that it runs on the CPU
+    (``DS_ACCELERATOR=cpu`` unless set), which it would otherwise find out with a warning on every run."""
+    if torch.accelerator.is_available():
+        return
+    torch.set_num_threads(cpu_threads())
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+
+
+TRL_DEPRECATIONS = r"`(is_)?gradient_checkpointing(_enable|_disable)?` is deprecated"
+"""transformers' FutureWarnings about names that TRL 1.16 uses on every run (`GRPOConfig.gradient_checkpointing`, and
+the checkpointing switches around each generation): nothing a user of the command can change."""
 
 
 def device_line(training_args: PODSConfig, model_args: ModelConfig) -> str:
-    """The one line that says how a run without a GPU trains: on the CPU, its weights' dtype and its precision."""
+    """The one line that says how a run without a GPU trains: on the CPU, its threads, weights' dtype and precision."""
     precision = "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else None
     mixed = f"{precision} autocast (--{precision} true)" if precision else "no mixed precision (--bf16 false)"
-    return f"trl-pods train: no GPU: training on the CPU with {model_args.dtype} weights and {mixed}"
+    threads = f"{torch.get_num_threads()} thread(s) (OMP_NUM_THREADS to choose)"
+    return f"trl-pods train: no GPU: training on the CPU, {threads}, with {model_args.dtype} weights and {mixed}"
+
+
+def parse_arguments(command: CommandParser, argv: Sequence[str] | None) -> tuple:
+    """`CommandParser.parse_checked`, with the task's completion length (`TASK_COMPLETION_LENGTHS`) as the default
+    of ``--max_completion_length``: flags and the YAML ``--config`` still override it."""
+    parsed = command.parse_checked(argv)
+    length = TASK_COMPLETION_LENGTHS[parsed[0].task]
+    if command.get_default("max_completion_length") != length:  # a YAML value is the default now: it stays
+        command.set_defaults(max_completion_length=length)
+    return command.parse_checked(argv, check_arguments)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Parse and check the arguments (a user error: one line, exit status 2), then `train`."""
+    warnings.filterwarnings("ignore", TRL_DEPRECATIONS, FutureWarning)
+    set_up_cpu()
     command = parser()
     command.set_defaults(**device_defaults())
-    with warnings.catch_warnings():  # TRL's GRPOConfig sets it, so every run warned of its rename in transformers 6
-        warnings.filterwarnings("ignore", "`gradient_checkpointing` is deprecated", FutureWarning)
-        script_args, training_args, model_args = command.parse_checked(argv, check_arguments)
+    script_args, training_args, model_args = parse_arguments(command, argv)
     if not torch.accelerator.is_available() and os.environ.get("RANK", "0") == "0":
         print(device_line(training_args, model_args), flush=True)
     train(script_args, training_args, model_args)

@@ -39,13 +39,14 @@ from .config import PODSConfig
 from .down_sampling import get_down_sampler
 from .generation_modes import build_generation_mode
 from .losses import SEQUENCE_AVERAGE_LOSSES
+from .model_card import PODSModelCard
 from .paper import PODS_PAPER
 from .prompt_order import DrawingSampler, EpochReplay, check_drawable
 from .vllm_engine import colocate_engine
 from .waves import GenerationMode
 
 
-class PODSGRPOTrainer(GRPOTrainer):
+class PODSGRPOTrainer(PODSModelCard, GRPOTrainer):  # PODSModelCard: the model card's seams (`model_card`)
     """Drop-in replacement for `trl.GRPOTrainer` that trains on a down-sampled subset of the rollouts.
 
     Takes the same arguments as `GRPOTrainer`; `args` must be a [`PODSConfig`] (without `args`, a default one is

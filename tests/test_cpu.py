@@ -1,0 +1,68 @@
+"""What a machine without a GPU gets without asking: `PODSConfig` trains in float32 where TRL's bf16 default cannot
+run (and keeps TRL's default where it can), and `trl-pods train`, `eval` and `demo` choose their CPU threads and tell
+DeepSpeed it runs on the CPU, unless the user chose."""
+
+import os
+
+import pytest
+import torch
+
+from trl_pods import PODSConfig
+from trl_pods.train import cpu_threads, set_up_cpu
+
+
+def test_podsconfig_trains_in_float32_where_bf16_cannot_run(tmp_path):
+    """The README's Python quick start failed on a laptop: `PODSConfig(...)` raised transformers' "Your setup doesn't
+    support bf16/gpu" (TRL defaults bf16 to True). Without a bf16 GPU an unset bf16 is now False; a bf16 the user asked
+    for, or bf16 autocast on the CPU with use_cpu, is left to TRL and transformers."""
+    from transformers.utils import is_torch_bf16_gpu_available
+
+    if is_torch_bf16_gpu_available():
+        pytest.skip("this machine has a GPU with bf16")
+    assert PODSConfig(output_dir=str(tmp_path), pods_n=4, pods_m=2, per_device_train_batch_size=2).bf16 is False
+    assert PODSConfig(output_dir=str(tmp_path), use_cpu=True).bf16 is True  # TRL's meaning: bf16 autocast on CPU
+    with pytest.raises(ValueError, match="doesn't support bf16/gpu"):
+        PODSConfig(output_dir=str(tmp_path), bf16=True)
+
+
+def test_podsconfig_keeps_trls_bf16_default_on_a_bf16_gpu(tmp_path, monkeypatch):
+    """Where bf16 runs (simulated: transformers told there is a bf16 GPU), an unset bf16 stays TRL's default, True."""
+    monkeypatch.setattr("transformers.utils.is_torch_bf16_gpu_available", lambda: True)
+    monkeypatch.setattr("transformers.training_args.is_torch_bf16_gpu_available", lambda: True)
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "no")  # restored after the test, whatever the config sets
+    assert PODSConfig(output_dir=str(tmp_path)).bf16 is True
+
+
+@pytest.mark.parametrize(
+    ("env", "cores", "processes", "expected"),
+    [(None, 2, None, 1), (None, 1, None, 1), (None, 16, None, 15), ("3", 2, None, 3), (None, 16, "2", 7)],
+)
+def test_cpu_threads_leave_a_core_free_unless_the_user_chose(monkeypatch, env, cores, processes, expected):
+    """One core is left to other processes (2 cores -> 1 thread) and the rest is shared among the processes of a
+    launch on this host; OMP_NUM_THREADS, when set, wins."""
+    for name, value in (("OMP_NUM_THREADS", env), ("LOCAL_WORLD_SIZE", processes)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(cores)))
+    assert cpu_threads() == expected
+
+
+def test_set_up_cpu_chooses_threads_and_tells_deepspeed(monkeypatch):
+    """`trl-pods train` took torch's default threads: 98.5 s per step of the README's CPU run on the shared 2-core box
+    (2 threads) against 4.8 s with one. Without an accelerator it now uses `cpu_threads`, and sets DS_ACCELERATOR=cpu
+    (unless set) so that DeepSpeed does not warn on every run that it found no GPU."""
+    if torch.accelerator.is_available():
+        pytest.skip("this machine has an accelerator")
+    threads = torch.get_num_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    monkeypatch.setenv("DS_ACCELERATOR", "unset")  # so that the value set_up_cpu sets is undone after the test
+    monkeypatch.delenv("DS_ACCELERATOR")
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2})
+    try:
+        set_up_cpu()
+        assert torch.get_num_threads() == 2 and os.environ["DS_ACCELERATOR"] == "cpu"
+    finally:
+        torch.set_num_threads(threads)
