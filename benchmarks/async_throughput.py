@@ -29,7 +29,8 @@ it wider. The reward (`reward`) makes prompts of four kinds, by the prompt's num
 time, solved one time in eight, always solved; so half the prompts can never show contrast, which is what the
 generation modes act on. The server and the trainer share this machine's cores, so the asynchronous runs overlap
 generation and training only as far as two processes on 2 cores can. Run in the vLLM test environment (README,
-"Tests"); rewrites the ``async_throughput`` section of docs/benchmarks.md::
+"Tests"); rewrites the ``async_throughput`` section of docs/benchmarks.md and its raw results,
+docs/async_throughput.json::
 
     python benchmarks/async_throughput.py    # 2 rounds of 7 runs of 14 steps (about 30 minutes here)
 """
@@ -37,6 +38,7 @@ generation and training only as far as two processes on 2 cores can. Run in the 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import statistics
@@ -45,7 +47,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _report import REPO, command_line, environment, write_section
+from _report import REPO, command_line, environment, figure_path, write_section
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -279,7 +281,8 @@ def report(args: argparse.Namespace, parser: argparse.ArgumentParser, results: d
             )
     means = [
         f"| {label[method]} | {statistics.mean(run['steps_per_minute'] for run in runs):.1f} | "
-        f"{statistics.mean(run['contrast_per_step'] for run in runs):.2f} |"
+        f"{statistics.mean(run['contrast_per_step'] for run in runs):.2f} | "
+        f"{statistics.mean(run['steps_per_minute'] * run['contrast_per_step'] for run in runs):.0f} |"
         for method, runs in results.items()
     ]
     return f"""## Asynchronous PODS in every generation mode on a real vLLM CPU server
@@ -299,15 +302,17 @@ def report(args: argparse.Namespace, parser: argparse.ArgumentParser, results: d
   when its trained rows' rewards differ ({args.prompts} groups are trained per step);
 - the synchronous run's server keeps its initial weights (NCCL transfer replaced, see the script); the asynchronous
   runs sync their adapter every step and share one server per round;
-- the runs follow one another, {args.rounds} round(s) with the order rotated; the machine is shared, so each row gives
-  the load average at its start and end.
+- the runs follow one another in one invocation, {args.rounds} round(s) with the order rotated, so the rows were
+  measured side by side; the machine is shared, so each row gives the load average at its start and end.
+
+Raw results: [async_throughput.json](async_throughput.json).
 
 {chr(10).join(rows)}
 
 Means over the rounds:
 
-| run | steps / min | groups with contrast / step |
-|---|---|---|
+| run | steps / min | groups with contrast / step | groups with contrast / min |
+|---|---|---|---|
 {chr(10).join(means)}
 
 - Command: `{command_line("async_throughput.py", parser, args)}` (vLLM test environment)
@@ -353,6 +358,8 @@ def main() -> None:
             finally:
                 if server is not None:
                     server.stop()
+    raw = {"args": vars(args), "results": results}
+    figure_path("async_throughput.json").write_text(json.dumps(raw, indent=1) + "\n")
     write_section("async_throughput", report(args, parser, results))
 
 
