@@ -372,8 +372,10 @@ def test_screened_trains_the_rules_picks_and_reports_the_rest_as_visited(screene
     """pods_n_initial 2, pods_screen_ratio 2, pods_window 2 (the "frontier" rule) on a real server: each prompt visit
     is a pilot of 2 and, when the rule picks it, the remaining 6; a trained group is a max-variance M of its 8; the
     prompts left with a pilot are dropped and reported, so the step-2 checkpoint's resume position passes them: every
-    group below it that was not trained by then was reported dropped. (Windows finish out of order, so a trained group
-    may lie above the position: it is generated and trained again after a resume, as in TRL.)"""
+    group below it that was not trained by then was screened out after its pilot and reported dropped. (Windows finish
+    out of order, so a trained group may lie above the position: it is generated and trained again after a resume, as
+    in TRL. A window still in flight, or a pick whose rows went stale, holds the position; which one the position
+    reaches depends on timing, so the test asks only that it passes a screened-out prompt.)"""
     visits = _visits(screened.scored, lambda visit, call: len(call["rewards"]) == 2)
     assert all(len(own) == 1 for own in visits.values()), "each prompt visited once"
     every = [visit for own in visits.values() for visit in own]
@@ -383,8 +385,9 @@ def test_screened_trains_the_rules_picks_and_reports_the_rest_as_visited(screene
     state = json.loads((Path(screened.trainer.args.output_dir) / "checkpoint-2" / "rollout_state.json").read_text())
     trained = _collated_groups(screened.batches[: screened.completed["checkpoint-2"][1]])
     position = state["prompt_index"]
-    assert trained and min(trained) < position and position not in trained
+    assert trained and position not in trained
     dropped = set(range(position)) - trained
     assert dropped and dropped <= screened.trainer._dropped_groups, "TRL's own position would stop at the first"
+    assert all(visits[group][0]["sizes"] == [2] for group in dropped), "only prompts screened out are passed"
     logs = screened.trainer.state.log_history
     assert any(entry.get("pods/prompts_trained") == 2 and entry.get("pods/prompts_drawn") == 4 for entry in logs)
