@@ -32,7 +32,8 @@ generation and training only as far as two processes on 2 cores can. Run in the 
 "Tests"); rewrites the ``async_throughput`` section of docs/benchmarks.md and its raw results,
 docs/async_throughput.json::
 
-    python benchmarks/async_throughput.py    # 2 rounds of 7 runs of 14 steps (about 30 minutes here)
+    python benchmarks/async_throughput.py    # 2 rounds of 7 runs of 14 steps (about 10 minutes here)
+    python benchmarks/async_throughput.py --rounds 4    # as measured in docs/benchmarks.md (about 15 minutes)
 """
 
 from __future__ import annotations
