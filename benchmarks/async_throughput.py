@@ -1,7 +1,7 @@
-"""Training steps and kept rows per minute: synchronous PODS (vLLM server mode) vs TRL's asynchronous GRPO vs
-asynchronous PODS, all on a real vLLM CPU server.
+"""Training steps and groups with contrast per step: synchronous PODS (vLLM server mode), TRL's asynchronous GRPO, and
+asynchronous PODS in every generation mode, all on a real vLLM CPU server.
 
-Three runs train the same LoRA adapter of the same model on the same prompts, with the same rows per optimizer step
+The runs train the same LoRA adapter of the same model on the same prompts, with the same rows per optimizer step
 (``--prompts`` prompts x M kept rollouts), against a real vLLM server on this machine:
 
 * ``sync PODS N->M``: `PODSGRPOTrainer` in vLLM server mode (`trl vllm-serve`): generate N per prompt, score, keep M,
@@ -9,53 +9,72 @@ Three runs train the same LoRA adapter of the same model on the same prompts, wi
   so it is replaced as in the tests (tests/vllm_real.py): the trainer still merges and walks the weights at every
   step, but the server keeps the initial ones. This run therefore pays no transfer; the asynchronous ones do.
 * ``async GRPO M``: TRL's `AsyncGRPOTrainer` (`vllm serve`, LoRA sync through TRL's own path), M rollouts per prompt.
-* ``async PODS N->M``: `PODSAsyncGRPOTrainer`: its rollout worker generates N per prompt and queues the M kept.
+* ``async PODS <mode>``: `PODSAsyncGRPOTrainer`, its rollout worker generating per `pods_generation` (`MODES`) and
+  queuing the M kept: fixed (N per prompt), refill (N, groups without contrast dropped), adaptive (a pilot of M,
+  doubled while the rewards agree, at most N), budgeted (``--budget`` per prompt on average over each window of
+  ``--prompts`` prompts, from their history) and screened (a pilot of M for 2 x ``--prompts`` prompts, the rest of N
+  for the ``--prompts`` the "frontier" rule picks). The asynchronous runs of a round share one server, which forgets
+  the previous run's adapters in between.
 
 The asynchronous runs batch a fixed number of rows per step (``token_budget=0``), so a step is ``--prompts x M`` rows
-in all three. Steps per minute are taken between the end of step ``--warmup`` and the last step (the start-up -- the
+in all of them. Steps per minute are taken between the end of step ``--warmup`` and the last step (the start-up -- the
 worker's child process, the server's first requests -- is left out); kept rows per minute are that times the rows
 per step. Rollouts generated per minute are N per prompt per step for the synchronous run, and for asynchronous PODS
 what its worker scored in the same window (`pods/rollouts_generated_total`); TRL's worker reports no such count, so
-the column is empty for asynchronous GRPO.
+the column is empty for asynchronous GRPO. Groups with contrast per step are counted in what the trainer trains: the
+collator's micro-batches (one per step), a group having contrast when its trained rows' rewards differ.
 
 The model is the tests' tiny random Qwen2 (head_dim 32, which vLLM's CPU attention needs) unless ``--hidden`` makes
-it wider; the reward is the token-id sum mod 7 (spread within a group). The server and the trainer share this
-machine's cores, so the asynchronous runs overlap generation and training only as far as two processes on 2 cores
-can. Run in the vLLM test environment (README, "Tests"); rewrites the ``async_throughput`` section of
-docs/benchmarks.md::
+it wider. The reward (`reward`) makes prompts of four kinds, by the prompt's number: never solved, solved half the
+time, solved one time in eight, always solved; so half the prompts can never show contrast, which is what the
+generation modes act on. The server and the trainer share this machine's cores, so the asynchronous runs overlap
+generation and training only as far as two processes on 2 cores can. Run in the vLLM test environment (README,
+"Tests"); rewrites the ``async_throughput`` section of docs/benchmarks.md and its raw results,
+docs/async_throughput.json::
 
-    python benchmarks/async_throughput.py    # 2 rounds of 3 runs of 14 steps (about 10 minutes here)
+    python benchmarks/async_throughput.py    # 2 rounds of 7 runs of 14 steps (about 10 minutes here)
+    python benchmarks/async_throughput.py --rounds 4    # as measured in docs/benchmarks.md (about 15 minutes)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _report import REPO, command_line, environment, write_section
+from _report import REPO, command_line, environment, figure_path, write_section
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 sys.path.insert(0, str(REPO / "tests"))  # the real-server helpers the tests use (tests/vllm_real.py)
 
-METHODS = ("sync PODS", "async GRPO", "async PODS")
+MODES = ("fixed", "refill", "adaptive", "budgeted", "screened")
+METHODS = ("sync PODS", "async GRPO", *(f"async PODS {mode}" for mode in MODES))
+STALENESS = 2
 
 
-def reward(completion_ids, **kwargs) -> list[float]:
-    """The token-id sum mod 7: a deterministic reward with spread inside a group (module level: picklable)."""
-    return [float(sum(ids) % 7) for ids in completion_ids]
+def reward(prompts, completion_ids, **kwargs) -> list[float]:
+    """1 or 0 by the prompt's kind (its number mod 4): never, when the completion's token-id sum is even, when it is
+    a multiple of 8, always. A deterministic reward with prompts of set difficulty (module level: picklable)."""
+    rewards = []
+    for prompt, ids in zip(prompts, completion_ids, strict=True):
+        kind = int(re.search(r"What is (\d+)", prompt[-1]["content"]).group(1)) % 4
+        rewards.append(float((False, sum(ids) % 2 == 0, sum(ids) % 8 == 0, True)[kind]))
+    return rewards
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=8, help="rollouts generated per prompt (N)")
     parser.add_argument("--m", type=int, default=2, help="rollouts kept per prompt (M)")
-    parser.add_argument("--prompts", type=int, default=4, help="prompts per optimizer step")
+    parser.add_argument("--prompts", type=int, default=4, help="prompts per optimizer step (and per window)")
+    parser.add_argument("--budget", type=float, default=4.0, help="budgeted: mean rollouts per prompt")
     parser.add_argument("--steps", type=int, default=14, help="optimizer steps per run")
     parser.add_argument("--warmup", type=int, default=4, help="steps left out of the rates")
     parser.add_argument("--max_completion_length", type=int, default=16)
@@ -134,40 +153,63 @@ def run_sync(args: argparse.Namespace, model: Path, out: Path) -> dict:
         trainer.train()
     finally:
         server.stop()
-    return _rates(args, clock.times, generated_per_step=args.prompts * args.n)
+    logs = trainer.state.log_history[args.warmup : args.steps]
+    constant = statistics.mean(entry["pods/frac_zero_std_groups_kept"] for entry in logs)
+    rates = _rates(args, clock.times, generated_per_step=args.prompts * args.n)
+    return {**rates, "contrast_per_step": args.prompts * (1 - constant)}
 
 
-def run_async(args: argparse.Namespace, model: Path, out: Path, pods: bool) -> dict:
-    from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
-    from vllm_real import OpenAIServer, async_tokenizer
+def _async_config(args: argparse.Namespace, method: str, settings: dict):
+    """TRL's asynchronous config for ``async GRPO``, PODS's with the method's generation mode otherwise."""
+    from trl.experimental.async_grpo import AsyncGRPOConfig
+
+    from trl_pods.async_grpo import PODSAsyncGRPOConfig
+
+    if method == "async GRPO":
+        return AsyncGRPOConfig(num_generations=args.m, **settings)
+    mode = method.removeprefix("async PODS ")
+    generation = {
+        "budgeted": dict(pods_budget=args.budget, pods_window=args.prompts),
+        "screened": dict(pods_window=args.prompts),
+    }.get(mode, {})
+    return PODSAsyncGRPOConfig(pods_n=args.n, pods_m=args.m, pods_generation=mode, **generation, **settings)
+
+
+def run_async(args: argparse.Namespace, model: Path, out: Path, method: str, server) -> dict:
+    from trl.experimental.async_grpo import AsyncGRPOTrainer
+    from trl.experimental.async_grpo.async_grpo_trainer import DataCollatorForRollout
+    from vllm_real import async_tokenizer
 
     from trl_pods.async_cpu import use_async_trainer_on_cpu
-    from trl_pods.async_grpo import PODSAsyncGRPOConfig, PODSAsyncGRPOTrainer
+    from trl_pods.async_grpo import PODSAsyncGRPOTrainer
 
     use_async_trainer_on_cpu()
-    staleness = 2
-    server = OpenAIServer(model, out / f"vllm-serve-{pods}.log", max_loras=staleness + 2)
+    server.forget_training()  # the previous run's adapters, which this run's would be refused as
+    settings = dict(
+        output_dir=str(out / method.replace(" ", "-")),
+        per_device_train_batch_size=args.prompts * args.m,
+        token_budget=0,  # a fixed number of rows per step, as in the synchronous run
+        max_steps=args.steps,
+        max_completion_length=args.max_completion_length,
+        learning_rate=5e-3,
+        max_staleness=STALENESS,
+        vllm_server_base_url=server.url,
+        **COMMON,
+    )
+    trainer_class = AsyncGRPOTrainer if method == "async GRPO" else PODSAsyncGRPOTrainer
+    batches, collate = [], DataCollatorForRollout.torch_call
+
+    def recording(self, examples):
+        batches.append([sample for row in examples[0] for sample in row.samples])
+        return collate(self, examples)
+
+    clock = _clock()
+    DataCollatorForRollout.torch_call = recording
     try:
-        settings = dict(
-            output_dir=str(out / f"async-{pods}"),
-            per_device_train_batch_size=args.prompts * args.m,
-            token_budget=0,  # a fixed number of rows per step, as in the synchronous run
-            max_steps=args.steps,
-            max_completion_length=args.max_completion_length,
-            learning_rate=5e-3,
-            max_staleness=staleness,
-            vllm_server_base_url=server.url,
-            **COMMON,
-        )
-        if pods:
-            trainer_class, config = PODSAsyncGRPOTrainer, PODSAsyncGRPOConfig(pods_n=args.n, pods_m=args.m, **settings)
-        else:
-            trainer_class, config = AsyncGRPOTrainer, AsyncGRPOConfig(num_generations=args.m, **settings)
-        clock = _clock()
         trainer = trainer_class(
             str(model),
             reward,
-            config,
+            _async_config(args, method, settings),
             train_dataset=_dataset(),
             processing_class=async_tokenizer(model),
             peft_config=_lora(),
@@ -175,16 +217,26 @@ def run_async(args: argparse.Namespace, model: Path, out: Path, pods: bool) -> d
         )
         trainer.train()
     finally:
-        server.stop()
+        DataCollatorForRollout.torch_call = collate
     logs = trainer.state.log_history[args.warmup : args.steps]  # the steps after the warm-up ones
     waits = [entry["perf/rollout_wait_s"] for entry in logs if "perf/rollout_wait_s" in entry]
     syncs = [entry["perf/weight_sync_s"] for entry in logs if "perf/weight_sync_s" in entry]
     staleness_mean = statistics.mean(entry["sample/staleness_mean"] for entry in logs)
     stale = sum(entry.get("sample/dropped_stale_total", 0.0) for entry in logs)
     generated = sum(entry.get("pods/rollouts_generated_total", 0.0) for entry in logs) / len(logs)
+    pods = method != "async GRPO"
     rates = _rates(args, clock.times, generated_per_step=generated if pods else None)  # None: not reported
     extra = {"wait_s_per_step": statistics.mean(waits), "sync_s_per_step": statistics.mean(syncs)}
-    return {**rates, **extra, "staleness": staleness_mean, "stale_rows_dropped": stale}
+    contrast = statistics.mean(_groups_with_contrast(batch) for batch in batches[args.warmup : args.steps])
+    return {**rates, **extra, "staleness": staleness_mean, "stale_rows_dropped": stale, "contrast_per_step": contrast}
+
+
+def _groups_with_contrast(samples: list[dict]) -> int:
+    """Groups of a collated micro-batch whose trained rows' rewards differ."""
+    rewards: dict[int, set[float]] = {}
+    for sample in samples:
+        rewards.setdefault(sample["group_id"], set()).add(sample["metrics"]["reward"])
+    return sum(len(values) > 1 for values in rewards.values())
 
 
 def _rates(args: argparse.Namespace, times: list[float], generated_per_step: float | None) -> dict:
@@ -208,11 +260,12 @@ def _count(value: float | None) -> str:
 def report(args: argparse.Namespace, parser: argparse.ArgumentParser, results: dict[str, list[dict]]) -> str:
     n, m = args.n, args.m
     label = {"sync PODS": f"sync PODS {n}->{m} (server mode)", "async GRPO": f"async GRPO {m}"}
-    label["async PODS"] = f"async PODS {n}->{m}"
+    label |= {f"async PODS {mode}": f"async PODS {n}->{m} {mode}" for mode in MODES}
     rows = [
-        "| run | round | steps / min | kept rows / min | rollouts generated / min | median step (s) | trainer wait / "
-        "step (s) | weight sync / step (s) | mean staleness | stale rows dropped | load average (1 min) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| run | round | steps / min | groups with contrast / step | kept rows / min | rollouts generated / min | "
+        "median step (s) | trainer wait / step (s) | weight sync / step (s) | mean staleness | stale rows dropped | "
+        "load average (1 min) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for method, runs in results.items():
         for result in runs:
@@ -223,30 +276,45 @@ def report(args: argparse.Namespace, parser: argparse.ArgumentParser, results: d
                 wait, sync, staleness, stale = "–", "not transferred", "0 (on-policy)", "–"
             rows.append(
                 f"| {label[method]} | {result['round']} | {result['steps_per_minute']:.1f} | "
-                f"{result['kept_rows_per_minute']:.0f} | {_count(result['rollouts_per_minute'])} | "
-                f"{result['step_s']:.2f} | {wait} | {sync} | {staleness} | {stale} | "
-                f"{result['load'][0]:.1f} -> {result['load'][1]:.1f} |"
+                f"{result['contrast_per_step']:.2f} | {result['kept_rows_per_minute']:.0f} | "
+                f"{_count(result['rollouts_per_minute'])} | {result['step_s']:.2f} | {wait} | {sync} | {staleness} | "
+                f"{stale} | {result['load'][0]:.1f} -> {result['load'][1]:.1f} |"
             )
-    means = ", ".join(
-        f"{label[method]} {statistics.mean(run['steps_per_minute'] for run in runs):.1f}"
+    means = [
+        f"| {label[method]} | {statistics.mean(run['steps_per_minute'] for run in runs):.1f} | "
+        f"{statistics.mean(run['contrast_per_step'] for run in runs):.2f} | "
+        f"{statistics.mean(run['steps_per_minute'] * run['contrast_per_step'] for run in runs):.0f} |"
         for method, runs in results.items()
-    )
-    return f"""## Asynchronous PODS: steps and kept rows per minute on a real vLLM CPU server
+    ]
+    return f"""## Asynchronous PODS in every generation mode on a real vLLM CPU server
 
-`PODSAsyncGRPOTrainer` (PODS in TRL's asynchronous rollout worker) against TRL's `AsyncGRPOTrainer` and the
-synchronous `PODSGRPOTrainer` in vLLM server mode, each run with its own real vLLM CPU server:
+`PODSAsyncGRPOTrainer` (PODS in TRL's asynchronous rollout worker) in every generation mode, against TRL's
+`AsyncGRPOTrainer` and the synchronous `PODSGRPOTrainer` in vLLM server mode:
 
 - every run: {args.prompts} prompts x {m} kept rows per optimizer step, {args.max_completion_length}-token completions,
   LoRA r=8, a random Qwen2 (hidden {args.hidden}, {args.layers} layers);
-- rates between the end of step {args.warmup} and step {args.steps};
+- the reward makes four kinds of prompts (never solved, solved half the time, one time in eight, always), so half
+  the groups can never show contrast;
+- the modes: refill drops groups without contrast; adaptive pilots {m} rollouts and doubles them while the rewards
+  agree (at most {n}); budgeted gives {args.budget:g} rollouts per prompt on average over each window of
+  {args.prompts} prompts, from their history; screened pilots {m} rollouts for 2 x {args.prompts} prompts and gives the
+  rest of {n} to the {args.prompts} the "frontier" rule picks;
+- rates and groups with contrast between the end of step {args.warmup} and step {args.steps}; a group has contrast
+  when its trained rows' rewards differ ({args.prompts} groups are trained per step);
 - the synchronous run's server keeps its initial weights (NCCL transfer replaced, see the script); the asynchronous
-  runs sync their adapter every step;
-- the runs follow one another, {args.rounds} round(s) with the order rotated; the machine is shared, so each row gives
-  the load average at its start and end.
+  runs sync their adapter every step and share one server per round;
+- the runs follow one another in one invocation, {args.rounds} round(s) with the order rotated, so the rows were
+  measured side by side; the machine is shared, so each row gives the load average at its start and end.
+
+Raw results: [async_throughput.json](async_throughput.json).
 
 {chr(10).join(rows)}
 
-Mean steps per minute over the rounds: {means}.
+Means over the rounds:
+
+| run | steps / min | groups with contrast / step | groups with contrast / min |
+|---|---|---|---|
+{chr(10).join(means)}
 
 - Command: `{command_line("async_throughput.py", parser, args)}` (vLLM test environment)
 {environment()}
@@ -256,7 +324,7 @@ Mean steps per minute over the rounds: {means}.
 def main() -> None:
     parser = build_parser()
     args = parser.parse_args()
-    from vllm_real import build_tiny_model
+    from vllm_real import OpenAIServer, build_tiny_model
 
     results: dict[str, list[dict]] = {method: [] for method in args.methods}
     with tempfile.TemporaryDirectory() as tmp:
@@ -270,17 +338,29 @@ def main() -> None:
             num_hidden_layers=args.layers,
         )
         for round_ in range(args.rounds):
+            run = out / f"{round_}"
+            run.mkdir()
             order = args.methods[round_ % len(args.methods) :] + args.methods[: round_ % len(args.methods)]
-            for method in order:
-                start, load = time.perf_counter(), os.getloadavg()[0]
-                run = out / f"{round_}"
-                run.mkdir(exist_ok=True)
-                if method == "sync PODS":
-                    result = run_sync(args, model, run)
-                else:
-                    result = run_async(args, model, run, pods=method == "async PODS")
-                results[method].append({**result, "round": round_, "load": (load, os.getloadavg()[0])})
-                print(f"{method}: {results[method][-1]} ({time.perf_counter() - start:.0f} s)", flush=True)
+            server = None  # the asynchronous runs' server, stopped while the synchronous run's serves
+            try:
+                for method in order:
+                    if method == "sync PODS" and server is not None:
+                        server.stop()
+                        server = None
+                    elif method != "sync PODS" and server is None:
+                        server = OpenAIServer(model, run / f"vllm-serve-{method}.log", max_loras=STALENESS + 2)
+                    start, load = time.perf_counter(), os.getloadavg()[0]
+                    if method == "sync PODS":
+                        result = run_sync(args, model, run)
+                    else:
+                        result = run_async(args, model, run, method, server)
+                    results[method].append({**result, "round": round_, "load": (load, os.getloadavg()[0])})
+                    print(f"{method}: {results[method][-1]} ({time.perf_counter() - start:.0f} s)", flush=True)
+            finally:
+                if server is not None:
+                    server.stop()
+    raw = {"args": vars(args), "results": results}
+    figure_path("async_throughput.json").write_text(json.dumps(raw, indent=1) + "\n")
     write_section("async_throughput", report(args, parser, results))
 
 

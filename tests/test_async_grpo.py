@@ -1,167 +1,166 @@
-"""PODS in TRL's asynchronous trainer, without a server: the config, the selection rule, the worker's scoring seam
-(TRL's own rollout loop, fed hand-made groups) and the CPU attention. The real-server runs are in
+"""PODS in TRL's asynchronous trainer, without a server: the config, the selection rule, the worker's seams (TRL's
+own rollout loop, fed a scripted engine or hand-made rollouts; tests/async_worker.py) and the CPU attention. The
+generation modes in the worker are in tests/test_async_modes.py; the real-server runs in
 tests/test_async_grpo_vllm.py."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib.util
 import inspect
 import itertools
-import multiprocessing
 import queue
 import re
 import shlex
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
-from accelerate.state import PartialState
+from async_worker import ScriptedTRLLoop, pods_loop, prompts, pushed_metrics, reports, rollout_loop, run_until
 from trl.experimental.async_grpo.async_rollout_worker import RolloutGroup, TrainingSequence, _AsyncRolloutLoop
 from vllm_real import async_tokenizer
 
 from trl_pods.advantages import population_group_advantages
 from trl_pods.async_cpu import varlen_attention
-from trl_pods.async_grpo import (
-    DroppedGroupReports,
-    PODSAsyncGRPOConfig,
-    PODSRolloutLoop,
-    resume_position,
-    select_rollouts,
-)
+from trl_pods.async_grpo import PODSAsyncGRPOConfig, resume_position, select_rollouts
 from trl_pods.down_sampling import get_down_sampler
+from trl_pods.generation_modes import GENERATION_MODES
+from trl_pods.waves import FixedMode
 
 
-def test_config_counts_kept_rows_and_refuses_what_the_worker_cannot_do(tmp_path):
-    """`pods_m` is the group size the trainer sees (num_generations), N defaults to 4M; modes the asynchronous
-    worker does not have, greedy sampling and unknown rules are refused with what to change."""
+class DrawingMode(FixedMode):
+    """A mode that draws further prompts into its generation (as the synchronous refill does)."""
+
+    draws = True
+
+
+def test_config_counts_kept_rows_and_refuses_what_the_worker_cannot_do(tmp_path, monkeypatch):
+    """`pods_m` is the group size the trainer sees (num_generations), N defaults to 4M; every built-in mode is
+    accepted with the synchronous trainer's checks of its settings, and a window of prompts that defaults to 8 for
+    budgeted and screened and to one prompt otherwise; a mode that draws prompts, greedy sampling and unknown rules
+    are refused with what to change."""
     config = PODSAsyncGRPOConfig(str(tmp_path), pods_m=2, use_cpu=True)
-    assert (config.pods_n, config.pods_m, config.num_generations) == (8, 2, 2)
-    with pytest.raises(ValueError, match="disagree"):
-        PODSAsyncGRPOConfig(str(tmp_path), pods_m=2, num_generations=4, use_cpu=True)
-    with pytest.raises(ValueError, match="PODSGRPOTrainer"):
-        PODSAsyncGRPOConfig(str(tmp_path), pods_m=2, pods_generation="adaptive", use_cpu=True)
-    with pytest.raises(ValueError, match="greedy"):
-        PODSAsyncGRPOConfig(str(tmp_path), pods_m=2, temperature=0.0, use_cpu=True)
-    with pytest.raises(ValueError, match="max_variance"):
-        PODSAsyncGRPOConfig(str(tmp_path), pods_m=2, pods_down_sampler="nope", use_cpu=True)
-    with pytest.raises(ValueError, match="pods_advantage_scope"):
-        PODSAsyncGRPOConfig(str(tmp_path), pods_m=2, pods_advantage_scope="some", use_cpu=True)
+    assert (config.pods_n, config.pods_m, config.num_generations, config.pods_window) == (8, 2, 2, 1)
+    adaptive = PODSAsyncGRPOConfig(str(tmp_path), pods_m=2, pods_generation="adaptive", use_cpu=True)
+    assert (adaptive.pods_n_initial, adaptive.pods_window) == (2, 1)
+    screened = PODSAsyncGRPOConfig(str(tmp_path), pods_m=2, pods_generation="screened", use_cpu=True)
+    assert (screened.pods_n_initial, screened.pods_window, screened.pods_screen_ratio) == (2, 8, 2)
+    budgeted = PODSAsyncGRPOConfig(str(tmp_path), pods_m=2, pods_generation="budgeted", pods_budget=3, use_cpu=True)
+    assert budgeted.pods_window == 8
+    refused = {
+        "disagree": dict(num_generations=4),
+        "between pods_m": dict(pods_generation="adaptive", pods_n_initial=1),
+        "needs pods_budget": dict(pods_generation="budgeted"),
+        "only applies to": dict(pods_n_initial=4),
+        "pods_window counts prompts": dict(pods_generation="screened", pods_window=0),
+        "pods_screen_ratio counts prompts": dict(pods_generation="screened", pods_screen_ratio=1),
+        "frontier": dict(pods_generation="screened", pods_screen_rule="nope"),
+        "greedy": dict(temperature=0.0),
+        "max_variance": dict(pods_down_sampler="nope"),
+        "pods_advantage_scope": dict(pods_advantage_scope="some"),
+    }
+    for message, settings in refused.items():
+        with pytest.raises(ValueError, match=message):
+            PODSAsyncGRPOConfig(str(tmp_path), pods_m=2, use_cpu=True, **settings)
+    monkeypatch.setitem(GENERATION_MODES, "drawing", DrawingMode)
+    with pytest.raises(ValueError, match="draws further prompts"):
+        PODSAsyncGRPOConfig(str(tmp_path), pods_m=2, pods_generation="drawing", use_cpu=True)
 
 
 def test_select_rollouts_keeps_the_max_variance_subset_with_trls_async_advantages():
     """The kept M have the largest variance of any M; their advantages are TRL's asynchronous normalisation over the
-    kept rewards ("kept") or over all N ("all"); contrast marks groups whose rewards are not all equal."""
-    rewards = torch.tensor([[0.0, 3.0, 1.0, 0.5, 2.0, 3.0], [1.0] * 6], dtype=torch.float64)
+    kept rewards ("kept") or over all N ("all"), rollouts not generated (NaN after the others) left out."""
+    rewards = torch.tensor([[0.0, 3.0, 1.0, 0.5, 2.0, 3.0], [1.0, 2.0, 5.0, *[torch.nan] * 3]], dtype=torch.float64)
     selection = select_rollouts(rewards, 3, get_down_sampler("max_variance"), "kept")
     best = max(itertools.combinations(range(6), 3), key=lambda c: rewards[0, list(c)].var().item())
     assert torch.isclose(rewards[0, selection.kept[0]].var(), rewards[0, list(best)].var())
+    assert selection.kept[1].tolist() == [0, 1, 2]
     kept = rewards.gather(1, selection.kept)
     assert torch.allclose(selection.advantages, population_group_advantages(kept))
-    everything = select_rollouts(rewards, 3, get_down_sampler("max_variance"), "all")
+    everything = select_rollouts(rewards, 2, get_down_sampler("max_variance"), "all")
     assert torch.allclose(everything.advantages, population_group_advantages(rewards).gather(1, everything.kept))
-    assert selection.contrast.tolist() == [True, False]
-
-
-def first_token_reward(completion_ids, **kwargs) -> list[float]:
-    """The first completion token's id, so a test chooses each rollout's reward."""
-    return [float(ids[0]) for ids in completion_ids]
-
-
-def _loop(cls, tokenizer, n: int, metrics: queue.Queue | None = None, **pods) -> _AsyncRolloutLoop:
-    """TRL's rollout loop (or a subclass), in this process: a plain queue for the rollouts and one for the metrics,
-    and nothing to generate with (the tests hand it generated groups). Accelerate's state is set up first, as TRL's
-    child process does: the loop logs through accelerate."""
-    PartialState()
-    return cls(
-        model_name="tiny",
-        dataset=[],
-        reward_funcs=[first_token_reward],
-        processing_class=tokenizer,
-        eos_token_ids=[tokenizer.eos_token_id],
-        rollout_buffer=queue.Queue(),
-        model_version_value=None,
-        heartbeat_value=SimpleNamespace(value=0.0),
-        failed_event=None,
-        exception_info_queue=None,
-        metrics_queue=queue.Queue() if metrics is None else metrics,
-        num_generations=n,
-        max_inflight_tasks=1,
-        **pods,
-    )
-
-
-def _reports(maxsize: int = 0) -> DroppedGroupReports:
-    """The worker-to-trainer report channel, both ends in this process: a plain queue, a real shared integer."""
-    return DroppedGroupReports(queue.Queue(maxsize=maxsize), multiprocessing.get_context("spawn").Value("q", 0))
-
-
-def _group(rewards: list[int], group_id: int = 0, forked: int | None = None) -> RolloutGroup:
-    """A scored-to-be group whose rollout ``i`` starts with token ``rewards[i]``; rollout ``forked`` has two rows."""
-    n = len(rewards)
-    sequences = []
-    for i, token in enumerate(rewards):
-        rows = 2 if i == forked else 1
-        sequences.append(
-            [TrainingSequence([5, 6, token, 7], [0, 0, 1, 1], [0.0, 0.0, -1.0, -2.0], f"r{i}") for _ in range(rows)]
-        )
-    return RolloutGroup(
-        prompts=[[{"role": "user", "content": "q"}]] * n,
-        reward_kwargs={},
-        completions=[[{"role": "assistant", "content": str(r)}] for r in rewards],
-        completions_ids=[[token, 7] for token in rewards],
-        completions_sequences=sequences,
-        tool_call_counts=[0] * n,
-        tool_failure_counts=[0] * n,
-        model_version=0,
-        group_id=group_id,
-        env_rewards=[None] * n,
-        rollout_rewards=[None] * n,
-    )
-
-
-def _score(loop: _AsyncRolloutLoop, group: RolloutGroup) -> list:
-    try:
-        return loop._loop.run_until_complete(loop._score_group(group))
-    finally:
-        loop._loop.close()
-        loop._tool_pool.shutdown()
-
-
-POD = dict(pods_down_sampler="max_variance", pods_advantage_scope="kept", pods_seed=0)
 
 
 def test_worker_with_n_equal_to_m_queues_exactly_what_trls_worker_queues(tiny_model_path):
-    """pods_n == pods_m is TRL's asynchronous GRPO: the same rows with the same advantages."""
+    """pods_n == pods_m (fixed) is TRL's asynchronous GRPO: run by TRL's generate and score loops on the same
+    scripted engine, TRL's loop (4 rollouts per group) and PODS's (one per work item, grouped back by prompt) queue
+    the same rows of the same prompts, with the same advantages and policy versions."""
     tokenizer = async_tokenizer(tiny_model_path)
-    rewards = [3, 1, 4, 1]
-    trl = _score(_loop(_AsyncRolloutLoop, tokenizer, 4), _group(rewards))
-    pods = _loop(PODSRolloutLoop, tokenizer, 4, pods_m=4, pods_generation="fixed", dropped_groups=_reports(), **POD)
-    pods = _score(pods, _group(rewards))
-    assert [s.advantage for s in pods] == pytest.approx([s.advantage for s in trl], abs=1e-12)
-    assert [s.input_ids.tolist() for s in pods] == [s.input_ids.tolist() for s in trl]
+
+    def script(i: int, k: int, text: str) -> int:
+        return 10 + (i * 7 + k * 3) % 5
+
+    trl = rollout_loop(ScriptedTRLLoop, tokenizer, prompts(20), 4, script=script)
+    trl_rows = run_until(trl, lambda: trl.rollout_buffer.qsize() >= 12)
+    pods = pods_loop(tokenizer, prompts(20), pods_n=4, pods_m=4, script=script)
+    pods_rows = run_until(pods, lambda: len(pods.windows) >= 3)
+
+    def rows(queued: list) -> list:
+        return sorted(
+            (s.group_id, s.input_ids.tolist(), round(s.advantage, 12), s.model_version)
+            for s in queued
+            if s.group_id < 3
+        )
+
+    assert len(rows(pods_rows)) == 12 and rows(pods_rows) == rows(trl_rows)
+
+
+def _rollout(token: int, work_id: int, forked: bool = False) -> RolloutGroup:
+    """One generated rollout as TRL's generate loop hands it to `_score_group`: its work item's id, a completion that
+    starts with ``token`` (its reward), and one row (two, ``forked``: a conversation that forked)."""
+    rows = [TrainingSequence([5, 6, token, 7], [0, 0, 1, 1], [0.0, 0.0, -1.0, -2.0], "r") for _ in range(1 + forked)]
+    return RolloutGroup(
+        prompts=[[{"role": "user", "content": "prompt 0"}]],
+        reward_kwargs={},
+        completions=[[{"role": "assistant", "content": str(token)}]],
+        completions_ids=[[token, 7]],
+        completions_sequences=[rows],
+        tool_call_counts=[0],
+        tool_failure_counts=[0],
+        model_version=0,
+        group_id=work_id,
+        env_rewards=[None],
+        rollout_rewards=[None],
+    )
+
+
+def _rollouts(loop: _AsyncRolloutLoop, work, tokens: list[int], forked: int | None = None) -> list[RolloutGroup]:
+    """The next prompt's rollouts, one per work item the loop's work iterator ``work`` yields (refill: a prompt's N
+    come in a row), rollout ``i`` starting with ``tokens[i]``."""
+    return [_rollout(token, next(work)[0], i == forked) for i, token in enumerate(tokens)]
+
+
+POD = dict(pods_down_sampler="max_variance", pods_advantage_scope="kept")
 
 
 def test_worker_keeps_m_of_n_whole_conversations_and_drops_groups_without_contrast(tiny_model_path):
     """N = 6, M = 2: the worker queues the two extreme rollouts (a forked conversation with both its rows), with
-    advantages over the two; with pods_generation="refill" a constant group queues nothing, is counted in the `pods/*`
-    metrics, and its id reaches the trainer as a dropped group."""
+    advantages over the two and the prompt's id; with pods_generation="refill" a constant group queues nothing, is
+    counted in the `pods/*` metrics, and its id reaches the trainer as a dropped group."""
     tokenizer = async_tokenizer(tiny_model_path)
-    reports = _reports()
-    loop = _loop(PODSRolloutLoop, tokenizer, 6, pods_m=2, pods_generation="refill", dropped_groups=reports, **POD)
-    samples = loop._loop.run_until_complete(loop._score_group(_group([9, 2, 4, 30, 5, 6], forked=3)))
-    assert [s.input_ids[2] for s in samples] == [2, 30, 30]
-    assert [s.advantage for s in samples] == pytest.approx([-1.0, 1.0, 1.0])
-    assert _score(loop, _group([8] * 6, group_id=1)) == []
-    assert reports.receive() == {1}
-    loop._push_metrics({})
-    payload = loop._metrics_queue.get_nowait()
-    assert payload["pods/groups_dropped_total"] == 1 and payload["pods/rollouts_queued_total"] == 2
-    assert payload["pods/rollouts_generated_total"] == 12
-    assert payload["pods/frac_zero_std_groups_all"] == (1.0, 2)
-    assert payload["pods/reward_mean_kept"] == (32.0, 2)
+    channel = reports()
+    loop = pods_loop(tokenizer, prompts(4), channel, pods_n=6, pods_m=2, pods_generation="refill", **POD)
+    work = loop._repeat_iterator()
+
+    def score(rollouts: list[RolloutGroup]) -> list:
+        return [row for rollout in rollouts for row in loop._loop.run_until_complete(loop._score_group(rollout))]
+
+    try:
+        samples = score(_rollouts(loop, work, [9, 2, 4, 30, 5, 6], forked=3))
+        assert [s.input_ids[2] for s in samples] == [2, 30, 30] and {s.group_id for s in samples} == {0}
+        assert [s.advantage for s in samples] == pytest.approx([-1.0, 1.0, 1.0])
+        assert score(_rollouts(loop, work, [8] * 6)) == []
+    finally:
+        loop._loop.close()
+        loop._tool_pool.shutdown()
+    assert channel.receive() == {1}
+    metrics = pushed_metrics(loop)
+    assert sum(metrics["pods/groups_dropped_total"]) == 1 and sum(metrics["pods/rollouts_queued_total"]) == 2
+    assert sum(metrics["pods/rollouts_generated_total"]) == 12
+    assert metrics["pods/frac_zero_std_groups_all"] == [(0.0, 1), (1.0, 1)]
+    assert metrics["pods/reward_mean_kept"] == [(32.0, 2)]
 
 
 def test_dropped_groups_reach_the_trainer_past_full_queues(tiny_model_path):
@@ -173,33 +172,34 @@ def test_dropped_groups_reach_the_trainer_past_full_queues(tiny_model_path):
     tokenizer = async_tokenizer(tiny_model_path)
     metrics = queue.Queue(maxsize=1)
     metrics.put({"filled": 1.0})
-    reports = _reports(maxsize=1)
-    loop = _loop(
-        PODSRolloutLoop, tokenizer, 4, metrics, pods_m=2, pods_generation="refill", dropped_groups=reports, **POD
-    )
+    channel = reports(maxsize=1)
+    loop = pods_loop(tokenizer, prompts(8), channel, pods_n=4, pods_m=2, pods_generation="refill", metrics=metrics,
+                     score_queue_maxsize=64)  # fmt: skip
+    work = loop._repeat_iterator()
     constant, contrast = [5, 5, 5, 5], [1, 2, 3, 4]
 
-    def score(*groups: tuple[int, list[int]]) -> list[int]:
-        """Run TRL's score loop over these (group id, rewards); the ids of the groups it queued rows of."""
-        for group_id, rewards in groups:
-            loop._groups_to_score.put_nowait(_group(rewards, group_id=group_id))
+    def score(*groups: list[int]) -> list[int]:
+        """Run TRL's score loop over the next prompts' rollouts (their rewards); the ids of the prompts it queued."""
+        for rewards in groups:
+            for rollout in _rollouts(loop, work, rewards):
+                loop._groups_to_score.put_nowait(rollout)
         loop._groups_to_score.put_nowait(None)
         loop._loop.run_until_complete(loop._score_loop(asyncio.Event()))
         return sorted({loop.rollout_buffer.get_nowait().group_id for _ in range(loop.rollout_buffer.qsize())})
 
     trained, dropped = set(), set()
     try:
-        trained.update(score((0, constant), (1, constant), (2, contrast), (3, constant)))
-        dropped |= reports.receive()
+        trained.update(score(constant, constant, contrast, constant))
+        dropped |= channel.receive()
         assert (trained, dropped) == ({2}, {0}), "the channel had room for the first report only"
         assert resume_position(trained, dropped) == (1, 0), "behind, but never past group 1 (dropped, not known)"
-        trained.update(score((4, contrast), (5, constant)))
-        dropped |= reports.receive()
+        trained.update(score(contrast, constant))
+        dropped |= channel.receive()
         assert dropped == {0, 1, 3}, "the first report sent after the trainer read repeats the refused drops"
         assert resume_position(trained, dropped) == (5, 2)
-        trained.update(score((6, contrast)))
-        assert reports._reports.queue[0] == (4, (5,)), "only the drop the trainer has not confirmed is repeated"
-        dropped |= reports.receive()
+        trained.update(score(contrast))
+        assert channel._reports.queue[0] == (4, (5,)), "only the drop the trainer has not confirmed is repeated"
+        dropped |= channel.receive()
         assert resume_position(trained, dropped) == (7, 3)
         assert list(metrics.queue) == [{"filled": 1.0}], "every metrics push was lost"
     finally:
@@ -300,11 +300,14 @@ def test_trl_async_seams_that_pods_relies_on():
     """TRL 1.16's asynchronous trainer internals that PODS overrides or reads: if an upgrade moves one, this fails
     instead of PODS silently queuing every rollout or resuming at the wrong prompt. The worker class is a class
     attribute, handed to the spawned child with the loop's keyword arguments (only the latter test-pickled), and the
-    loop receives the worker's extra keyword arguments; `_score_group` is a coroutine of the group; metrics go through
-    `_counters` and `_rates`; the trainer builds TRL's worker itself, writes `rollout_state.json` before Trainer's
-    checkpoint, reads it back into the worker's start and the epoch count, and looks up the attention kernel and the
-    peak FLOPs by module-level name. Trainer saves the RNG state before what completes a checkpoint, and restores it
-    once before the first step of a resumed run (TRL skips no data)."""
+    loop receives the worker's extra keyword arguments; the generate loop draws its work from `_repeat_iterator`
+    (``num_generations`` items per prompt) and hands a group to the score loop's `_score_group`, a coroutine of the
+    group, once ``num_generations`` rollouts of its id are back; a group holds per-rollout lists (and keyword lists)
+    and three scalars, which PODS joins; metrics go through `_counters` and `_rates`; the trainer builds TRL's worker
+    itself, writes `rollout_state.json` before Trainer's checkpoint, reads it back into the worker's start and the
+    epoch count, and looks up the attention kernel and the peak FLOPs by module-level name. Trainer saves the RNG
+    state before what completes a checkpoint, and restores it once before the first step of a resumed run (TRL skips
+    no data)."""
     from transformers import Trainer
     from trl.experimental.async_grpo import async_grpo_trainer, async_rollout_worker, packing
     from trl.experimental.async_grpo.async_grpo_trainer import AsyncGRPOTrainer
@@ -318,6 +321,16 @@ def test_trl_async_seams_that_pods_relies_on():
     assert "rollout_loop = loop_cls(\n        **loop_kwargs," in inspect.getsource(async_rollout_worker._child_main)
     assert inspect.iscoroutinefunction(_AsyncRolloutLoop._score_group)
     assert list(inspect.signature(_AsyncRolloutLoop._score_group).parameters) == ["self", "group"]
+    generate = inspect.getsource(_AsyncRolloutLoop._generate_loop)
+    assert _in_order(generate, "work_iter = self._repeat_iterator()", "group_id, row = next(work_iter)")
+    assert "if pending_completed[group_id] == self.num_generations:" in generate
+    assert "samples = await self._score_group(group)" in inspect.getsource(_AsyncRolloutLoop._score_loop)
+    repeat = inspect.getsource(_AsyncRolloutLoop._repeat_iterator)
+    assert _in_order(repeat, "for _ in range(self.num_generations):", "yield group_id, row", "group_id += 1")
+    per_rollout = {"prompts", "completions", "completions_ids", "completions_sequences", "tool_call_counts"}
+    per_rollout |= {"tool_failure_counts", "env_rewards", "rollout_rewards", "reward_kwargs"}
+    per_group = {"model_version", "group_id", "queued_at"}
+    assert {spec.name for spec in dataclasses.fields(RolloutGroup)} == per_rollout | per_group
     init = inspect.getsource(_AsyncRolloutLoop.__init__)
     assert "self._counters" in init and "self._rates" in init
     assert "self.rollout_worker = AsyncRolloutWorker(" in inspect.getsource(AsyncGRPOTrainer.__init__)
@@ -344,8 +357,6 @@ def test_trl_async_seams_that_pods_relies_on():
 
 def test_docs_name_every_async_config_field():
     """docs/async.md documents every field PODSAsyncGRPOConfig adds to AsyncGRPOConfig or gives another default."""
-    import dataclasses
-
     from trl.experimental.async_grpo import AsyncGRPOConfig
 
     trl_defaults = {f.name: f.default for f in dataclasses.fields(AsyncGRPOConfig)}

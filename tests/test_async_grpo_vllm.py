@@ -1,8 +1,9 @@
 """PODS in TRL's asynchronous trainer on a real `vllm serve` (vLLM's CPU build), with LoRA weight sync.
 
-One module server (`OpenAIServer`, stopped by its PID) serves two short runs: PODS 8 -> 2 with dynamic sampling for
-3 steps (checkpoint at step 2), then a resume from that checkpoint for half an epoch, with TRL's metrics queue full.
-The reward (`vllm_real.recorded_reward`) records every group the worker scores; the trainer's collator is wrapped to
+One module server (`OpenAIServer`, stopped by its PID) serves four short runs: PODS 8 -> 2 with dynamic sampling for
+3 steps (checkpoint at step 2), then a resume from that checkpoint for half an epoch, with TRL's metrics queue full;
+and 3 steps each of adaptive and screened generation. The reward (`vllm_real.recorded_reward`) records every reward
+call of the worker (the rollouts of one prompt: a group, or a wave's part of one); the trainer's collator is wrapped to
 record every row it trains on, and the writing of a checkpoint's trainer state (which completes it) to record the
 checkpoint's resume position at that moment. So the tests compare what was generated and scored (in the worker's child
 process) with what was trained (in this one), and with what a checkpoint holds.
@@ -16,6 +17,7 @@ import json
 import math
 import multiprocessing
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,9 +65,12 @@ def _train(
     resume: str | None = None,
     epochs: float | None = None,
     full_metrics_queue: bool = False,
+    prompts: int = PROMPTS,
+    **generation,
 ) -> Run:
-    """Train PODS 8 -> 2 with dynamic sampling and LoRA against ``server`` for ``steps`` steps, or ``epochs`` epochs
-    when given; with ``full_metrics_queue``, TRL's metrics queue has room for one push per logging step."""
+    """Train PODS 8 -> 2 with dynamic sampling (or the ``generation`` settings) and LoRA on ``prompts`` prompts against
+    ``server`` for ``steps`` steps, or ``epochs`` epochs when given; with ``full_metrics_queue``, TRL's metrics queue
+    has room for one push per logging step."""
     from datasets import Dataset
     from transformers.trainer_callback import TrainerState
     from trl.experimental.async_grpo.async_grpo_trainer import DataCollatorForRollout
@@ -92,7 +97,7 @@ def _train(
         output_dir=str(out),
         pods_n=N,
         pods_m=M,
-        pods_generation="refill",
+        **{"pods_generation": "refill", **generation},
         per_device_train_batch_size=4,
         token_budget=0,  # micro-batches of 4 rows: 2 groups
         max_completion_length=8,
@@ -109,7 +114,7 @@ def _train(
         **length,
     )
     dataset = Dataset.from_dict(
-        {"prompt": [[{"role": "user", "content": f"What is {i} plus {i + 1}?"}] for i in range(PROMPTS)]}
+        {"prompt": [[{"role": "user", "content": f"What is {i} plus {i + 1}?"}] for i in range(prompts)]}
     )
     lora = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
     server.forget_training()
@@ -154,7 +159,8 @@ def _completion(sample: dict) -> tuple[int, ...]:
 
 
 def _trained_groups(batches: list[list[dict]], scored: list[dict]) -> list[tuple[dict, list[dict]]]:
-    """Each trained group's rows, with the scored group (all N rollouts) they came from."""
+    """Each trained group's rows, with the scored group (all its rollouts: a reward call, or a visit) they came
+    from."""
     rows = {}
     for sample in itertools.chain(*batches):
         rows.setdefault(sample["group_id"], []).append(sample)
@@ -166,21 +172,26 @@ def _trained_groups(batches: list[list[dict]], scored: list[dict]) -> list[tuple
     return groups
 
 
-def test_kept_rows_are_a_max_variance_m_of_the_n_scored(run):
-    """Every group the trainer sees is M of the N rollouts the worker scored, with the largest reward variance of
-    any M of them, and advantages normalised over those M as TRL's asynchronous trainer normalises a group (minus the
-    mean, over the population std + 1e-8)."""
-    groups = _trained_groups(run.batches, run.scored)
+def _check_kept(batches: list[list[dict]], scored: list[dict], sizes: set[int]) -> None:
+    """Every group the trainer sees is M of the rollouts the worker scored for it (as many as one of ``sizes``), with
+    the largest reward variance of any M of them, and advantages normalised over those M as TRL's asynchronous
+    trainer normalises a group (minus the mean, over the population std + 1e-8)."""
+    groups = _trained_groups(batches, scored)
     assert len(groups) >= 3
     complete = [(origin, rows) for origin, rows in groups if len(rows) == M]
     assert len(complete) >= len(groups) - 1, "only the run's last group may be cut short by the end of training"
     for origin, rows in complete:
-        assert len(origin["rewards"]) == N
+        assert len(origin["rewards"]) in sizes
         kept = torch.tensor([row["metrics"]["reward"] for row in rows], dtype=torch.float64)
         best = max(torch.tensor(c, dtype=torch.float64).var() for c in itertools.combinations(origin["rewards"], M))
         assert torch.isclose(kept.var(), best), (origin["rewards"], kept)
         expected = (kept - kept.mean()) / (kept.std(correction=0) + 1e-8)
         assert torch.allclose(torch.tensor([row["advantage"] for row in rows], dtype=torch.float64), expected)
+
+
+def test_kept_rows_are_a_max_variance_m_of_the_n_scored(run):
+    """Fixed generation with dynamic sampling: a trained group is a max-variance M of the N its reward call scored."""
+    _check_kept(run.batches, run.scored, {N})
 
 
 def test_groups_without_contrast_are_dropped_and_never_reach_the_trainer(run):
@@ -301,3 +312,82 @@ def test_resumed_run_continues_and_ends_its_epoch_on_trained_prompts(run, resume
     assert before + len(_collated_groups(resumed.batches[:-1])) < target, "it went on past its epoch"
     last = f"checkpoint-{trainer.state.global_step}"
     _check_position(resumed, last, start=start["prompt_index"], trained_before=start["groups_trained"])
+
+
+ONCE = dict(steps=3, prompts=1024, queue_maxsize=16)  # no prompt visited twice; the worker 16 rows ahead at most
+
+
+@pytest.fixture(scope="module")
+def adaptive(vllm_model_path, server, tmp_path_factory):
+    out = tmp_path_factory.mktemp("pods-async-adaptive")
+    return _train(vllm_model_path, server, out, **ONCE, pods_generation="adaptive", pods_n_initial=2)
+
+
+@pytest.fixture(scope="module")
+def screened(vllm_model_path, server, tmp_path_factory):
+    out = tmp_path_factory.mktemp("pods-async-screened")
+    return _train(vllm_model_path, server, out, **ONCE, pods_generation="screened", pods_n_initial=2, pods_window=2)
+
+
+def _visits(scored: list[dict], starts: Callable[[dict, dict], bool]) -> dict[int, list[dict]]:
+    """Each prompt's visits, in order: its reward calls joined, a new visit starting at a call where ``starts(visit
+    so far, call)``. A visit holds the sizes of its calls, and its rollouts' completions and rewards."""
+    visits: dict[int, list[dict]] = {}
+    for call in scored:
+        assert len(set(call["prompts"])) == 1, "one prompt per reward call, as in TRL"
+        own = visits.setdefault(call["prompt"], [])
+        if not own or starts(own[-1], call):
+            own.append({"prompt": call["prompt"], "sizes": [], "completion_ids": [], "rewards": []})
+        own[-1]["sizes"].append(len(call["rewards"]))
+        own[-1]["completion_ids"] += call["completion_ids"]
+        own[-1]["rewards"] += call["rewards"]
+    return visits
+
+
+def _differ(rewards: list[float]) -> bool:
+    return len(set(rewards)) > 1
+
+
+def test_adaptive_tops_up_each_prompt_until_its_rewards_differ(adaptive):
+    """pods_n_initial 2 on a real server: each prompt visit is a pilot of 2, then top-ups of 2 and of 4 while its
+    rewards are all equal (none once they differ), each reward call one prompt's; a trained prompt's visit ended when
+    its rewards differed or it held N (the even prompts, whose reward is always 1, get N); a trained group is a
+    max-variance M of its visit's rollouts; the worker logs the share of prompts topped up."""
+    visits = _visits(adaptive.scored, lambda visit, call: _differ(visit["rewards"]) or len(visit["rewards"]) == N)
+    assert all(len(own) == 1 for own in visits.values()), "each prompt visited once"
+    schedule = [2, 2, 4]
+    every = [visit for own in visits.values() for visit in own]
+    assert all(visit["sizes"] == schedule[: len(visit["sizes"])] for visit in every)
+    for origin, _ in _trained_groups(adaptive.batches, every):  # trained: the mode was done with its visit
+        assert _differ(origin["rewards"]) or origin["sizes"] == schedule
+        assert origin["prompt"] % 2 == 1 or origin["sizes"] == schedule
+    assert any(visit["sizes"] == schedule for visit in every) and any(visit["sizes"] == [2] for visit in every)
+    _check_kept(adaptive.batches, every, {2, 4, 8})
+    logs = adaptive.trainer.state.log_history
+    topped_up = [entry["pods/frac_groups_topped_up"] for entry in logs if "pods/frac_groups_topped_up" in entry]
+    assert topped_up and max(topped_up) > 0
+
+
+def test_screened_trains_the_rules_picks_and_reports_the_rest_as_visited(screened):
+    """pods_n_initial 2, pods_screen_ratio 2, pods_window 2 (the "frontier" rule) on a real server: each prompt visit
+    is a pilot of 2 and, when the rule picks it, the remaining 6; a trained group is a max-variance M of its 8; the
+    prompts left with a pilot are dropped and reported, so the step-2 checkpoint's resume position passes them: every
+    group below it that was not trained by then was screened out after its pilot and reported dropped. (Windows finish
+    out of order, so a trained group may lie above the position: it is generated and trained again after a resume, as
+    in TRL. A window still in flight, or a pick whose rows went stale, holds the position; which one the position
+    reaches depends on timing, so the test asks only that it passes a screened-out prompt.)"""
+    visits = _visits(screened.scored, lambda visit, call: len(call["rewards"]) == 2)
+    assert all(len(own) == 1 for own in visits.values()), "each prompt visited once"
+    every = [visit for own in visits.values() for visit in own]
+    assert all(visit["sizes"] in ([2], [2, N - 2]) for visit in every)
+    assert any(visit["sizes"] == [2] for visit in every), "prompts were screened out"
+    _check_kept(screened.batches, every, {N})
+    state = json.loads((Path(screened.trainer.args.output_dir) / "checkpoint-2" / "rollout_state.json").read_text())
+    trained = _collated_groups(screened.batches[: screened.completed["checkpoint-2"][1]])
+    position = state["prompt_index"]
+    assert trained and position not in trained
+    dropped = set(range(position)) - trained
+    assert dropped and dropped <= screened.trainer._dropped_groups, "TRL's own position would stop at the first"
+    assert all(visits[group][0]["sizes"] == [2] for group in dropped), "only prompts screened out are passed"
+    logs = screened.trainer.state.log_history
+    assert any(entry.get("pods/prompts_trained") == 2 and entry.get("pods/prompts_drawn") == 4 for entry in logs)

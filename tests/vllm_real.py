@@ -204,11 +204,14 @@ def prompt_number(prompt: list[dict]) -> int:
 
 def recorded_reward(record: str, prompts, completion_ids, **kwargs) -> list[float]:
     """1 for every rollout of an even prompt (a group without contrast), the token-id sum mod 7 for an odd one.
-    Appends each call (the rollouts of one group) to the JSON-lines file ``record``, so a test can see every scored
-    rollout, also in the rollout worker's child process (bind ``record`` with `functools.partial`: picklable)."""
-    number = prompt_number(prompts[0])
-    rewards = [1.0 if number % 2 == 0 else float(sum(ids) % 7) for ids in completion_ids]
+    Appends each call (the rollouts of one prompt: a group, or a wave's part of it) to the JSON-lines file ``record``
+    with the prompt of each rollout, so a test can see every scored rollout, also in the rollout worker's child
+    process (bind ``record`` with `functools.partial`: picklable)."""
+    numbers = [prompt_number(prompt) for prompt in prompts]
+    pairs = zip(numbers, completion_ids, strict=True)
+    rewards = [1.0 if number % 2 == 0 else float(sum(ids) % 7) for number, ids in pairs]
+    call = {"prompt": numbers[0], "prompts": numbers, "completion_ids": list(map(list, completion_ids))}
     with open(record, "a") as f:
-        f.write(json.dumps({"prompt": number, "completion_ids": list(map(list, completion_ids)), "rewards": rewards}))
+        f.write(json.dumps({**call, "rewards": rewards}))
         f.write("\n")
     return rewards

@@ -1,16 +1,22 @@
-"""PODS in TRL's asynchronous GRPO trainer: the rollout worker generates N rollouts per prompt and queues M.
+"""PODS in TRL's asynchronous GRPO trainer: the rollout worker decides the rollouts of each prompt, and queues M.
 
 TRL 1.16's `trl.experimental.async_grpo.AsyncGRPOTrainer` trains while a rollout worker, a spawned child process,
 generates against a `vllm serve` and queues scored rows for the trainer. `PODSAsyncGRPOTrainer` swaps in a worker
-whose loop overrides one seam, `_score_group`, the one place where all rollouts of a prompt and their rewards are
-present:
+whose loop overrides two seams of TRL's rollout loop, both of which TRL's own loops override too:
 
-1. TRL's `_score_group` scores the group's `pods_n` rollouts (reward functions, environments) and builds its rows.
-2. `select_rollouts` keeps `pods_m` of them with the configured down-sampler (the registry of
-   `trl_pods.down_sampling`) and recomputes their advantages with TRL's asynchronous normalisation
-   (`population_group_advantages`), over the kept M (`pods_advantage_scope="kept"`) or over all N (`"all"`).
-3. With `pods_generation="refill"` (dynamic sampling), a group whose rewards are all equal is dropped: nothing of it
-   is queued, and the worker, which never stops generating, simply goes on to the next prompt.
+1. `_repeat_iterator`, the work TRL's generate loop draws from whenever a rollout finishes. TRL's `num_generations`
+   is 1, so each work item is one rollout, and `trl_pods.streaming.PromptStream` decides which: it runs the
+   generation mode (`pods_generation`) over windows of prompts, so that a prompt is piloted and topped up
+   (adaptive), piloted and then committed or dropped (screened), given a count from its history (budgeted), or given
+   `pods_n` (fixed, refill). TRL's generate loop carries every rollout out as its own: environments drawn and reset
+   per rollout, tools, the in-flight cap.
+2. `_score_group`, which TRL's score loop calls for each finished rollout. Once a prompt's part of a wave is back,
+   TRL's `_score_group` scores it (reward functions, environments' rewards) and builds its rows; the stream shows
+   the mode the rewards. When the mode is done with a window, `select_rollouts` keeps `pods_m` of each trained
+   prompt's rollouts with the configured down-sampler (the registry of `trl_pods.down_sampling`) and recomputes
+   their advantages with TRL's asynchronous normalisation (`population_group_advantages`), over the kept M
+   (`pods_advantage_scope="kept"`) or over all the prompt's rollouts (`"all"`). A prompt the mode does not train
+   on (screened's unchosen, refill's groups without contrast) is dropped.
 
 Only what the worker queues reaches the trainer, so the trainer's batch sizes count kept rows and a dropped group
 never costs it a forward pass. A multi-turn conversation that forked into several rows is kept or dropped whole.
@@ -25,6 +31,7 @@ run resumes its count from: an epoch is, as in TRL, `len(train_dataset)` trained
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import inspect
 import itertools
@@ -33,6 +40,7 @@ import math
 import multiprocessing
 import os
 import queue
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from multiprocessing.queues import Queue as MPQueue
 from multiprocessing.sharedctypes import Synchronized
@@ -49,11 +57,18 @@ from trl.experimental.async_grpo.async_rollout_worker import (
 
 from .adaptive import has_contrast
 from .advantages import population_group_advantages
-from .config import ADVANTAGE_SCOPES, _resolve_group_sizes
+from .budget import prompt_key
+from .config import ADVANTAGE_SCOPES, PODSConfig, _check_budgeted_generation, _resolve_group_sizes, _resolve_n_initial
 from .down_sampling import DownSampler, get_down_sampler
+from .streaming import PromptStream, StreamGroup, WindowResult, build_stream_mode, window_size
 
-ASYNC_GENERATION_MODES = ("fixed", "refill")
 ROLLOUT_STATE = "rollout_state.json"  # TRL's file of a checkpoint's resume position
+
+
+def _synchronous_field(name: str) -> Any:
+    """A `PODSConfig` field, default and help: the asynchronous trainer gives it the same meaning."""
+    spec = PODSConfig.__dataclass_fields__[name]
+    return field(default=spec.default, metadata=spec.metadata)
 
 
 @dataclass
@@ -62,25 +77,46 @@ class PODSAsyncGRPOConfig(AsyncGRPOConfig):
     Configuration for [`PODSAsyncGRPOTrainer`]: every [`trl.experimental.async_grpo.AsyncGRPOConfig`] parameter, with
     its TRL meaning, plus the parameters below.
 
-    The rollout worker generates `pods_n` rollouts per prompt, scores them, and queues the `pods_m` the down-sampler
-    keeps; `num_generations` is `pods_m`, the group size the trainer sees. The trainer's batch sizes
-    (`per_device_train_batch_size`, `token_budget`) count queued rows, i.e. kept ones. An automatic
-    `max_inflight_tasks` (-1) is scaled by `pods_n / pods_m`, since each kept row now costs that many rollouts.
+    The rollout worker generates up to `pods_n` rollouts per prompt, as `pods_generation` decides, scores them, and
+    queues the `pods_m` the down-sampler keeps; `num_generations` is `pods_m`, the group size the trainer sees. The
+    trainer's batch sizes (`per_device_train_batch_size`, `token_budget`) count queued rows, i.e. kept ones. An
+    automatic `max_inflight_tasks` (-1) is scaled by `pods_n / pods_m`, since each kept row costs about that many
+    rollouts.
 
     Parameters:
         > Parameters that control PODS in the rollout worker
 
         pods_n (`int`, *optional*):
-            Rollouts generated and scored per prompt (N). Defaults to `4 * pods_m`.
+            Rollouts generated and scored per prompt (N), the most with adaptive and budgeted generation. Defaults to
+            `4 * pods_m`.
         pods_m (`int`, *optional*):
             Rollouts per prompt queued for training (M). Defaults to `num_generations` (8 if neither is set).
         pods_down_sampler (`str`, *optional*, defaults to `"max_variance"`):
             Rule that picks the M kept rollouts, from the registry of `trl_pods.down_sampling` or a dotted path.
         pods_advantage_scope (`str`, *optional*, defaults to `"kept"`):
-            Rewards the advantage mean and std are taken over: the M kept (`"kept"`) or all N (`"all"`).
+            Rewards the advantage mean and std are taken over: the M kept (`"kept"`) or all the prompt's (`"all"`).
         pods_generation (`str`, *optional*, defaults to `"fixed"`):
-            `"fixed"`: every prompt's M kept rollouts are queued. `"refill"` (dynamic sampling): a prompt whose N
-            rewards are all equal is dropped, and the worker goes on to the next prompt.
+            How many rollouts each prompt gets (`trl_pods.streaming`): `"fixed"` (`pods_n`), `"refill"` (`pods_n`,
+            and a prompt whose rewards are all equal is dropped), `"adaptive"` (`pods_n_initial`, doubled while the
+            rewards are all equal, at most `pods_n`), `"budgeted"` (`pods_budget` on average over each window, from
+            each prompt's history), `"screened"` (a pilot of `pods_n_initial` for `pods_screen_ratio` x
+            `pods_window` prompts, the rest of `pods_n` for the `pods_window` that `pods_screen_rule` picks, the
+            others dropped), or a mode of `trl_pods.generation_modes` that draws no prompts.
+        pods_n_initial (`int`, *optional*):
+            Adaptive: rollouts per prompt in the first wave (`pods_m` to `pods_n`); screened: in the pilot (2 to
+            `pods_n`). Defaults to `pods_m`.
+        pods_budget (`float`, *optional*):
+            Budgeted: mean rollouts per prompt over each window (`pods_m` to `pods_n`).
+        pods_allocation, pods_history_size, pods_history_decay:
+            Budgeted: as in `PODSConfig`.
+        pods_screen_ratio (`int`, *optional*, defaults to `2`):
+            Screened: prompts piloted per trained prompt.
+        pods_screen_rule (`str`, *optional*, defaults to `"frontier"`):
+            Screened: as in `PODSConfig`.
+        pods_window (`int`, *optional*):
+            Prompts the worker decides for together, in place of a batch: budgeted shares `pods_budget x
+            pods_window` rollouts among them; screened trains on the `pods_window` its rule picks of
+            `pods_screen_ratio x pods_window` piloted. Defaults to 8 for those two, 1 (each prompt alone) otherwise.
     """
 
     num_generations: int | None = field(
@@ -89,7 +125,10 @@ class PODSAsyncGRPOConfig(AsyncGRPOConfig):
     )
     pods_n: int | None = field(
         default=None,
-        metadata={"help": "Rollouts the worker generates and scores per prompt (N). Defaults to 4 * pods_m."},
+        metadata={
+            "help": "Rollouts the worker generates and scores per prompt (N), the most with adaptive and budgeted "
+            "generation. Defaults to 4 * pods_m."
+        },
     )
     pods_m: int | None = field(
         default=None,
@@ -108,16 +147,43 @@ class PODSAsyncGRPOConfig(AsyncGRPOConfig):
     pods_advantage_scope: str = field(
         default="kept",
         metadata={
-            "help": "Rewards the advantage mean/std are computed over: 'kept' (the M kept) or 'all' (all N).",
+            "help": "Rewards the advantage mean/std are computed over: 'kept' (the M kept) or 'all' (every rollout "
+            "of the prompt).",
             "choices": list(ADVANTAGE_SCOPES),
         },
     )
     pods_generation: str = field(
         default="fixed",
         metadata={
-            "help": "'fixed': queue every prompt's M kept rollouts. 'refill' (dynamic sampling): drop prompts whose "
-            "N rewards are all equal; the worker goes on to the next prompt.",
-            "choices": list(ASYNC_GENERATION_MODES),
+            "help": "'fixed': pods_n rollouts per prompt. 'refill' (dynamic sampling): pods_n, and a prompt whose "
+            "rewards are all equal is dropped. 'adaptive': pods_n_initial, doubled while the rewards are all equal, "
+            "at most pods_n. 'budgeted': pods_budget per prompt on average over each window, from each prompt's "
+            "history. 'screened': a pilot of pods_n_initial for pods_screen_ratio x pods_window prompts, the rest of "
+            "pods_n for the pods_window that pods_screen_rule picks, the others dropped. Or a mode registered with "
+            "trl_pods.generation_modes (or a dotted path) that draws no prompts."
+        },
+    )
+    pods_n_initial: int | None = _synchronous_field("pods_n_initial")
+    pods_budget: float | None = field(
+        default=None,
+        metadata={"help": "Budgeted: mean rollouts per prompt over each window (pods_m <= pods_budget <= pods_n)."},
+    )
+    pods_allocation: str = _synchronous_field("pods_allocation")
+    pods_history_size: int = _synchronous_field("pods_history_size")
+    pods_history_decay: float = _synchronous_field("pods_history_decay")
+    pods_screen_ratio: int = field(
+        default=2,
+        metadata={
+            "help": "Screened: prompts piloted per trained prompt; the others are dropped (visited, not trained)."
+        },
+    )
+    pods_screen_rule: str = _synchronous_field("pods_screen_rule")
+    pods_window: int | None = field(
+        default=None,
+        metadata={
+            "help": "Prompts the worker decides for together, in place of a batch: budgeted shares pods_budget x "
+            "pods_window rollouts among them; screened trains on the pods_window its rule picks of pods_screen_ratio "
+            "x pods_window piloted. Default: 8 for budgeted and screened, 1 (each prompt alone) otherwise."
         },
     )
 
@@ -129,12 +195,7 @@ class PODSAsyncGRPOConfig(AsyncGRPOConfig):
             raise ValueError(
                 f"pods_advantage_scope must be one of {ADVANTAGE_SCOPES}; got {self.pods_advantage_scope!r}."
             )
-        if self.pods_generation not in ASYNC_GENERATION_MODES:
-            raise ValueError(
-                f"pods_generation must be one of {ASYNC_GENERATION_MODES} in the asynchronous trainer; got "
-                f"{self.pods_generation!r}. Adaptive, budgeted and screened generation decide per batch, which the "
-                "asynchronous worker does not have: use PODSGRPOTrainer for them (docs/async.md)."
-            )
+        _check_stream_generation(self)
         if self.temperature == 0 or self.top_k == 1:
             raise ValueError(
                 f"temperature={self.temperature}, top_k={self.top_k} makes generation greedy, so the pods_n rollouts "
@@ -142,14 +203,26 @@ class PODSAsyncGRPOConfig(AsyncGRPOConfig):
             )
 
 
+def _check_stream_generation(config: PODSAsyncGRPOConfig) -> None:
+    """The generation mode's settings, checked as the synchronous config checks them, and the window."""
+    _resolve_n_initial(config)
+    _check_budgeted_generation(config)
+    if config.pods_window is None:
+        config.pods_window = window_size(config.pods_generation)
+    for name, least in (("pods_screen_ratio", 2), ("pods_window", 1)):
+        value = getattr(config, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise ValueError(f"{name} counts prompts: give a whole number >= {least} (got {value!r}).")
+    build_stream_mode(config)  # raises for an unknown mode or rule, and for a mode that draws prompts
+
+
 @dataclass(frozen=True)
 class GroupSelection:
-    """What the worker keeps of G groups: ``kept`` ``[G, M]`` rollout indices (ascending), their ``advantages``
-    ``[G, M]``, and ``contrast`` ``[G]`` (bool: the group's scored rewards are not all equal)."""
+    """What the worker keeps of G groups: ``kept`` ``[G, M]`` rollout indices (ascending) and their ``advantages``
+    ``[G, M]``."""
 
     kept: torch.Tensor
     advantages: torch.Tensor
-    contrast: torch.Tensor
 
 
 def select_rollouts(
@@ -162,10 +235,10 @@ def select_rollouts(
     """Keep ``m`` rollouts per group with ``down_sampler`` and give them TRL's asynchronous advantages.
 
     Args:
-        rewards: ``[G, N]`` float64 rewards, NaN for an unscorable rollout.
+        rewards: ``[G, N]`` float64 rewards, NaN for an unscorable rollout or one not generated (after the others).
         m: rollouts kept per group.
         down_sampler: a rule of `trl_pods.down_sampling`.
-        advantage_scope: ``"kept"`` (mean and std of the kept rewards) or ``"all"`` (of all N).
+        advantage_scope: ``"kept"`` (mean and std of the kept rewards) or ``"all"`` (of all scored rollouts).
         generator: for randomised rules.
     """
     kept = down_sampler(rewards, m, generator=generator)  # [G, M]
@@ -173,7 +246,7 @@ def select_rollouts(
         advantages = population_group_advantages(rewards).gather(1, kept)  # [G, M]
     else:
         advantages = population_group_advantages(rewards.gather(1, kept))  # [G, M]
-    return GroupSelection(kept, advantages, has_contrast(rewards))
+    return GroupSelection(kept, advantages)
 
 
 class DroppedGroupReports:
@@ -216,12 +289,12 @@ class DroppedGroupReports:
         self.__dict__.update(state)
         self._reports.cancel_join_thread()
 
-    def report(self, dropped_group: int | None) -> None:
-        """Worker side, after every scored group: record it if it was dropped (its id), then send every dropped group
-        the trainer has not confirmed, unless there is none or the channel is full."""
-        if dropped_group is not None:
+    def report(self, dropped_groups: Iterable[int]) -> None:
+        """Worker side, after every window of groups it is done with: record the ids of those it dropped, then send
+        every dropped group the trainer has not confirmed, unless there is none or the channel is full."""
+        for group in dropped_groups:
             self._dropped += 1
-            self._unconfirmed.append((self._dropped, dropped_group))
+            self._unconfirmed.append((self._dropped, group))
         received = self._received.value
         while self._unconfirmed and self._unconfirmed[0][0] <= received:
             self._unconfirmed.popleft()
@@ -263,18 +336,37 @@ def resume_position(trained: set[int], dropped: set[int]) -> tuple[int, int]:
     return first_open, sum(1 for group in trained if group < first_open)
 
 
+def merged_rollouts(groups: list[RolloutGroup]) -> RolloutGroup:
+    """One group of the rollouts of ``groups`` (one prompt's), in order, for one call of TRL's scoring: their
+    per-rollout lists and reward keyword lists joined, and the oldest policy version among them (TRL stamps a group
+    with the version its first rollout started under)."""
+    values = {}
+    for spec in dataclasses.fields(RolloutGroup):
+        column = [getattr(group, spec.name) for group in groups]
+        if isinstance(column[0], list):
+            values[spec.name] = [item for value in column for item in value]
+        elif isinstance(column[0], dict):
+            values[spec.name] = {key: [item for value in column for item in value[key]] for key in column[0]}
+        else:
+            values[spec.name] = column[0]
+    values["model_version"] = min(group.model_version for group in groups)
+    return RolloutGroup(**values)
+
+
 class PODSRolloutLoop(_AsyncRolloutLoop):
-    """TRL's rollout loop (in the worker's child process), generating `pods_n` rollouts per prompt (its
-    `num_generations`) and queuing the `pods_m` that `select_rollouts` keeps (see the module docstring); it reports
-    the groups it drops through ``dropped_groups``."""
+    """TRL's rollout loop (in the worker's child process), with one rollout per work item (its `num_generations` is
+    1) and the prompt stream deciding which (see the module docstring); it queues the `pods_m` rollouts that
+    `select_rollouts` keeps of each prompt trained on, and reports the prompts it drops through ``dropped_groups``."""
 
     def __init__(
         self,
         *,
+        pods_n: int,
         pods_m: int,
         pods_down_sampler: str,
         pods_advantage_scope: str,
-        pods_generation: str,
+        pods_mode: Any,
+        pods_window: int,
         pods_seed: int,
         dropped_groups: DroppedGroupReports,
         **kwargs: Any,
@@ -283,46 +375,76 @@ class PODSRolloutLoop(_AsyncRolloutLoop):
         self.pods_m = pods_m
         self.down_sampler = get_down_sampler(pods_down_sampler)
         self.advantage_scope = pods_advantage_scope
-        self.drop_without_contrast = pods_generation == "refill"
         self.generator = torch.Generator().manual_seed(pods_seed)
+        self.stream = PromptStream(pods_mode, pods_n, pods_m, pods_window, pods_seed, key=_row_key)
         self.dropped_groups = dropped_groups
 
-    async def _score_group(self, group: RolloutGroup) -> list[RolloutSample]:
-        samples = await super()._score_group(group)  # every conversation's rows, in order, TRL's advantages
-        counts = [len(sequences) for sequences in group.completions_sequences]  # rows per conversation
-        starts = [0, *itertools.accumulate(counts)]
-        first_rows = zip(starts[:-1], counts, strict=True)  # a conversation with no trainable row cannot be kept
-        rewards = torch.tensor(
-            [[samples[start].metrics["reward"] if count else math.nan for start, count in first_rows]],
-            dtype=torch.float64,
-        )  # [1, N]
-        selection = select_rollouts(rewards, self.pods_m, self.down_sampler, self.advantage_scope, self.generator)
-        dropped = self.drop_without_contrast and not bool(selection.contrast[0])
-        self._count(rewards, selection, dropped)
-        self.dropped_groups.report(group.group_id if dropped else None)
-        if dropped:
-            return []
-        kept = []
-        for index, advantage in zip(selection.kept[0].tolist(), selection.advantages[0].tolist(), strict=True):
-            for sample in samples[starts[index] : starts[index + 1]]:
-                sample.advantage = advantage
-                kept.append(sample)
-        return kept
+    def _repeat_iterator(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        return self.stream.work(super()._repeat_iterator())  # TRL's: (prompt id, row), once each (num_generations 1)
 
-    def _count(self, rewards: torch.Tensor, selection: GroupSelection, dropped: bool) -> None:
-        """Add one scored group to the metrics the next push sends: counters (`*_total`, summed over a logging
-        window) and rates (numerator, denominator)."""
-        kept_rewards = rewards.gather(1, selection.kept)  # [1, M]
-        self._counters["pods/rollouts_generated_total"] += rewards.numel()
+    async def _score_group(self, group: RolloutGroup) -> list[RolloutSample]:
+        part = self.stream.generated(group.group_id, group)  # ``group`` is one rollout; its id, the work item's
+        if part is None:  # the prompt's part of the wave is not back yet
+            return []
+        window, index, rollouts = part
+        samples = await super()._score_group(merged_rollouts(rollouts))  # every conversation's rows, in order
+        rows, rewards = [], []
+        for rollout in rollouts:  # a conversation with no trainable row cannot be kept
+            count = len(rollout.completions_sequences[0])
+            rows.append(samples[:count])
+            rewards.append(samples[0].metrics["reward"] if count else math.nan)
+            samples = samples[count:]
+        done = self.stream.scored(window, index, rewards, rows)
+        return [] if done is None else self._queue(done)
+
+    def _queue(self, done: WindowResult) -> list[RolloutSample]:
+        """The rows to queue of a window the mode is done with; its dropped prompts reported, its metrics counted."""
+        queued = []
+        for group in done.groups:
+            rows, kept = self._kept_rows(group) if group.trained else ([], None)
+            self._count(group, kept)
+            queued += rows
+        self.dropped_groups.report(group.prompt for group in done.groups if not group.trained)
+        self._push_metrics(
+            {
+                f"pods/{name}": value if {"min", "max"} & set(name.split("_")) else (value, 1.0)  # TRL's reduction
+                for name, value in done.metrics.items()
+                if math.isfinite(value)
+            }
+        )
+        return queued
+
+    def _kept_rows(self, group: StreamGroup) -> tuple[list[RolloutSample], torch.Tensor]:
+        """The rows of the M rollouts kept of a prompt trained on, with their advantages, the prompt's id, the oldest
+        policy version among its rollouts and TRL's `reward_std` (the population std of all the prompt's rewards);
+        and the ``[M]`` kept rewards. A row's advantage depends on every rollout of its prompt, so its rows carry the
+        version of the first one, as TRL stamps a group, and TRL's staleness limit keeps or discards them together."""
+        rewards = group.rewards.unsqueeze(0).double()  # [1, N]
+        selection = select_rollouts(rewards, self.pods_m, self.down_sampler, self.advantage_scope, self.generator)
+        scored = rewards[~torch.isnan(rewards)]
+        reward_std = scored.std(correction=0).item() if scored.numel() else math.nan
+        version = min((sample.model_version for rows in group.rollouts for sample in rows), default=0)
+        rows = []
+        for index, advantage in zip(selection.kept[0].tolist(), selection.advantages[0].tolist(), strict=True):
+            for sample in group.rollouts[index]:
+                sample.advantage, sample.group_id, sample.model_version = advantage, group.prompt, version
+                sample.metrics["reward_std"] = reward_std
+                rows.append(sample)
+        return rows, rewards[0, selection.kept[0]]
+
+    def _count(self, group: StreamGroup, kept: torch.Tensor | None) -> None:
+        """Add one prompt (``kept``: its ``[M]`` kept rewards, None if dropped) to the metrics the next push sends:
+        counters (`*_total`, summed over a logging window) and rates (numerator, denominator)."""
+        self._counters["pods/rollouts_generated_total"] += len(group.rollouts)
         self._counters["pods/groups_scored_total"] += 1
-        self._counters["pods/groups_dropped_total"] += dropped
-        self._counters["pods/rollouts_queued_total"] += 0 if dropped else kept_rewards.numel()
-        scopes = [("all", rewards)] + ([] if dropped else [("kept", kept_rewards)])
+        self._counters["pods/groups_dropped_total"] += kept is None
+        self._counters["pods/rollouts_queued_total"] += 0 if kept is None else kept.numel()
+        scopes = [("all", group.rewards[: len(group.rollouts)].double())] + ([] if kept is None else [("kept", kept)])
         for scope, values in scopes:
             scored = values[~torch.isnan(values)]
             self._add_rate(f"pods/reward_mean_{scope}", scored.sum().item(), scored.numel())
             self._add_rate(f"pods/group_reward_std_{scope}", scored.std(correction=0).nan_to_num(0.0).item(), 1)
-            self._add_rate(f"pods/frac_zero_std_groups_{scope}", float(not has_contrast(values)[0]), 1)
+            self._add_rate(f"pods/frac_zero_std_groups_{scope}", float(not has_contrast(values.unsqueeze(0))[0]), 1)
 
     def _add_rate(self, key: str, numerator: float, denominator: float) -> None:
         rate = self._rates[key]
@@ -340,6 +462,11 @@ class PODSRolloutWorker(AsyncRolloutWorker):
         # TRL test-pickles the loop's keyword arguments before spawning the child, and a queue pickles only while a
         # process is spawned: the channel reaches the loop bound to its class, which only the spawn pickles.
         self._loop_cls = functools.partial(PODSRolloutLoop, dropped_groups=self.dropped_groups)
+
+
+def _row_key(row: dict[str, Any]) -> int:
+    """A digest of a dataset row's prompt (budgeted generation's history is keyed by it)."""
+    return prompt_key(row["prompt"])
 
 
 class PODSAsyncGRPOTrainer(AsyncGRPOTrainer):
@@ -378,12 +505,14 @@ class PODSAsyncGRPOTrainer(AsyncGRPOTrainer):
         queue_maxsize = loop_kwargs.pop("queue_maxsize")
         args = self.args
         loop_kwargs.update(
-            num_generations=args.pods_n,
+            num_generations=1,  # rollouts per work item: the prompt stream decides them one by one
             max_inflight_tasks=args.max_inflight_tasks,
+            pods_n=args.pods_n,
             pods_m=args.pods_m,
             pods_down_sampler=args.pods_down_sampler,
             pods_advantage_scope=args.pods_advantage_scope,
-            pods_generation=args.pods_generation,
+            pods_mode=build_stream_mode(args),  # pickled into the worker's child, with its rules
+            pods_window=args.pods_window,
             pods_seed=args.seed,
         )
         return PODSRolloutWorker(

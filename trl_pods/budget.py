@@ -38,6 +38,7 @@ This module imports only torch.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
@@ -402,3 +403,9 @@ class BudgetedMode(GenerationMode):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.allocation.history.load_state_dict({k: v.cpu() for k, v in state["prompt_history"].items()})
+
+    def fork(self) -> BudgetedMode:
+        """A mode with a plan of its own, sharing this one's prompt history."""
+        forked = copy.copy(self)
+        forked.allocation = copy.copy(self.allocation)
+        return forked

@@ -418,24 +418,36 @@ def _resolve_group_sizes(config: PODSConfig) -> None:
 
 def _check_adaptive_generation(config: PODSConfig) -> None:
     get_generation_mode(config.pods_generation)  # raises with the list of known names
-    if config.pods_generation not in ("adaptive", "screened") and config.pods_n_initial is not None:
-        raise ValueError(
-            f"pods_n_initial only applies to pods_generation='adaptive' or 'screened' (got "
-            f"{config.pods_generation!r}): set one of them, or unset pods_n_initial."
-        )
-    if config.pods_generation == "adaptive":
-        if config.pods_n_initial is None:
-            config.pods_n_initial = config.pods_m
-        if not config.pods_m <= config.pods_n_initial <= config.pods_n:
-            raise ValueError(
-                f"pods_n_initial ({config.pods_n_initial}) must be between pods_m ({config.pods_m}) and pods_n "
-                f"({config.pods_n}): the first wave must give every prompt at least the pods_m rollouts it keeps, "
-                "and pods_n is the most a prompt may get."
-            )
+    _resolve_n_initial(config)
     if config.pods_log_all_rollouts and not config.log_completions:
         raise ValueError(
             "pods_log_all_rollouts adds rows to the completions table, which is only kept with "
             "log_completions=True: set it, or unset pods_log_all_rollouts."
+        )
+
+
+def _resolve_n_initial(config: PODSConfig) -> None:
+    """`pods_n_initial`: adaptive generation's first wave or screened generation's pilot, `pods_m` by default (also
+    checked by the asynchronous trainer's config, `trl_pods.async_grpo`)."""
+    if config.pods_generation not in ("adaptive", "screened"):
+        if config.pods_n_initial is not None:
+            raise ValueError(
+                f"pods_n_initial only applies to pods_generation='adaptive' or 'screened' (got "
+                f"{config.pods_generation!r}): set one of them, or unset pods_n_initial."
+            )
+        return
+    if config.pods_n_initial is None:
+        config.pods_n_initial = config.pods_m
+    if config.pods_generation == "adaptive" and not config.pods_m <= config.pods_n_initial <= config.pods_n:
+        raise ValueError(
+            f"pods_n_initial ({config.pods_n_initial}) must be between pods_m ({config.pods_m}) and pods_n "
+            f"({config.pods_n}): the first wave must give every prompt at least the pods_m rollouts it keeps, "
+            "and pods_n is the most a prompt may get."
+        )
+    if config.pods_generation == "screened" and not 2 <= config.pods_n_initial <= config.pods_n:
+        raise ValueError(
+            f"pods_n_initial, the pilot's rollouts per prompt, must be between 2 (to show contrast) and pods_n "
+            f"({config.pods_n}); got {config.pods_n_initial}."
         )
 
 
@@ -486,13 +498,6 @@ def _check_dynamic_sampling(config: PODSConfig) -> None:
         )
     if generation == "screened":
         get_screen_rule(config.pods_screen_rule)  # raises with the list of known names
-        if config.pods_n_initial is None:
-            config.pods_n_initial = config.pods_m
-        if not 2 <= config.pods_n_initial <= config.pods_n:
-            raise ValueError(
-                f"pods_n_initial, the pilot's rollouts per prompt, must be between 2 (to show contrast) and pods_n "
-                f"({config.pods_n}); got {config.pods_n_initial}."
-            )
 
 
 def _check_rollouts_can_differ(config: PODSConfig) -> None:

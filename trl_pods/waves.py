@@ -8,7 +8,9 @@ processes or engines:
 * `first_wave(state)`: the wave every generation starts with;
 * `next_wave(state)`: given the rewards so far, the next wave, or None when done;
 * `chosen(state)`: the groups to train on (None: all; refill and screened train on some of them);
-* `metrics(state)`: what it reports (`pods/<name>`), the same on every process.
+* `metrics(state)`: what it reports (`pods/<name>`), the same on every process;
+* `fork()`: a copy for one more generation at the same time, which the asynchronous worker runs over windows of its
+  stream of prompts (`trl_pods.streaming`).
 
 Groups are the prompts of a generation, over all processes, in *slot layout*: process ``r`` owns groups
 ``r * groups_per_process .. (r + 1) * groups_per_process - 1``, the first of them holding the data loader's prompts;
@@ -23,6 +25,7 @@ This module imports only torch.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -126,6 +129,13 @@ class GenerationMode:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore `state_dict`."""
+
+    def fork(self) -> GenerationMode:
+        """A mode for one more generation at the same time as this one's (the asynchronous worker runs one per
+        window of prompts in flight, `trl_pods.streaming`): its own state for the generation, sharing what the mode
+        keeps across generations (`state_dict`). The default, a shallow copy, suits a mode that assigns its
+        per-generation state rather than changing shared objects in place."""
+        return copy.copy(self)
 
 
 class FixedMode(GenerationMode):
