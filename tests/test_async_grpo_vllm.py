@@ -237,7 +237,8 @@ def test_trainer_and_engine_log_probs_agree_at_the_first_step(run, vllm_model_pa
 
 def test_engine_serves_the_trained_adapter_after_a_sync(run, server, vllm_model_path):
     """After the last sync, the server's newest adapter samples with the trained policy's log-probs (HF + PEFT in
-    the trainer), which training moved far from the initial model's."""
+    the trainer), which training moved far from the initial model's. Four sampled completions of 16 tokens: on one
+    of 8 tokens the initial model's largest gap was once as small as 0.047 (0.3-0.6 usually)."""
     from transformers import AutoModelForCausalLM
 
     trainer = run.trainer
@@ -247,16 +248,20 @@ def test_engine_serves_the_trained_adapter_after_a_sync(run, server, vllm_model_
     prompt = tokenizer.apply_chat_template(
         [{"role": "user", "content": "What is 3 plus 4?"}], add_generation_prompt=True, return_dict=False
     )
-    payload = dict(model=adapter, prompt=prompt, max_tokens=8, temperature=1.0, logprobs=0, return_token_ids=True)
-    choice = requests.post(f"{server.url}/v1/completions", json=payload, timeout=60).json()["choices"][0]
-    engine = torch.tensor(choice["logprobs"]["token_logprobs"])
-    mask = [0] * len(prompt) + [1] * len(choice["token_ids"])
-    ids = prompt + choice["token_ids"]
+    payload = dict(
+        model=adapter, prompt=prompt, max_tokens=16, n=4, temperature=1.0, logprobs=0, return_token_ids=True
+    )
+    choices = requests.post(f"{server.url}/v1/completions", json=payload, timeout=60).json()["choices"]
     trained = trainer.accelerator.unwrap_model(trainer.model).eval()
     trained.get_base_model().set_attn_implementation("eager")  # it trained with TRL's tree attention
-    gap = (engine - _hf_logps(trained, ids, mask)).abs().max().item()
     initial = AutoModelForCausalLM.from_pretrained(vllm_model_path).eval()
-    initial_gap = (engine - _hf_logps(initial, ids, mask)).abs().max().item()
+    gap = initial_gap = 0.0
+    for choice in choices:
+        engine = torch.tensor(choice["logprobs"]["token_logprobs"])
+        mask = [0] * len(prompt) + [1] * len(choice["token_ids"])
+        ids = prompt + choice["token_ids"]
+        gap = max(gap, (engine - _hf_logps(trained, ids, mask)).abs().max().item())
+        initial_gap = max(initial_gap, (engine - _hf_logps(initial, ids, mask)).abs().max().item())
     assert gap < SERVED < 10 * SERVED < initial_gap, (gap, initial_gap)
 
 
