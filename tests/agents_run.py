@@ -8,7 +8,8 @@ calls and the resets of its environments. `--mode refill` or `--mode screened` s
 most 2 draws; screened: a pool of 2 prompts per trained prompt, a pilot of 2) and reads the data in order, so that
 rank 0's own prompt always lacks contrast and refill draws for it, while rank 1 pads whenever its prompt has some.
 `--slow` adds a reward function that takes half a second (so a test can kill the run between steps); `--save-steps`
-checkpoints; `--resume` resumes from the last checkpoint.
+checkpoints; `--late-save` makes rank 1 save its states of each checkpoint 2 s after rank 0 (so a kill as soon as the
+checkpoint looks complete finds what a rank still saving leaves); `--resume` resumes from the last checkpoint.
 """
 
 import argparse
@@ -33,6 +34,15 @@ def pause_reward(completions, **kwargs) -> list[float]:
     return [0.0] * len(completions)
 
 
+class LateSaver(RowSpy):
+    """Rank 1 saves its RNG and PODS states 2 s late."""
+
+    def _save_rng_state(self, output_dir: str) -> None:
+        if self.accelerator.process_index == 1:
+            time.sleep(2)
+        super()._save_rng_state(output_dir)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("model")
@@ -42,6 +52,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--save-steps", type=int)
     parser.add_argument("--slow", action="store_true")
+    parser.add_argument("--late-save", action="store_true")
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -64,7 +75,7 @@ def main() -> None:
     rewards = [role_calculator_reward] if args.feature == "tools" else []
     environment = dict(environment_factory=lambda: LoggedEnv(Events()))
     feature = dict(tools=[counting_add(calls)]) if args.feature == "tools" else environment
-    trainer = RowSpy(
+    trainer = (LateSaver if args.late_save else RowSpy)(
         model,
         rewards + ([pause_reward] if args.slow else []),
         config,

@@ -2,9 +2,12 @@
 environment whose method is the tool in the modes that choose which prompts to train on (refill, screened, several
 generation calls, refill's padding): the same selection on both ranks, and an exact resume after SIGKILL."""
 
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import torchrun, worker_env
 from test_kill_resume import _logged, _selections, kill_after_checkpoint
 from test_multiprocess import run_worker, torchrun_command
 
@@ -16,14 +19,7 @@ pytestmark = pytest.mark.slow
     ("feature", "mode"),
     [
         ("tools", "fixed"),
-        pytest.param(
-            "environment",
-            "refill",
-            marks=pytest.mark.skip(
-                reason="the resumed 2-process run hung once in CI (600 s, ranks out of step?) after passing in two "
-                "CI runs: an intermittent hang under investigation (issue 34's closing note)"
-            ),
-        ),
+        ("environment", "refill"),
         ("environment", "screened"),
     ],
 )
@@ -35,7 +31,12 @@ def test_two_processes_select_alike_and_resume_exactly_after_sigkill(tool_model_
     screened pilots a pool of 2 prompts per rank, then commits 1. Then both ranks are SIGKILLed after the step-2
     checkpoint and resumed: the selections (rewards, kept rows), losses and token counts equal the uninterrupted
     run's. In refill and screened the environment's `add` method is the tool: TRL's tool loop runs environment methods
-    and standalone tools alike (one tool dictionary per rollout), so one run covers tools and environments."""
+    and standalone tools alike (one tool dictionary per rollout), so one run covers tools and environments.
+
+    The killed run's rank 1 saves its states late: the kill comes as soon as rank 0 has marked the checkpoint complete,
+    which must be after every rank saved (a checkpoint without rank 1's state resumed rank 1 at another position:
+    refill's ranks then waited on each other for ever, a hang seen in CI). Refill: a checkpoint that lacks a rank's
+    state is refused on resume with a clear error, on every rank, instead."""
     options = (feature, "--mode", mode, "--steps", "4", "--save-steps", "2", "--slow")
     reference, killed = tmp_path / "reference", tmp_path / "killed"
     ranks = run_worker(tool_model_path, reference, 2, *options, worker=WORKER)
@@ -58,7 +59,10 @@ def test_two_processes_select_alike_and_resume_exactly_after_sigkill(tool_model_
         assert all(sorted(record) == [2, 2, 4, 4] for record in counts), counts
 
     killed.mkdir()
-    kill_after_checkpoint(torchrun_command(WORKER, tool_model_path, killed, 2, *options), killed, 2, 4)
+    late = torchrun_command(WORKER, tool_model_path, killed, 2, *options, "--late-save")
+    kill_after_checkpoint(late, killed, 2, 4)
+    saved = {path.name for path in (killed / "checkpoint-2").iterdir()}
+    assert {"rng_state_1.pth", "pods_state_1.pt"} <= saved, f"complete before rank 1 saved its states: {saved}"
     run_worker(tool_model_path, killed, 2, *options, "--resume", worker=WORKER)
     expected, resumed = _selections(reference), _selections(killed)
     assert sorted(expected) == sorted(resumed) and len(expected) == 4
@@ -66,3 +70,17 @@ def test_two_processes_select_alike_and_resume_exactly_after_sigkill(tool_model_
         for field in ("prompts", "rewards", "kept", "generated"):
             assert resumed[key][field] == expected[key][field], (key, field)
     assert _logged(killed) == _logged(reference), "the resumed run diverged from the uninterrupted one"
+    if mode == "refill":
+        _assert_refused_without_rank_1_state(tool_model_path, reference, tmp_path / "incomplete", options)
+
+
+def _assert_refused_without_rank_1_state(model_path, reference: Path, out: Path, options: tuple) -> None:
+    """Resuming a copy of ``reference``'s step-2 checkpoint without rank 1's PODS state fails before training (no
+    hang: both ranks refuse it at the same point), saying what to do."""
+    shutil.copytree(reference / "checkpoint-2", out / "checkpoint-2")
+    (out / "checkpoint-2" / "pods_state_1.pt").unlink()
+    command = [*torchrun(2), str(WORKER), str(model_path), str(out), *options, "--resume"]
+    result = subprocess.run(command, env=worker_env(), capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert "lacks the PODS state of process [1]" in result.stderr, result.stderr[-3000:]
+    assert "resume from an earlier checkpoint" in result.stderr

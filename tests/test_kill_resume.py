@@ -202,3 +202,17 @@ def test_epoch_replay_gives_a_resumed_run_the_epochs_order():
     assert list(resumed) == orders[2]
     continuing = EpochReplay(sampler())
     assert [list(continuing) for continuing.epoch in range(3)] == orders
+
+
+def test_state_source_refuses_a_checkpoint_missing_some_processes_states():
+    """Which saved PODS state each process restores: its own; none from a checkpoint without any (TRL's); with more
+    processes than saved the checkpoint, the new ones take the first saved state (its position is discarded with the
+    layout, the reward history and refill draws are shared); a checkpoint saved by as many processes as the run has
+    but lacking some of their states is refused (its processes would resume at different positions and hang)."""
+    from trl_pods.resume import state_source
+
+    assert state_source([True, True], None, "ckpt") == [0, 1]
+    assert state_source([False, False], None, "ckpt") == [None, None]
+    assert state_source([True, True, False, False], 2, "ckpt") == [0, 1, 0, 0]
+    with pytest.raises(ValueError, match=r"ckpt is incomplete.*process \[1, 2\] \(pods_state_1.pt, pods_state_2.pt\)"):
+        state_source([True, False, False], 3, "ckpt")

@@ -9,6 +9,12 @@ generate, a resumed run then generates the same rollouts
 as an uninterrupted one; with vLLM the engine's sampling state is not in the checkpoint, so a resumed run continues
 correctly but re-samples.
 
+A checkpoint is complete only with every process's state: Trainer marks it complete when process 0 writes
+``trainer_state.json``, so every process waits for the others after saving its own (`save_state`), and a resume that
+finds the state of some processes but not of others refuses the checkpoint rather than letting the processes take
+different positions and wait on each other for ever (`state_source`). Only the position in the generation cycle
+differs between processes; a run resumed with more processes than saved it gives the new ones process 0's state.
+
 A run that resumes at a later epoch also needs that epoch's prompt order (`prompt_order.EpochReplay`); a refill run
 also the prompts its epoch has drawn and where the epoch began, since its epochs end when their prompts run out
 (`refill_position`, `prompt_order.DrawingSampler`).
@@ -21,6 +27,7 @@ import os
 from typing import Any
 
 import torch
+from accelerate.utils import gather_object
 
 from .prompt_order import DrawingSampler
 
@@ -40,7 +47,8 @@ def cycle_layout(trainer: Any) -> list[int]:
 
 
 def save_state(trainer: Any, output_dir: str) -> None:
-    """Save this process's PODS state into the checkpoint folder ``output_dir``."""
+    """Save this process's PODS state into the checkpoint folder ``output_dir`` (whole or not at all), then wait for
+    every process to have saved its own, before Trainer completes the checkpoint."""
     state = {
         "layout": cycle_layout(trainer),
         "step": trainer._step,
@@ -51,14 +59,53 @@ def save_state(trainer: Any, output_dir: str) -> None:
         state["mode"] = trainer._pods_mode.state_dict()
     if isinstance(trainer._epoch_replay, DrawingSampler):
         state["draws"] = trainer._epoch_replay.state()
-    torch.save(state, os.path.join(output_dir, RESUME_STATE.format(trainer.accelerator.process_index)))
+    path = os.path.join(output_dir, RESUME_STATE.format(trainer.accelerator.process_index))
+    torch.save(state, f"{path}.partial")
+    os.replace(f"{path}.partial", path)
+    trainer.accelerator.wait_for_everyone()
+
+
+def state_source(found: list[bool], saved_by: int | None, checkpoint: str) -> list[int | None]:
+    """Per process, the process whose saved state it restores (None: nothing to restore, e.g. a GRPOTrainer
+    checkpoint).
+
+    Args:
+        found: per process of this run, whether the checkpoint holds its state.
+        saved_by: the number of processes that saved the checkpoint (read from a state it holds), when only some
+            processes found theirs.
+        checkpoint: the checkpoint's path, for the error.
+
+    Raises:
+        ValueError: the checkpoint was saved by as many processes as this run has and lacks some of their states.
+    """
+    if all(found) or not any(found):
+        return [i if present else None for i, present in enumerate(found)]
+    missing = [i for i, present in enumerate(found) if not present]
+    if saved_by == len(found):
+        files = ", ".join(RESUME_STATE.format(i) for i in missing)
+        raise ValueError(
+            f"Checkpoint {checkpoint} is incomplete: it was saved by {saved_by} processes but lacks the PODS state of "
+            f"process {missing} ({files}), so the processes would resume at different positions. The run was "
+            "probably stopped while saving it: resume from an earlier checkpoint (resume_from_checkpoint=<its path>)."
+        )
+    first = found.index(True)  # a run with more processes: the new ones take a saved state, whose position and
+    # buffered rows are discarded with the other layout (`load_state`), so all processes resume alike
+    return [i if present else first for i, present in enumerate(found)]
 
 
 def _read(trainer: Any, checkpoint: str) -> dict[str, Any] | None:
-    """This process's `save_state` in ``checkpoint``, or None (e.g. a GRPOTrainer checkpoint)."""
-    path = os.path.join(checkpoint, RESUME_STATE.format(trainer.accelerator.process_index))
-    if not os.path.isfile(path):
-        return None
+    """The `save_state` this process restores from ``checkpoint`` (`state_source`), or None. Every process calls it."""
+    index = trainer.accelerator.process_index
+    found = gather_object([os.path.isfile(os.path.join(checkpoint, RESUME_STATE.format(index)))])
+    saved_by = None
+    if any(found) and not all(found):
+        saved_by = _load(trainer, checkpoint, found.index(True))["layout"][3]
+    source = state_source(found, saved_by, checkpoint)[index]
+    return None if source is None else _load(trainer, checkpoint, source)
+
+
+def _load(trainer: Any, checkpoint: str, process: int) -> dict[str, Any]:
+    path = os.path.join(checkpoint, RESUME_STATE.format(process))
     device = trainer.accelerator.device  # "cpu:0" under torchrun with gloo, which torch.load cannot map to
     return torch.load(path, map_location="cpu" if device.type == "cpu" else device, weights_only=True)
 
