@@ -24,10 +24,11 @@ REPORT = DOCS / "benchmarks.md"
 
 INTRO = """# Benchmarks
 
-CPU measurements of `trl_pods`. Each section below is written by one script, which states the exact command that
-produced it, the versions and the machine; re-running a script rewrites only its own section and figure. The sections
-follow the order in which they were measured; the table first says what they settled. Nothing here was measured on a
-GPU yet, and small CPU models with few seeds show directions, not the paper's numbers.
+Measurements of `trl_pods`, on a 2-core CPU unless a section says otherwise. Each section below is written by one
+script, which states the exact command that produced it, the versions and the machine; re-running a script rewrites
+only its own section and figure. The sections follow the order in which they were measured; the table first says what
+they settled. Two sections were measured on an H200 GPU (random-weight models of real shapes, HF `generate`; vLLM could
+not be brought there); small CPU models with few seeds show directions, not the paper's numbers.
 """
 """The opening of a new docs/benchmarks.md. The "What to choose" table that follows it there is written by hand from
 the sections' results (each row links to its section), and no script rewrites it."""

@@ -1,6 +1,6 @@
 """Benchmark scripts' smoke modes: the same code path as a full run, on tiny sizes, so the scripts do not rot.
 
-The GPU benchmark cannot run here for real; the reward-throughput one takes minutes at full size.
+The GPU benchmarks cannot run here for real; the reward-throughput one takes minutes at full size.
 """
 
 import os
@@ -33,6 +33,19 @@ def _run_smoke(script: str, *options: str) -> str:
 def test_gpu_step_benchmark_smoke_mode_runs_and_writes_nothing():
     """`benchmarks/gpu_step.py --smoke` trains all three variants on a tiny model and leaves docs/ untouched."""
     assert "GRPO-GA" in _run_smoke("gpu_step.py")
+
+
+def test_gpu_cost_curve_smoke_mode_times_every_size_and_fits_both_phases():
+    """`benchmarks/gpu_cost_curve.py --smoke` times a generate call per rollout count and an optimizer step per row
+    count on a tiny model, fits both phases, and leaves docs/ untouched."""
+    out = _run_smoke("gpu_cost_curve.py", "--rounds", "1", "--rollouts", "2", "8", "--rows", "2", "4")
+    assert re.findall(r"^\| (generation \| \d+ rollouts|update \| \d+ rows) \|", out, re.M) == [
+        "generation | 2 rollouts",
+        "generation | 8 rollouts",
+        "update | 2 rows",
+        "update | 4 rows",
+    ]
+    assert re.search(r"Fits: generation = .* ms × rollouts \+ .* s per call; update = .* ms × rows", out)
 
 
 def test_reward_throughput_smoke_mode_reports_every_reward_size_ending_and_recipe():
