@@ -27,7 +27,9 @@ round-robin (the order rotates each round), in one process, so the load hits eve
 average before, during and after. Seconds per step of a method: the median over rounds of its mean step time (each
 run's first step, the engine's warm-up, left out). Minutes to target = steps to target x those seconds per step.
 Cost model, fitted by least squares on the timing run's steps: step time = a x rollouts generated + b x rows trained
-+ c. GPU projection: the same counts priced with the a/b ratio of the PODS paper's reported step times (`PAPER`).
++ c. GPU projection: the same counts priced with the a/b ratio of the PODS paper's reported step times (`PAPER`), and
+each run's steps priced with the per-call, per-rollout, per-row and per-update costs `gpu_cost_curve.py` measured on
+a GPU (`GPU_COSTS`).
 
     python benchmarks/time_to_target.py --tasks add2 --seeds 0 --steps 80 --eval_every 10 --full_runs --tag pilot
     python benchmarks/time_to_target.py --seeds 0 1 2 --methods 'PODS 16->4' ...      # measure (resumes)
@@ -54,6 +56,7 @@ import numpy as np
 import torch
 from _report import command_line, environment, figure_path, write_section
 from dynamic_sampling import METHODS as DYNAMIC_SAMPLING
+from gpu_cost_curve import summary as gpu_cost_fits
 from learning_efficiency import VLLM
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer, ModelConfig
@@ -91,6 +94,8 @@ PAPER = {
 """The PODS paper's reported per-step times as (rollouts generated, rows trained, seconds) per optimizer step of its
 two trainers. 8 GPUs: per-device batch 16; GRPO-GA with 16 accumulation steps trains 16 x 16 x 8 rows of 64 prompts,
 PODS with 4 trains 16 x 4 x 8 of 16 prompts x 128 rollouts."""
+GPU_COSTS = "gpu_cost_curve_0.5B.json"
+"""`gpu_cost_curve.py`'s measurement on a GPU (docs/), which prices every step of a run in the GPU projection."""
 
 
 # ---------------------------------------------------------------------------------------------------------- a run
@@ -531,7 +536,7 @@ Run `python benchmarks/time_to_target.py --timing` there (in the vLLM environmen
 
 
 def load_timing(name: str) -> dict | None:
-    """A saved timing run (docs/NAME), or None."""
+    """A saved JSON measurement (docs/NAME: a timing run, the GPU costs), or None."""
     path = figure_path(name)
     return json.loads(path.read_text()) if path.exists() else None
 
@@ -555,15 +560,72 @@ Step times in the pilot ([{NAME}_pilot_timing.json]({NAME}_pilot_timing.json)), 
 measurement; minutes do not use them. {timing_text(pilot_timing, None)}"""
 
 
-def projection_text(runs: list[dict]) -> str:
-    """The GPU projection: the paper's a/b ratios and, per task, the projected cost to target."""
-    settings = "\n".join(f"- {label}: a / b = {paper_cost_ratio(steps):.2f}" for label, steps in PAPER.items())
-    tables = "\n\n".join(
-        f"{task}, target {spec['target']}:\n\n"
-        + projection_table([r for r in runs if r["task"] == task], spec["target"])
+def per_task(runs: list[dict], table) -> str:
+    """``table(runs of the task, target)`` for each task in `TASKS` that has runs, each under its name and target."""
+    return "\n\n".join(
+        f"{task}, target {spec['target']}:\n\n" + table([r for r in runs if r["task"] == task], spec["target"])
         for task, spec in TASKS.items()
         if any(r["task"] == task for r in runs)
     )
+
+
+def gpu_seconds_to_target(run: dict, target: float, fits: dict[str, tuple[float, float]]) -> float | None:
+    """A run's steps up to its first checkpoint at or above ``target`` priced with `gpu_cost_curve.summary`'s
+    ``fits``: per step, generation calls x the per-call cost + rollouts x the per-rollout cost + rows x the per-row
+    cost + the per-update cost; None when the run did not reach ``target``."""
+    reached = to_target(run["curve"], target)
+    if reached is None:
+        return None
+    (per_rollout, per_call), (per_row, per_update) = fits["generation"], fits["update"]
+    field = {name: i for i, name in enumerate(STEP_FIELDS)}
+    return sum(
+        s[field["calls"]] * per_call + s[field["rollouts"]] * per_rollout + s[field["rows"]] * per_row + per_update
+        for s in run["steps"]
+        if s[field["step"]] <= reached[0]
+    )
+
+
+def gpu_table(runs: list[dict], target: float, fits: dict[str, tuple[float, float]]) -> str:
+    """Per method: minutes to ``target`` with every step priced at the measured GPU costs (`gpu_seconds_to_target`),
+    and the ratio to the best `trl.GRPOTrainer` setting."""
+    methods = [m for m in METHODS if any(r["method"] == m for r in runs)]
+    count = {m: sum(r["method"] == m for r in runs) for m in methods}
+    minutes = {}
+    for r in runs:
+        seconds = gpu_seconds_to_target(r, target, fits)
+        if seconds is not None:
+            minutes.setdefault(r["method"], []).append(seconds / 60)
+    best = best_trl(minutes, count)
+    rows = [
+        f"| {method} | {spread(minutes.get(method, []), 1)} | "
+        f"{f'{statistics.mean(minutes[method]) / best:.2f}×' if method in minutes and best else '–'} |"
+        for method in methods
+    ]
+    return "\n".join(["| method | projected GPU minutes to target | ÷ best trl.GRPOTrainer |", "|---|---|---|", *rows])
+
+
+def gpu_text(runs: list[dict], measured: dict | None) -> str:
+    """The projection priced with the costs `gpu_cost_curve.py` measured on a GPU, per task; '' without them."""
+    if measured is None:
+        return ""
+    fits = gpu_cost_fits(measured)
+    (a, g), (b, u) = fits["generation"], fits["update"]
+    tables = per_task(runs, lambda task_runs, target: gpu_table(task_runs, target, fits))
+    return f"""
+
+Priced instead with costs measured on a GPU ([{GPU_COSTS}]({GPU_COSTS}), section "GPU: what a rollout and a trained \
+row cost"): {measured["device"]}, a random-weight model of Qwen2.5-{measured["shape"]}'s shape, {measured["tokens"]} \
+completion tokens, HF `generate`; per step {g:.2f} s per generation call + {1000 * a:.1f} ms per rollout + \
+{1000 * b:.1f} ms per trained row + {u:.2f} s per update, applied to each run's own steps up to the target (its \
+generation calls, rollouts and rows). Still a projection: another model, completion length and engine than the runs'.
+
+{tables}"""
+
+
+def projection_text(runs: list[dict], measured: dict | None) -> str:
+    """The GPU projection: the paper's a/b ratios and, per task, the projected cost to target."""
+    settings = "\n".join(f"- {label}: a / b = {paper_cost_ratio(steps):.2f}" for label, steps in PAPER.items())
+    tables = per_task(runs, projection_table)
     return f"""A projection, not a measurement: each optimizer step priced as a × rollouts generated + b × rows \
 trained, with c = 0 and a / b from two step times the PODS paper reports for each of its settings (two times fix
 two unknowns only with c = 0; on one GPU the rows are equal, so a is exact and a / b a lower bound; on eight the
@@ -575,7 +637,7 @@ Projected cost to the target, in rows-equivalents (a / b × rollouts to target +
 the runs that reached it), and its ratio to the best `trl.GRPOTrainer` setting. It prices generation and update only:
 not the extra dependent generation calls of adaptive and screened generation, nor per-step overheads.
 
-{tables}"""
+{tables}{gpu_text(runs, measured)}"""
 
 
 def report(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
@@ -628,7 +690,7 @@ trained groups whose rewards differ.
 
 **Interleaved step times and the cost model.** {timing_text(timing_run, model) if timing_run else PENDING}
 
-**GPU projection.** {projection_text(runs)}
+**GPU projection.** {projection_text(runs, load_timing(GPU_COSTS))}
 
 Raw runs (curve: step, accuracy, cumulative rollouts, cumulative rows; per-step records: {", ".join(STEP_FIELDS)}):
 [{NAME}.jsonl]({NAME}.jsonl){f"; timing run: [{NAME}_timing.json]({NAME}_timing.json)" if timing_run else ""}.

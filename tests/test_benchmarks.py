@@ -171,6 +171,18 @@ def test_time_to_target_paper_ratios_reproduce_the_reported_step_times(time_to_t
     assert ratios == pytest.approx([2.6 / 48 / ((7.5 - 16 * 2.6 / 48) / 16), (6.2 / 2048) / (11.7 / 1536)])
 
 
+def test_time_to_target_gpu_pricing_counts_each_step_up_to_the_target(time_to_target):
+    """The GPU projection prices every step up to the first checkpoint at the target (not after it) at its own
+    generation calls, rollouts and rows; a run that never reached the target has no price."""
+    fits = {"generation": (0.01, 5.0), "update": (0.1, 0.5)}  # (per rollout, per call), (per row, per update)
+    steps = [[1, 9.0, 64, 16, 1.0, 0.5, 0.2, 9.0], [2, 9.0, 96, 16, 3.0, 0.5, 0.2, 9.0],
+             [3, 9.0, 64, 16, 1.0, 0.5, 0.2, 9.0]]  # fmt: skip
+    run = {"curve": [[0, 0.1, 0, 0], [2, 0.7, 160, 32], [3, 0.8, 224, 48]], "steps": steps}
+    expected = (5.0 + 0.64 + 1.6 + 0.5) + (15.0 + 0.96 + 1.6 + 0.5)
+    assert time_to_target.gpu_seconds_to_target(run, 0.7, fits) == pytest.approx(expected)
+    assert time_to_target.gpu_seconds_to_target(run, 0.9, fits) is None
+
+
 def test_time_to_target_resume_skips_measured_runs_and_refuses_other_settings(time_to_target):
     """A resumed measurement runs only what is missing, and stops with a message, instead of mixing runs, when the
     saved runs of a task were measured with other settings."""
