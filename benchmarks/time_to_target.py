@@ -454,6 +454,23 @@ def timing_table(timing_run: dict, model: CostModel | None) -> str:
     return "\n".join([f"| {' | '.join(columns)} |", "|---" * len(columns) + "|", *rows])
 
 
+def coverage_text(runs: list[dict], seeds: list[int]) -> str:
+    """What the saved runs cover of `TASKS` x `METHODS` x ``seeds``: '' when all, else a paragraph naming the runs
+    per task and the methods without any, so that the tables of a measurement still under way say so."""
+    wanted = len(METHODS) * len(seeds)
+    counts = {task: sum(r["task"] == task and r["seed"] in seeds for r in runs) for task in TASKS}
+    if all(count == wanted for count in counts.values()):
+        return ""
+    parts = []
+    for task, count in counts.items():
+        absent = [m for m in METHODS if not any(r["task"] == task and r["method"] == m for r in runs)]
+        parts.append(f"{task}: {count} of {wanted} runs" + (f", none yet of {', '.join(absent)}" if absent else ""))
+    return (
+        f"**A measurement under way** (seeds {seeds} of every method on every task): {'; '.join(parts)}. The tables "
+        "hold the runs saved so far; a ratio needs every run of a `trl.GRPOTrainer` setting to reach the target.\n\n"
+    )
+
+
 def pilot_table(runs: list[dict]) -> str:
     """A row per pilot run: held-out accuracy at every checkpoint, its own mean step time (under whatever load it
     ran), rollouts and rows per step, and the fraction of steps with signal."""
@@ -661,6 +678,7 @@ def report(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
         for task, spec in TASKS.items()
         if any(r["task"] == task for r in runs)
     )
+    coverage = coverage_text(runs, parser.parse_args([]).seeds)
     write_section(
         NAME,
         f"""## Time to target against trl.GRPOTrainer: SmolLM2-135M-Instruct on the vLLM CPU engine
@@ -676,6 +694,7 @@ initialisation; every method sees the same ones.
 
 **Choosing the tasks (pilot).** {pilot_text(pilot, pilot_timing)}
 
+{coverage}
 **Time to target.** Steps, rollouts and minutes to the target: mean (min–max) over the runs that reached it, at the
 first checkpoint at or above it; rollouts count everything generated (screened's pilots of prompts not trained on
 included). Minutes: steps × the method's interleaved seconds per step (below); minutes (cost model): the cost model

@@ -183,6 +183,18 @@ def test_time_to_target_gpu_pricing_counts_each_step_up_to_the_target(time_to_ta
     assert time_to_target.gpu_seconds_to_target(run, 0.9, fits) is None
 
 
+def test_time_to_target_report_says_what_a_measurement_under_way_lacks(time_to_target):
+    """The report of a partial measurement counts the runs per task and names the methods without any; a complete
+    one says nothing."""
+    tasks, methods = list(time_to_target.TASKS), list(time_to_target.METHODS)
+    runs = [{"task": tasks[0], "method": methods[0], "seed": s} for s in (0, 1)]
+    text = time_to_target.coverage_text(runs, [0, 1])
+    assert f"{tasks[0]}: 2 of {2 * len(methods)} runs, none yet of {', '.join(methods[1:])};" in text
+    assert f"{tasks[1]}: 0 of {2 * len(methods)} runs, none yet of {', '.join(methods)}." in text
+    complete = [{"task": task, "method": m, "seed": s} for task in tasks for m in methods for s in (0, 1)]
+    assert time_to_target.coverage_text(complete, [0, 1]) == ""
+
+
 def test_time_to_target_resume_skips_measured_runs_and_refuses_other_settings(time_to_target):
     """A resumed measurement runs only what is missing, and stops with a message, instead of mixing runs, when the
     saved runs of a task were measured with other settings."""
