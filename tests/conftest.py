@@ -43,10 +43,13 @@ def vllm_model_path(tmp_path_factory, real_vllm):
 
 @pytest.fixture(scope="session")
 def tool_model_path(tmp_path_factory):
-    """A tiny Qwen2 fine-tuned to call a calculator tool (`tool_model`), built once per test session (~10 s)."""
+    """A tiny Qwen2 fine-tuned to call a calculator tool (`tool_model`), built once per test session (~45 s on one
+    thread)."""
+    from helpers import one_thread
     from tool_model import build_tool_model
 
-    return build_tool_model(tmp_path_factory.mktemp("tiny-qwen2-tools"))
+    with one_thread():
+        return build_tool_model(tmp_path_factory.mktemp("tiny-qwen2-tools"))
 
 
 @pytest.fixture(scope="module", autouse=True)

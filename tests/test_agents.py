@@ -12,7 +12,15 @@ import pytest
 import tool_model
 import torch
 from datasets import Dataset
-from helpers import RowSpy, assert_phase2_has_the_kept_rows, load, pods_config, prompts_dataset, token_sum_reward
+from helpers import (
+    RowSpy,
+    assert_phase2_has_the_kept_rows,
+    load,
+    one_thread,
+    pods_config,
+    prompts_dataset,
+    token_sum_reward,
+)
 from tool_model import calculator_reward, counting_add, counting_async_add, question
 from transformers import PreTrainedTokenizerFast
 
@@ -350,6 +358,7 @@ def test_refuses_what_cannot_be_down_sampled(tool_model_path, tmp_path, feature,
 def test_calculator_example_runs_offline(tmp_path):
     """The docs' example (scripts/calculator_tool.py) runs offline: it builds its tool-calling model, trains PODS
     8 -> 4 with the tool for 2 steps, and writes its summary, with tool calls made."""
-    summary = tool_model.calculator_tool.main(["--output_dir", str(tmp_path), "--steps", "2"])
+    with one_thread():  # its tool model's warm-up, as in the tool_model_path fixture
+        summary = tool_model.calculator_tool.main(["--output_dir", str(tmp_path), "--steps", "2"])
     assert json.loads((tmp_path / "calculator_summary.json").read_text()) == summary
     assert len(summary["tool_call_frequency"]) == 2 and max(summary["tool_call_frequency"]) > 0
