@@ -132,7 +132,8 @@ def summary(result: dict) -> dict[str, tuple[float, float]]:
 
 def table(result: dict) -> str:
     """The markdown table of median (min–max) seconds per size, and the fits."""
-    (a, g), (b, u) = summary(result)["generation"], summary(result)["update"]
+    fits = summary(result)
+    (a, g), (b, u) = fits["generation"], fits["update"]
     rows = []
     for phase, by_size in result["times"].items():
         for size in sorted(by_size, key=int):
