@@ -5,19 +5,23 @@ CPU, where generation grows with every rollout. On a GPU one `generate` call dec
 time may hardly grow with their number until the GPU is busy: this measures that curve, for the projection of
 `time_to_target.py` (its GPU section reads the saved result).
 
-On the random-weight model of `gpu_step.py`'s ``--shape`` (bf16, gradient checkpointing, the 151,936-token
-vocabulary), in one process, interleaved in rounds (the order rotated each round; round 0 is warm-up, left out):
+On a random-weight bf16 model of a real checkpoint's shape (``--shape``): a Qwen2.5 shape of `gpu_step.py`
+(gradient checkpointing, the 151,936-token vocabulary, full fine-tuning), or SmolLM2-135M-Instruct's (the model of the
+time-to-target runs: its Llama configuration, 49,152-token vocabulary), which with ``--lora`` trains through the
+demo's LoRA adapters as those runs do (`trl_pods.demo.demo_arguments`: r 16 on every projection, no gradient
+checkpointing). In one process, interleaved in rounds (the order rotated each round; round 0 is warm-up, left out):
 
-* generation: one HF ``model.generate`` call of R rollouts (``--rollouts``) of a 32-token prompt, sampling at
-  temperature 1, forced to ``--tokens`` new tokens (``min_new_tokens``);
+* generation: one HF ``model.generate`` call of R rollouts (``--rollouts``) of a ``--prompt_tokens`` prompt, sampling
+  at temperature 1, forced to ``--tokens`` new tokens (``min_new_tokens``), through the adapters when there are any;
 * update: one optimizer step on W rows (``--rows``) of prompt + completion tokens: forward, cross-entropy on the
   completion, backward, in micro-batches of at most 16 rows (gradient accumulation, as `gpu_step.py`), then AdamW
-  (``foreach``) and ``zero_grad``.
+  (``foreach``, on the trainable parameters) and ``zero_grad``.
 
 ``torch.cuda.synchronize()`` brackets every timed call. Reported: medians over rounds, and least-squares fits
 generation = a x R + g (g: a call's cost whatever its size) and update = b x W + u.
 
-    python benchmarks/gpu_cost_curve.py                 # on a CUDA GPU: rewrites the gpu_cost_curve section
+    python benchmarks/gpu_cost_curve.py                 # on a CUDA GPU: adds its run to the gpu_cost_curve section
+    python benchmarks/gpu_cost_curve.py --shape SmolLM2-135M --lora --tokens 16 --prompt_tokens 64
     python benchmarks/gpu_cost_curve.py --smoke         # CPU or GPU: a tiny fp32 model, prints, writes nothing
 """
 
@@ -28,6 +32,7 @@ import json
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import _report
 
@@ -37,10 +42,54 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from gpu_step import FULL, SHAPES, SMOKE  # noqa: E402
 from tiny_model import build_tokenizer, tiny_qwen2  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 SECTION = "gpu_cost_curve"
-PROMPT_TOKENS = 32
 MICRO_BATCH = 16
+SMOLLM2_135M = dict(  # SmolLM2-135M-Instruct's config.json, less its token ids and rotary settings
+    vocab_size=49_152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+    num_key_value_heads=3, head_dim=64, rms_norm_eps=1e-5, tie_word_embeddings=True,
+)  # fmt: skip
+MODELS = [*SHAPES, "SmolLM2-135M"]  # --shape
+
+
+def build_model(args: argparse.Namespace, tokens: int) -> torch.nn.Module:
+    """The random-weight model ``args`` name on the current device, bf16 (fp32 in smoke mode), ready to train: with
+    the demo's LoRA adapters under ``--lora``, else fully trainable with gradient checkpointing."""
+    positions = args.prompt_tokens + tokens
+    if args.shape == "SmolLM2-135M":  # smoke: the Llama architecture at the smoke model's sizes
+        tiny = dict(SMOKE.model, vocab_size=SMOKE.vocab_size, head_dim=16) if args.smoke else {}
+        config = LlamaConfig(**{**SMOLLM2_135M, **tiny}, max_position_embeddings=positions, pad_token_id=2,
+                             eos_token_id=2)  # fmt: skip
+        model = LlamaForCausalLM(config)
+    else:
+        setting = SMOKE if args.smoke else FULL
+        model = tiny_qwen2(build_tokenizer(), **(setting.model if args.smoke else SHAPES[args.shape]),
+                           max_position_embeddings=positions)  # fmt: skip
+        model.resize_token_embeddings(setting.vocab_size, mean_resizing=False)
+    model.to(torch.float32 if args.smoke else torch.bfloat16)
+    model.config.use_cache = True  # generate with the KV cache; checkpointing acts only in training mode
+    if not args.lora:
+        model.gradient_checkpointing_enable()
+        return model
+    from peft import get_peft_model
+    from trl import get_peft_config
+
+    from trl_pods.demo import demo_arguments
+
+    _, _, model_args = demo_arguments(Path("unused"), Path("unused"))
+    return get_peft_model(model, get_peft_config(model_args))
+
+
+def label(result: dict) -> str:
+    """A measurement's model in words, e.g. 'Qwen2.5-0.5B shape' or 'SmolLM2-135M shape, LoRA'."""
+    shape = result["shape"] if result["shape"].startswith("SmolLM2") else f"Qwen2.5-{result['shape']}"
+    return f"{shape} shape" + (", LoRA" if result["lora"] else "")
+
+
+def run_name(args: argparse.Namespace) -> str:
+    """The measurement's name in docs/: gpu_cost_curve_<shape>[_lora]."""
+    return f"{SECTION}_{'smoke' if args.smoke else args.shape}" + ("_lora" if args.lora else "")
 
 
 def sync() -> float:
@@ -50,21 +99,21 @@ def sync() -> float:
     return time.perf_counter()
 
 
-def generation_seconds(model, rollouts: int, tokens: int, vocab: int) -> float:
+def generation_seconds(model, rollouts: int, prompt_tokens: int, tokens: int) -> float:
     """One ``generate`` call of ``rollouts`` sampled completions of exactly ``tokens`` tokens."""
-    prompt = torch.randint(0, vocab, (rollouts, PROMPT_TOKENS), device=model.device)
+    prompt = torch.randint(0, model.config.vocab_size, (rollouts, prompt_tokens), device=model.device)
     began = sync()
-    model.generate(prompt, do_sample=True, max_new_tokens=tokens, min_new_tokens=tokens, top_k=0, top_p=1.0)
+    model.generate(input_ids=prompt, do_sample=True, max_new_tokens=tokens, min_new_tokens=tokens, top_k=0, top_p=1.0)
     return sync() - began
 
 
-def update_seconds(model, optimizer, rows: int, tokens: int, vocab: int) -> float:
+def update_seconds(model, optimizer, rows: int, prompt_tokens: int, tokens: int) -> float:
     """One optimizer step on ``rows`` rows of prompt + ``tokens`` completion tokens in micro-batches of 16."""
-    sequences = torch.randint(0, vocab, (rows, PROMPT_TOKENS + tokens), device=model.device)
+    sequences = torch.randint(0, model.config.vocab_size, (rows, prompt_tokens + tokens), device=model.device)
     began = sync()
     for micro in sequences.split(MICRO_BATCH):
-        logits = model(micro).logits[:, PROMPT_TOKENS - 1 : -1].float()
-        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), micro[:, PROMPT_TOKENS:].flatten())
+        logits = model(input_ids=micro).logits[:, prompt_tokens - 1 : -1].float()
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), micro[:, prompt_tokens:].flatten())
         (loss * len(micro) / rows).backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -77,23 +126,16 @@ def fit(sizes: list[int], seconds: list[float]) -> tuple[float, float]:
     return float(slope), float(intercept)
 
 
-def measure(args: argparse.Namespace) -> dict:
+def measure(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
     """Every size of both phases in each of ``args.rounds + 1`` rounds; the raw times of the measured rounds."""
-    setting = SMOKE if args.smoke else FULL
-    shape = setting.model if args.smoke else SHAPES[args.shape]
-    tokens = setting.tokens if args.smoke else args.tokens
+    tokens = SMOKE.tokens if args.smoke else args.tokens
     cuda = torch.cuda.is_available()
     if not cuda:
         torch.set_num_threads(1)
-    tokenizer = build_tokenizer()
     torch.manual_seed(0)
     with torch.device("cuda" if cuda else "cpu"):
-        model = tiny_qwen2(tokenizer, **shape, max_position_embeddings=PROMPT_TOKENS + tokens)
-        model.resize_token_embeddings(setting.vocab_size, mean_resizing=False)
-    model.to(getattr(torch, setting.dtype))
-    model.gradient_checkpointing_enable()
-    model.config.use_cache = True  # generate with the KV cache; checkpointing acts only in training mode
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, foreach=True)
+        model = build_model(args, tokens)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-6, foreach=True)
     jobs = [("generation", r) for r in args.rollouts] + [("update", w) for w in args.rows]
     times: dict[str, dict[int, list[float]]] = {"generation": {}, "update": {}}
     for round_ in range(args.rounds + 1):
@@ -101,23 +143,27 @@ def measure(args: argparse.Namespace) -> dict:
             if phase == "generation":
                 model.eval()
                 with torch.no_grad():
-                    seconds = generation_seconds(model, size, tokens, setting.vocab_size)
+                    seconds = generation_seconds(model, size, args.prompt_tokens, tokens)
             else:
                 model.train()
-                seconds = update_seconds(model, optimizer, size, tokens, setting.vocab_size)
+                seconds = update_seconds(model, optimizer, size, args.prompt_tokens, tokens)
             if round_:
                 times[phase].setdefault(size, []).append(seconds)
             print(f"round {round_} {phase} {size}: {seconds:.3f} s", flush=True)
     return {
         "shape": "smoke" if args.smoke else args.shape,
+        "lora": args.lora,
         "parameters": sum(p.numel() for p in model.parameters()),
+        "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
+        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
         "tokens": tokens,
-        "prompt_tokens": PROMPT_TOKENS,
+        "prompt_tokens": args.prompt_tokens,
         "micro_batch": MICRO_BATCH,
         "rounds": args.rounds,
         "device": torch.cuda.get_device_name() if cuda else f"CPU: {_report.cpu_model()}",
         "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__},
         "times": times,
+        "command": _report.command_line("gpu_cost_curve.py", parser, args),
     }
 
 
@@ -155,37 +201,47 @@ def table(result: dict) -> str:
     )
 
 
+def section(results: list[dict]) -> str:
+    """The gpu_cost_curve section: one subsection per measurement."""
+    parts = ["## GPU: what a rollout and a trained row cost"]
+    for result in results:
+        trained = "LoRA adapters" if result["lora"] else "full fine-tuning, gradient checkpointing"
+        parts.append(
+            f"""### {result["device"]}, {label(result)}, {result["tokens"]} completion tokens
+
+`benchmarks/gpu_cost_curve.py`: one HF `generate` call of R rollouts, and one optimizer step on W rows, each of a
+{result["prompt_tokens"]}-token prompt and {result["tokens"]} completion tokens, on a random-weight
+{result["dtype"]} model of {label(result)} ({result["parameters"]:,} parameters, {result["trainable"]:,} trained;
+{trained}; micro-batches of {result["micro_batch"]} rows, AdamW), interleaved in one process over {result["rounds"]}
+measured rounds after a warm-up round. Versions: {", ".join(f"{k} {v}" for k, v in result["versions"].items())}.
+Raw: [{result["name"]}.json]({result["name"]}.json).
+
+{table(result)}
+
+- Command: `{result["command"]}`"""
+        )
+    return "\n\n".join(parts)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--shape", default="0.5B", choices=list(SHAPES), help="Qwen2.5 shape of the random model")
+    parser.add_argument("--shape", default="0.5B", choices=MODELS, help="the checkpoint whose shape the model takes")
+    parser.add_argument("--lora", action="store_true", help="train the demo's LoRA adapters instead of every weight")
     parser.add_argument("--tokens", type=int, default=256, help="completion tokens per rollout and row")
+    parser.add_argument("--prompt_tokens", type=int, default=32, help="prompt tokens per rollout and row")
     parser.add_argument("--rollouts", type=int, nargs="+", default=[4, 16, 64, 256], help="rollouts per call")
     parser.add_argument("--rows", type=int, nargs="+", default=[4, 16, 64], help="rows per optimizer step")
     parser.add_argument("--rounds", type=int, default=3, help="measured rounds (one warm-up round more)")
     parser.add_argument("--smoke", action="store_true", help="a tiny fp32 model, 8 tokens; prints, writes nothing")
     args = parser.parse_args()
-    result = measure(args)
-    print(table(result))
+    result = {"name": run_name(args), **measure(args, parser)}
     if args.smoke:
+        print(section([result]))
         print("smoke run: nothing written")
         return
-    raw = _report.figure_path(f"{SECTION}_{args.shape}.json")
-    raw.write_text(json.dumps(result) + "\n")
-    _report.write_section(
-        SECTION,
-        f"""## GPU: what a rollout and a trained row cost ({result["device"]}, Qwen2.5-{args.shape} shape)
-
-`benchmarks/gpu_cost_curve.py`: one HF `generate` call of R rollouts, and one optimizer step on W rows, each of a
-{PROMPT_TOKENS}-token prompt and {result["tokens"]} completion tokens, on the random-weight model of `gpu_step.py`
-({result["parameters"]:,} parameters, bf16, gradient checkpointing, micro-batches of {MICRO_BATCH} rows, AdamW),
-interleaved in one process over {result["rounds"]} measured rounds after a warm-up round. Versions:
-{", ".join(f"{k} {v}" for k, v in result["versions"].items())}. Raw: [{raw.name}]({raw.name}).
-
-{table(result)}
-
-- Command: `python benchmarks/gpu_cost_curve.py --shape {args.shape} --tokens {args.tokens} --rounds {args.rounds}`
-""",
-    )
+    _report.figure_path(f"{result['name']}.json").write_text(json.dumps(result) + "\n")
+    results = [json.loads(path.read_text()) for path in sorted(_report.DOCS.glob(f"{SECTION}_*.json"))]
+    _report.write_section(SECTION, section(results))
 
 
 if __name__ == "__main__":

@@ -56,6 +56,7 @@ import numpy as np
 import torch
 from _report import command_line, environment, figure_path, write_section
 from dynamic_sampling import METHODS as DYNAMIC_SAMPLING
+from gpu_cost_curve import label as gpu_cost_label
 from gpu_cost_curve import summary as gpu_cost_fits
 from learning_efficiency import VLLM
 from transformers import TrainerCallback
@@ -94,7 +95,7 @@ PAPER = {
 """The PODS paper's reported per-step times as (rollouts generated, rows trained, seconds) per optimizer step of its
 two trainers. 8 GPUs: per-device batch 16; GRPO-GA with 16 accumulation steps trains 16 x 16 x 8 rows of 64 prompts,
 PODS with 4 trains 16 x 4 x 8 of 16 prompts x 128 rollouts."""
-GPU_COSTS = "gpu_cost_curve_0.5B.json"
+GPU_COSTS = "gpu_cost_curve_SmolLM2-135M_lora.json"
 """`gpu_cost_curve.py`'s measurement on a GPU (docs/), which prices every step of a run in the GPU projection."""
 
 
@@ -631,10 +632,12 @@ def gpu_text(runs: list[dict], measured: dict | None) -> str:
     return f"""
 
 Priced instead with costs measured on a GPU ([{GPU_COSTS}]({GPU_COSTS}), section "GPU: what a rollout and a trained \
-row cost"): {measured["device"]}, a random-weight model of Qwen2.5-{measured["shape"]}'s shape, {measured["tokens"]} \
-completion tokens, HF `generate`; per step {g:.2f} s per generation call + {1000 * a:.1f} ms per rollout + \
-{1000 * b:.1f} ms per trained row + {u:.2f} s per update, applied to each run's own steps up to the target (its \
-generation calls, rollouts and rows). Still a projection: another model, completion length and engine than the runs'.
+row cost"): {measured["device"]}, a random-weight {measured["dtype"]} model of {gpu_cost_label(measured)}, a \
+{measured["prompt_tokens"]}-token prompt and {measured["tokens"]} completion tokens, HF `generate`; per step \
+{g:.2f} s per generation call + {1000 * a:.2f} ms per rollout + {1000 * b:.1f} ms per trained row + {u:.2f} s per \
+update, applied to each run's own steps up to the target (its generation calls, rollouts and rows). Still a \
+projection: the runs' model and lengths, but HF `generate` instead of their vLLM engine, and none of TRL's other work \
+in a step (rewards, log-probabilities, the engine's weight sync).
 
 {tables}"""
 

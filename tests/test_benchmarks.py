@@ -35,10 +35,15 @@ def test_gpu_step_benchmark_smoke_mode_runs_and_writes_nothing():
     assert "GRPO-GA" in _run_smoke("gpu_step.py")
 
 
-def test_gpu_cost_curve_smoke_mode_times_every_size_and_fits_both_phases():
+@pytest.mark.parametrize("model", [[], ["--shape", "SmolLM2-135M", "--lora"]], ids=["qwen2-full", "llama-lora"])
+def test_gpu_cost_curve_smoke_mode_times_every_size_and_fits_both_phases(model):
     """`benchmarks/gpu_cost_curve.py --smoke` times a generate call per rollout count and an optimizer step per row
-    count on a tiny model, fits both phases, and leaves docs/ untouched."""
-    out = _run_smoke("gpu_cost_curve.py", "--rounds", "1", "--rollouts", "2", "8", "--rows", "2", "4")
+    count on a tiny model (a fully trained Qwen2, or a Llama trained through the demo's LoRA adapters), fits both
+    phases, and leaves docs/ untouched."""
+    out = _run_smoke("gpu_cost_curve.py", "--rounds", "1", "--rollouts", "2", "8", "--rows", "2", "4", *model)
+    trained = re.search(r"\(([\d,]+) parameters, ([\d,]+) trained;", out).groups()
+    parameters, trainable = (int(n.replace(",", "")) for n in trained)
+    assert (trainable < parameters / 2) if model else (trainable == parameters)
     assert re.findall(r"^\| (generation \| \d+ rollouts|update \| \d+ rows) \|", out, re.M) == [
         "generation | 2 rollouts",
         "generation | 8 rollouts",
