@@ -44,16 +44,22 @@ def cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
+def versions(packages: tuple[str, ...] = ("torch", "trl", "transformers")) -> dict[str, str]:
+    """Each package's installed version, or '(not installed)'."""
+    found = {}
+    for package in packages:
+        try:
+            found[package] = version(package)
+        except PackageNotFoundError:
+            found[package] = "(not installed)"
+    return found
+
+
 def environment() -> str:
     """Markdown lines with the versions and the machine."""
-    versions = []
-    for package in ("torch", "trl", "transformers"):
-        try:
-            versions.append(f"{package} {version(package)}")
-        except PackageNotFoundError:
-            versions.append(f"{package} (not installed)")
+    installed = ", ".join(f"{package} {v}" for package, v in versions().items())
     return (
-        f"- Versions: Python {platform.python_version()}, {', '.join(versions)}.\n"
+        f"- Versions: Python {platform.python_version()}, {installed}.\n"
         f"- Machine: {cpu_model()} ({os.cpu_count()} logical cores visible, shared with other jobs while measured), "
         f"{platform.system()} {platform.machine()}; no GPU, everything runs on the CPU."
     )

@@ -21,7 +21,7 @@ checkpointing). In one process, interleaved in rounds (the order rotated each ro
 generation = a x R + g (g: a call's cost whatever its size) and update = b x W + u.
 
     python benchmarks/gpu_cost_curve.py                 # on a CUDA GPU: adds its run to the gpu_cost_curve section
-    python benchmarks/gpu_cost_curve.py --shape SmolLM2-135M --lora --tokens 16 --prompt_tokens 64
+    python benchmarks/gpu_cost_curve.py --shape SmolLM2-135M --lora --tokens 16 --prompt_tokens 40 --rounds 5
     python benchmarks/gpu_cost_curve.py --smoke         # CPU or GPU: a tiny fp32 model, prints, writes nothing
 """
 
@@ -161,7 +161,7 @@ def measure(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
         "micro_batch": MICRO_BATCH,
         "rounds": args.rounds,
         "device": torch.cuda.get_device_name() if cuda else f"CPU: {_report.cpu_model()}",
-        "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__},
+        "versions": _report.versions(("torch", "transformers")),
         "times": times,
         "command": _report.command_line("gpu_cost_curve.py", parser, args),
     }

@@ -52,12 +52,11 @@ import socket
 import statistics
 import tempfile
 from collections.abc import Iterator
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 import torch
-from _report import command_line, cpu_model, environment, figure_path, write_section
+from _report import command_line, cpu_model, environment, figure_path, versions, write_section
 from dynamic_sampling import METHODS as DYNAMIC_SAMPLING
 from gpu_cost_curve import label as gpu_cost_label
 from gpu_cost_curve import summary as gpu_cost_fits
@@ -302,6 +301,10 @@ def timing(model: Path, args: argparse.Namespace) -> Iterator[dict]:
     after every run and after. Yields the measurement so far after each round, so a cut-short one keeps its rounds."""
     task, methods = args.tasks[0], args.methods
     on_gpu = args.engine == "hf" and torch.cuda.is_available()
+    where = {
+        "device": torch.cuda.get_device_name() if on_gpu else cpu_model(), "engine": ENGINES[args.engine][0],
+        "versions": versions(("torch", "transformers", "trl", "peft")),
+    }  # fmt: skip
     loads, records = [os.getloadavg()], []
     for round_ in range(args.timing_rounds):
         shift = round_ % len(methods)
@@ -314,16 +317,10 @@ def timing(model: Path, args: argparse.Namespace) -> Iterator[dict]:
             loads.append(os.getloadavg())
             print(f"timing round {round_} {method}: " + ", ".join(f"{r[1]:.2f}" for r in steps) + " s", flush=True)
         yield {
-            "device": torch.cuda.get_device_name() if on_gpu else cpu_model(),
-            "engine": ENGINES[args.engine][0], "task": task, "prompts_per_step": args.prompts_per_step,
-            "rounds": round_ + 1, "steps_per_run": args.timing_steps, "threads": 1,
-            "versions": versions(), "fields": ["method", "round", *STEP_FIELDS], "records": records, "load": loads,
+            **where, "task": task, "prompts_per_step": args.prompts_per_step, "rounds": round_ + 1,
+            "steps_per_run": args.timing_steps, "threads": 1, "fields": ["method", "round", *STEP_FIELDS],
+            "records": records, "load": loads,
         }  # fmt: skip
-
-
-def versions() -> dict[str, str]:
-    """The versions of the packages a step's time depends on."""
-    return {name: metadata.version(name) for name in ("torch", "transformers", "trl", "peft")}
 
 
 def seconds_per_step(timing_run: dict) -> dict[str, tuple[float, float, float]]:
