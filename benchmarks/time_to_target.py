@@ -29,11 +29,13 @@ run's first step, the engine's warm-up, left out). Minutes to target = steps to 
 Cost model, fitted by least squares on the timing run's steps: step time = a x rollouts generated + b x rows trained
 + c. GPU projection: the same counts priced with the a/b ratio of the PODS paper's reported step times (`PAPER`), and
 each run's steps priced with the per-call, per-rollout, per-row and per-update costs `gpu_cost_curve.py` measured on
-a GPU (`GPU_COSTS`).
+a GPU (`GPU_COSTS`). ``--engine hf`` on a CUDA machine trains the runs (or times the steps) on the GPU with TRL's HF
+``generate`` instead, into ``docs/time_to_target_gpu*``: steps and minutes to target from one engine and device.
 
     python benchmarks/time_to_target.py --tasks add2 --seeds 0 --steps 80 --eval_every 10 --full_runs --tag pilot
     python benchmarks/time_to_target.py --seeds 0 1 2 --methods 'PODS 16->4' ...      # measure (resumes)
     python benchmarks/time_to_target.py --timing                                     # minutes: an idle machine
+    python benchmarks/time_to_target.py --engine hf --tasks add2 --methods 'PODS 16->4' --seeds 0  # a GPU run
     python benchmarks/time_to_target.py --report                                     # write the section
     python benchmarks/time_to_target.py --smoke --tasks add2x1 --steps 2 --eval_every 1 --methods ...  # no files
     python benchmarks/time_to_target.py --smoke --timing --timing_rounds 1 --timing_steps 2 --methods ...
@@ -98,12 +100,16 @@ PAPER = {
 two trainers. 8 GPUs: per-device batch 16; GRPO-GA with 16 accumulation steps trains 16 x 16 x 8 rows of 64 prompts,
 PODS with 4 trains 16 x 4 x 8 of 16 prompts x 128 rollouts."""
 ENGINES = {"vllm": ("the vLLM CPU engine (colocate)", VLLM), "hf": ("TRL's HF `generate`", dict(use_vllm=False))}
-"""``--engine``: (words, training arguments). vLLM's CPU engine is every run's; HF ``generate`` is for ``--timing`` on
-a GPU, where vLLM could not be brought."""
+"""``--engine``: (words, training arguments). vLLM's CPU engine is the CPU runs'; HF ``generate`` trains and times on
+a GPU, where vLLM could not be brought (`GPU_RUNS`, `GPU_TIMING`)."""
 ON_GPU = dict(use_cpu=False, bf16=True)
 """The demo's arguments on a CUDA device: there instead of the CPU, in bf16 mixed precision."""
 GPU_TIMING = f"{NAME}_gpu_timing.json"
 """``--timing --engine hf``'s measurement on a GPU (docs/), which gives the measured GPU minutes."""
+GPU_RUNS = f"{NAME}_gpu.jsonl"
+"""The runs trained on a GPU with ``--engine hf`` (docs/): steps to target there, priced with `GPU_TIMING`."""
+GPU_PARALLEL = 15
+"""GPU runs trained at once on one GPU (a process each, ``xargs -P``): only their steps count, not their times."""
 GPU_COSTS = "gpu_cost_curve_SmolLM2-135M_lora.json"
 """`gpu_cost_curve.py`'s measurement on a GPU (docs/), which prices every step of a run in the GPU projection."""
 
@@ -206,6 +212,16 @@ class HeldOut(TrainerCallback):
             control.should_training_stop = True
 
 
+def device_name(engine: str) -> str:
+    """What trains with ``engine``: the GPU's name for ``hf`` on a CUDA machine (`ON_GPU`), else the CPU's model."""
+    return torch.cuda.get_device_name() if engine == "hf" and torch.cuda.is_available() else cpu_model()
+
+
+def measurement(args: argparse.Namespace, suffix: str) -> Path:
+    """docs/ file of a measurement: ``time_to_target`` + ``_TAG`` (--tag) + ``_gpu`` (--engine hf) + ``suffix``."""
+    return figure_path(f"{NAME}{f'_{args.tag}' if args.tag else ''}{'_gpu' if args.engine == 'hf' else ''}{suffix}")
+
+
 @functools.cache
 def base_accuracy(model: Path, task: str, seed: int) -> float:
     """The base model's greedy accuracy on the held-out problems of ``seed``."""
@@ -214,14 +230,15 @@ def base_accuracy(model: Path, task: str, seed: int) -> float:
     return report["results"][0]["accuracy"]
 
 
-def run(model: Path, task: str, method: str, seed: int, settings: dict) -> dict:
-    """Train one method on one task from one seed, until ``settings["stop_at"]`` is reached (if set) or for all its
-    steps; its curve ``[step, accuracy, rollouts, rows]`` (cumulative counts up to each checkpoint, step 0 the base
-    model) and its `step_records`."""
+def run(model: Path, task: str, method: str, seed: int, settings: dict, engine: str = "vllm") -> dict:
+    """Train one method on one task from one seed, generating with ``engine`` (`ENGINES`), until
+    ``settings["stop_at"]`` is reached (if set) or for all its steps; its curve ``[step, accuracy, rollouts, rows]``
+    (cumulative counts up to each checkpoint, step 0 the base model), its `step_records` and the device it trained on
+    (`device_name`)."""
     evaluation = HeldOut(task, seed, settings["stop_at"])
     with tempfile.TemporaryDirectory() as out:
         where = (model, out, task, seed, settings["steps"], settings["eval_every"], settings["prompts_per_step"])
-        steps = train_method(method, where, [evaluation])
+        steps = train_method(method, (*where, engine), [evaluation])
     field = {name: i for i, name in enumerate(STEP_FIELDS)}
 
     def up_to(step: int, name: str) -> float:
@@ -232,7 +249,8 @@ def run(model: Path, task: str, method: str, seed: int, settings: dict) -> dict:
     ]
     print(f"{task} {method:>22} seed {seed}: " + ", ".join(f"{s}: {a:.2f}" for s, a, *_ in curve)
           + f"; {statistics.mean(r[1] for r in steps):.1f} s/step", flush=True)  # fmt: skip
-    return {"task": task, "method": method, "seed": seed, "settings": settings, "curve": curve, "steps": steps}
+    return {"task": task, "method": method, "seed": seed, "settings": settings, "curve": curve, "steps": steps,
+            "device": device_name(engine)}  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------- resumable measurement
@@ -278,7 +296,7 @@ def append_run(raw: Path, result: dict) -> None:
 def measure(model: Path, args: argparse.Namespace) -> list[dict]:
     """Run the wanted runs, seed by seed with the methods interleaved, skipping those already measured (re-read before
     each run, so processes sharing the file skip each other's); each run is saved as it ends (not with --smoke)."""
-    raw = figure_path(f"{NAME}{f'_{args.tag}' if args.tag else ''}.jsonl")
+    raw = measurement(args, ".jsonl")
     settings = {task: run_settings(task, args) for task in args.tasks}
     wanted = [(task, method, seed) for seed in args.seeds for task in args.tasks for method in args.methods]
     measured = []
@@ -286,7 +304,7 @@ def measure(model: Path, args: argparse.Namespace) -> list[dict]:
         if not args.smoke and key not in pending(load_runs(raw), [key], settings):
             continue
         task, method, seed = key
-        measured.append(run(model, task, method, seed, settings[task]))
+        measured.append(run(model, task, method, seed, settings[task], args.engine))
         if not args.smoke:
             append_run(raw, measured[-1])
     return measured
@@ -300,9 +318,8 @@ def timing(model: Path, args: argparse.Namespace) -> Iterator[dict]:
     (the order rotated each round; round r trains from seed r), on the first of ``--tasks``; the load average before,
     after every run and after. Yields the measurement so far after each round, so a cut-short one keeps its rounds."""
     task, methods = args.tasks[0], args.methods
-    on_gpu = args.engine == "hf" and torch.cuda.is_available()
     where = {
-        "device": torch.cuda.get_device_name() if on_gpu else cpu_model(), "engine": ENGINES[args.engine][0],
+        "device": device_name(args.engine), "engine": ENGINES[args.engine][0],
         "versions": versions(("torch", "transformers", "trl", "peft")),
     }  # fmt: skip
     loads, records = [os.getloadavg()], []
@@ -679,6 +696,28 @@ target taken on the CPU (fp32 there, bf16 here).
 {tables}"""
 
 
+def gpu_runs_text(runs: list[dict], gpu_timing: dict | None) -> str:
+    """The runs trained on a GPU (`GPU_RUNS`): per task, `task_table` with the GPU's interleaved step times (no cost
+    model: there a generation call's fixed cost, which it lacks, dominates); '' without such runs."""
+    if not runs:
+        return ""
+    per_step = seconds_per_step(gpu_timing) if gpu_timing else None
+    tables = per_task(runs, lambda task_runs, target: task_table(task_runs, target, per_step, None))
+    return f"""
+
+**Runs to target on a GPU** ([{GPU_RUNS}]({GPU_RUNS})): every run trained to its target on \
+{", ".join(sorted({r["device"] for r in runs}))} with `--engine hf` (TRL's HF `generate`, bf16 mixed precision), \
+otherwise as on the CPU: the same arguments, tasks, seeds, stopping rule and held-out evaluation (greedy, fp32, on \
+the CPU). {GPU_PARALLEL} runs shared the GPU at a time (one process each), so their own step times do not count: \
+minutes are each run's steps to the target × its method's seconds per step measured on the GPU above. No cost \
+model: a × rollouts + b × rows + c leaves out the fixed cost of a generation call, which dominates there. Steps and \
+minutes here are from the same engine and device; a run still going when the device time ran out was lost, not \
+saved (the runs column counts those saved). Each run, on a CUDA machine: `python benchmarks/time_to_target.py \
+--engine hf --tasks TASK --methods METHOD --seeds SEED`, {GPU_PARALLEL} at a time (`xargs -P {GPU_PARALLEL}`).
+
+{tables}"""
+
+
 def gpu_text(runs: list[dict], measured: dict | None) -> str:
     """The projection priced with the costs `gpu_cost_curve.py` measured on a GPU, per task; '' without them."""
     if measured is None:
@@ -723,7 +762,7 @@ def report(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     if not runs:
         raise SystemExit(f"No runs of {list(TASKS)} in docs/{NAME}.jsonl yet: nothing to report.")
     pilot, pilot_timing = load_runs(figure_path(f"{NAME}_pilot.jsonl")), load_timing(f"{NAME}_pilot_timing.json")
-    timing_run = load_timing(f"{NAME}_timing.json")
+    timing_run, gpu_timing = load_timing(f"{NAME}_timing.json"), load_timing(GPU_TIMING)
     per_step = seconds_per_step(timing_run) if timing_run else None
     model = fit_cost_model(timing_run["records"]) if timing_run else None
     plot(runs, per_step, figure_path(f"{NAME}.png"))
@@ -769,7 +808,8 @@ trained groups whose rewards differ.
 
 **Interleaved step times and the cost model.** {timing_text(timing_run, model) if timing_run else PENDING}
 
-**GPU projection.** {projection_text(runs, load_timing(GPU_COSTS))}{gpu_timing_text(runs, load_timing(GPU_TIMING))}
+**GPU projection.** {projection_text(runs, load_timing(GPU_COSTS))}{gpu_timing_text(runs, gpu_timing)}\
+{gpu_runs_text([r for r in load_runs(figure_path(GPU_RUNS)) if r["task"] in TASKS], gpu_timing)}
 
 Raw runs (curve: step, accuracy, cumulative rollouts, cumulative rows; per-step records: {", ".join(STEP_FIELDS)}):
 [{NAME}.jsonl]({NAME}.jsonl){f"; timing run: [{NAME}_timing.json]({NAME}_timing.json)" if timing_run else ""}.
@@ -808,7 +848,7 @@ def main() -> None:
     parser.add_argument("--timing_rounds", type=int, default=3)
     parser.add_argument("--timing_steps", type=int, default=5, help="steps per method and round (the first unused)")
     parser.add_argument(
-        "--engine", choices=list(ENGINES), default="vllm", help="vLLM's CPU engine (the runs'), or HF generate (GPU)"
+        "--engine", choices=list(ENGINES), default="vllm", help="vLLM's CPU engine, or HF generate on a GPU (_gpu)"
     )
     parser.add_argument("--report", action="store_true", help="write the section from the saved runs")
     parser.add_argument("--smoke", action="store_true", help="print the tables; write nothing to docs/")
@@ -820,9 +860,9 @@ def main() -> None:
         parser.error(f"--steps is needed for tasks outside {list(TASKS)} (the pilot's)")
     if any(run_settings(task, args)["steps"] % args.eval_every for task in args.tasks):
         parser.error("the steps per run must be a multiple of --eval_every, so that the last step is evaluated")
-    if args.engine == "hf" and not (args.timing and (torch.cuda.is_available() or args.smoke)):
-        parser.error("--engine hf times steps on a GPU only (--timing, on a machine where torch sees CUDA; on a CPU "
-                     "with --smoke): the runs' steps to target come from the vLLM CPU engine")  # fmt: skip
+    if args.engine == "hf" and not (torch.cuda.is_available() or args.smoke):
+        parser.error("--engine hf trains on a GPU only (a machine where torch sees CUDA; on a CPU with --smoke): on "
+                     "the CPU the runs generate with the vLLM CPU engine")  # fmt: skip
     torch.set_num_threads(1)  # one run per core; vLLM's CPU engine keeps it
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM-CPU's default would take much more
     os.environ.setdefault("MASTER_PORT", str(free_port()))  # TRL tries 29500 first: processes side by side collide
@@ -830,10 +870,9 @@ def main() -> None:
         raise SystemExit("time_to_target.py measures on vLLM's CPU build: run it in the vLLM test environment.")
     model = fetch_smollm2()
     if args.timing:
-        name = f"{NAME}{f'_{args.tag}' if args.tag else ''}{'_gpu' if args.engine == 'hf' else ''}_timing.json"
         for timing_run in timing(model, args):
             if not args.smoke:  # after every round
-                figure_path(name).write_text(json.dumps(timing_run) + "\n")
+                measurement(args, "_timing.json").write_text(json.dumps(timing_run) + "\n")
         print(timing_text(timing_run, fit_cost_model(timing_run["records"])))
         return
     runs = measure(model, args)

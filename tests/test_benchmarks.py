@@ -3,6 +3,7 @@
 The GPU benchmarks cannot run here for real; the reward-throughput one takes minutes at full size.
 """
 
+import argparse
 import dataclasses
 import os
 import re
@@ -305,3 +306,25 @@ def test_time_to_target_engine_sets_generation_and_keeps_everything_else(time_to
     differing = {f.name for f in dataclasses.fields(args) if getattr(args, f.name) != getattr(vllm_args, f.name)}
     assert differing == (set() if engine == "vllm" else {"use_vllm", "vllm_max_model_length"})
     assert model_args.use_peft and model_args.lora_r == 16
+
+
+def test_time_to_target_gpu_runs_are_kept_apart_and_priced_with_gpu_step_times(time_to_target):
+    """Runs and timings with ``--engine hf`` go to their own ``_gpu`` files (never mixed with the vLLM CPU runs), and
+    the GPU runs' tables price their steps with the GPU timing's seconds per step and name the device."""
+    names = {
+        (tag, engine): time_to_target.measurement(argparse.Namespace(tag=tag, engine=engine), suffix).name
+        for tag in ("", "pilot") for engine in ("vllm", "hf") for suffix in (".jsonl",)
+    }  # fmt: skip
+    assert names == {("", "vllm"): "time_to_target.jsonl", ("", "hf"): "time_to_target_gpu.jsonl",
+                     ("pilot", "vllm"): "time_to_target_pilot.jsonl",
+                     ("pilot", "hf"): "time_to_target_pilot_gpu.jsonl"}  # fmt: skip
+    assert time_to_target.GPU_RUNS == names[("", "hf")]
+    assert time_to_target.gpu_runs_text([], None) == ""
+    curve = [[0, 0.1, 0, 0], [10, 0.2, 640, 160], [20, 0.75, 1280, 320]]
+    runs = [{"task": "add2", "method": "PODS 16->4", "seed": 0, "curve": curve, "device": "NVIDIA H200",
+             "steps": [[1, 99.0, 64, 16, 1.0, 0.5, 0.2, 9.0]]}]  # fmt: skip
+    timing = {"records": [["PODS 16->4", 0, 2, 1.5]]}
+    text = time_to_target.gpu_runs_text(runs, timing)
+    assert "NVIDIA H200" in text
+    row = next(line for line in text.splitlines() if line.startswith("| PODS 16->4"))
+    assert row.split(" | ")[1:5] == ["1/1", "20", "1280", "0.5"]  # 20 steps x 1.5 s, not the run's own 99 s
