@@ -415,8 +415,13 @@ def minutes_to_target(runs: list[dict], target: float, per_step: dict | None) ->
 
 
 def best_trl(values: dict[str, list[float]], runs_per_method: dict[str, int]) -> float | None:
-    """The lowest mean among the `trl.GRPOTrainer` settings all of whose runs reached the target, or None."""
-    means = [statistics.mean(v) for m, v in values.items() if m in TRL_GROUP_SIZES and len(v) == runs_per_method[m]]
+    """The lowest mean among the `trl.GRPOTrainer` settings all of whose runs reached the target and that have as
+    many runs as the most-measured setting (a setting with fewer, perhaps its fastest seeds, is no baseline), or
+    None."""
+    most = max((n for m, n in runs_per_method.items() if m in TRL_GROUP_SIZES), default=0)
+    means = [
+        statistics.mean(v) for m, v in values.items() if m in TRL_GROUP_SIZES and len(v) == runs_per_method[m] == most
+    ]
     return min(means) if means else None
 
 

@@ -281,7 +281,7 @@ def test_agent_modes_benchmark_smoke_mode_trains_every_method_with_the_tool():
 def test_time_to_target_minutes_table_compares_with_the_best_complete_trl_setting(time_to_target):
     """A minutes table counts each method's runs, gives mean (min–max) minutes over those that reached the target,
     and divides by the lowest mean among the `trl.GRPOTrainer` settings whose runs all reached it (a faster setting
-    with a run that missed the target is not the baseline)."""
+    with a run that missed the target, or with fewer runs than the most-measured setting, is not the baseline)."""
     runs = [{"method": m} for m in ["trl.GRPOTrainer 4"] * 2 + ["trl.GRPOTrainer 8"] * 2 + ["PODS 16->4"] * 2]
     minutes = {"trl.GRPOTrainer 4": [4.0, 6.0], "trl.GRPOTrainer 8": [1.0], "PODS 16->4": [2.0, 3.0]}
     rows = time_to_target.minutes_table(runs, minutes, "minutes").splitlines()
@@ -289,6 +289,15 @@ def test_time_to_target_minutes_table_compares_with_the_best_complete_trl_settin
     assert rows[2:] == [
         "| trl.GRPOTrainer 4 | 2 | 5.0 (4.0–6.0) | 1.00× |",
         "| trl.GRPOTrainer 8 | 2 | 1.0 | 0.20× |",
+        "| PODS 16->4 | 2 | 2.5 (2.0–3.0) | 0.50× |",
+    ]
+    # a faster setting with fewer runs than the others (its fastest seeds, perhaps) is not the baseline either
+    fewer = runs[:2] + runs[4:] + [{"method": "trl.GRPOTrainer 16"}]
+    minutes = {"trl.GRPOTrainer 4": [4.0, 6.0], "trl.GRPOTrainer 16": [1.0], "PODS 16->4": [2.0, 3.0]}
+    rows = time_to_target.minutes_table(fewer, minutes, "minutes").splitlines()
+    assert rows[2:] == [
+        "| trl.GRPOTrainer 4 | 2 | 5.0 (4.0–6.0) | 1.00× |",
+        "| trl.GRPOTrainer 16 | 1 | 1.0 | 0.20× |",
         "| PODS 16->4 | 2 | 2.5 (2.0–3.0) | 0.50× |",
     ]
 
