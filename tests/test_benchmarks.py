@@ -321,8 +321,8 @@ def test_time_to_target_gpu_runs_are_kept_apart_and_priced_with_gpu_step_times(t
     """Runs and timings with ``--engine hf`` go to their own ``_gpu`` files (never mixed with the vLLM CPU runs), and
     the GPU runs' tables price their steps with the GPU timing's seconds per step and name the device."""
     names = {
-        (tag, engine): time_to_target.measurement(argparse.Namespace(tag=tag, engine=engine), suffix).name
-        for tag in ("", "pilot") for engine in ("vllm", "hf") for suffix in (".jsonl",)
+        (tag, engine): time_to_target.measurement(argparse.Namespace(tag=tag, engine=engine), ".jsonl").name
+        for tag in ("", "pilot") for engine in ("vllm", "hf")
     }  # fmt: skip
     assert names == {("", "vllm"): "time_to_target.jsonl", ("", "hf"): "time_to_target_gpu.jsonl",
                      ("pilot", "vllm"): "time_to_target_pilot.jsonl",
