@@ -146,12 +146,13 @@ def verdict(accuracy_by_step: list[tuple[int, float]], steps_planned: int) -> li
     return lines
 
 
-def held_out(difficulty: str = "add1", seed: int = SEED, **kwargs) -> dict:
-    """Greedy accuracy on the 50 held-out problems of a training run with this ``seed`` (the demo's by default),
-    which that run does not train on when the difficulty has at least 100 distinct problems
-    (`trl_pods.arithmetic.train_test_arithmetic`); `trl_pods.evaluate.evaluate`'s report."""
+def held_out(difficulty: str = "add1", seed: int = SEED, problems: int = HELD_OUT, **kwargs) -> dict:
+    """Greedy accuracy on the ``problems`` held-out problems of a training run with this ``seed`` (the demo's by
+    default), which that run does not train on when the difficulty has at least twice as many distinct problems and
+    the run's `ScriptArguments.arithmetic_test_size` is ``problems`` (`trl_pods.arithmetic.train_test_arithmetic`);
+    `trl_pods.evaluate.evaluate`'s report."""
     args = EvalArguments(
-        task="arithmetic", arithmetic_difficulty=difficulty, arithmetic_seed=seed, max_problems=HELD_OUT,
+        task="arithmetic", arithmetic_difficulty=difficulty, arithmetic_seed=seed, max_problems=problems,
         temperature=0.0, max_new_tokens=16, device="cpu", **kwargs,
     )  # fmt: skip
     return evaluate(args)

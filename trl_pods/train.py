@@ -99,6 +99,13 @@ class ScriptArguments:
     arithmetic_train_size: int = field(
         default=2000, metadata={"help": "Training problems generated for the 'arithmetic' task."}
     )
+    arithmetic_test_size: int = field(
+        default=50,
+        metadata={
+            "help": "Held-out problems of the 'arithmetic' task (`trl-pods eval --max_problems`), which its training "
+            "problems exclude."
+        },
+    )
 
     def __post_init__(self):
         check_task(self.task, self.arithmetic_difficulty)
@@ -166,7 +173,7 @@ def load_datasets(script_args: ScriptArguments, seed: int):
     arithmetic = {}
     if task == "arithmetic":
         difficulty, size = script_args.arithmetic_difficulty, script_args.arithmetic_train_size
-        arithmetic = dict(difficulty=difficulty, seed=seed, n_train=size)
+        arithmetic = dict(difficulty=difficulty, seed=seed, n_train=size, n_test=script_args.arithmetic_test_size)
     train = load_task(task, "train", script_args.dataset_path, style, **arithmetic)
     evaluation = None
     if script_args.eval_dataset_path or script_args.eval_split:
