@@ -162,8 +162,8 @@ def main() -> None:
     parser.add_argument("--budgeted", action="store_true", help="budgeted generation: 6 per prompt on average, 4-8")
     parser.add_argument(
         "--dynamic",
-        choices=["refill", "screened"],
-        help="refill (2 draws at most) or screened (pilot 4 of twice the prompts)",
+        choices=["refill", "screened", "auto"],
+        help="refill (2 draws at most), screened (pilot 4 of twice the prompts) or auto (costs measured)",
     )
     parser.add_argument("--prompts", type=int, default=8, help="prompts in the data set (2: both in every step)")
     parser.add_argument("--steps", type=int, default=2, help="optimizer steps")
@@ -205,6 +205,8 @@ def main() -> None:
         extra.update(pods_generation="refill", pods_max_draws=2)
     if args.dynamic == "screened":
         extra.update(pods_generation="screened", pods_screen_ratio=2, pods_n_initial=4)
+    if args.dynamic == "auto":
+        extra.update(pods_generation="auto")
     if args.drop_constant:
         extra.update(pods_drop_constant_groups=True, shuffle_dataset=False, beta=0.1)
     model, tokenizer = load(args.model)

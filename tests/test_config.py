@@ -144,7 +144,7 @@ def test_adaptive_generation_defaults():
 @pytest.mark.parametrize(
     "options,message",
     [
-        (dict(pods_generation="dynamic"), "Unknown generation mode 'dynamic'. Use one of 'adaptive', 'budgeted'"),
+        (dict(pods_generation="dynamic"), "Unknown generation mode 'dynamic'. Use one of 'adaptive', 'auto', "),
         (dict(pods_n_initial=8), "pods_n_initial only applies to pods_generation='adaptive'"),
         (dict(pods_generation="adaptive", pods_n_initial=2), r"pods_n_initial \(2\) must be between pods_m \(4\)"),
         (dict(pods_generation="adaptive", pods_n_initial=32), r"and pods_n \(16\)"),
@@ -241,3 +241,45 @@ def test_refill_accepts_generations_spanning_optimizer_steps():
         gradient_accumulation_steps=2,
     )  # fmt: skip
     assert config.pods_max_draws == 3
+
+
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        (dict(pods_generation="refill", pods_draw_coverage=1.0), r"probability in \(0, 1\)"),
+        (dict(pods_generation="screened", pods_draw_coverage=0.9), "sizes the draws of pods_generation='refill'"),
+        (dict(pods_generation="refill", pods_max_prompt_ratio=4), "with pods_draw_coverage; unset it"),
+        (dict(pods_generation="auto", pods_max_prompt_ratio=0), "a whole number >= 1"),
+        (dict(pods_generation="refill", pods_auto_costs="call=1,rollout=0,step=1"), "pods_auto_costs gives"),
+        (dict(pods_generation="auto", pods_auto_costs="call=1,rollout=0"), "seconds for each of call, rollout"),
+        (
+            dict(pods_generation="auto", gradient_accumulation_steps=2, steps_per_generation=1),
+            r"pods_generation='auto' ends an epoch when its prompts run out",
+        ),
+        (dict(pods_generation="auto", pods_cross_group=True, pods_advantage_scope="all"), "use one or the other"),
+    ],
+    ids=[
+        "coverage-1",
+        "coverage-screened",
+        "ratio-exact-refill",
+        "ratio-0",
+        "costs-refill",
+        "costs-form",
+        "auto-epoch-mid-step",
+        "auto-cross-group",
+    ],  # fmt: skip
+)
+def test_rejects_draw_sizing_options_where_they_do_not_apply(options, message):
+    """Draw sizing: a coverage is a probability and sizes only refill's and auto's draws; the prompt ratio bounds
+    only sized draws; given costs are auto's, in their one form; auto draws like refill, so its epochs must end an
+    optimizer step and it does not combine with cross-group selection."""
+    with pytest.raises(ValueError, match=message):
+        make(pods_m=4, pods_n=16, per_device_train_batch_size=8, **options)
+
+
+def test_sized_draws_default_to_four_prompts_per_trained_prompt():
+    """Sized refill and auto lay out room for 4 prompts per trained prompt unless told; exact refill keeps its
+    pods_max_draws (its draws never exceed it), so its selections stay as pinned."""
+    assert make(pods_m=4, pods_generation="auto").pods_max_prompt_ratio == 4
+    assert make(pods_m=4, pods_generation="refill", pods_draw_coverage=0.9).pods_max_prompt_ratio == 4
+    assert make(pods_m=4, pods_generation="refill").pods_max_prompt_ratio is None

@@ -35,7 +35,9 @@ class GroupSpy(SpyTrainer):
         return phase1
 
 
-def _train(model_path, out, generation: str, steps: int = STEPS, **options) -> tuple[GroupSpy, RoleReward]:
+def _train(
+    model_path, out, generation: str, steps: int = STEPS, prompts: int = PROMPTS, **options
+) -> tuple[GroupSpy, RoleReward]:
     model, tokenizer = load(model_path)
     config = pods_config(
         out,
@@ -47,7 +49,7 @@ def _train(model_path, out, generation: str, steps: int = STEPS, **options) -> t
         **options,
     )
     reward = RoleReward(ROLES)
-    trainer = GroupSpy(model, reward, config, train_dataset=prompts_dataset(PROMPTS), processing_class=tokenizer)
+    trainer = GroupSpy(model, reward, config, train_dataset=prompts_dataset(prompts), processing_class=tokenizer)
     trainer.train()
     return trainer, reward
 
@@ -83,6 +85,30 @@ def test_refill_draws_for_missing_groups_and_trains_on_groups_with_contrast(tiny
     assert len(sizes) == sum(draws) and all(1 <= d <= 3 for d in draws)
     assert [e["pods/generation_calls"] for e in logs] == [float(d) for d in draws]
     assert [e["pods/prompts_drawn"] for e in logs] == [float((s["counts"] > 0).sum()) for s in trainer.selections]
+
+
+def test_sized_refill_and_auto_draw_in_fewer_calls(tiny_model_path, tmp_path, monkeypatch):
+    """Refill with pods_draw_coverage and auto (with given costs: a call dear, rollouts cheap) over-draw in their
+    first call from the contrast rate (a prior, then what the run observed), so they make fewer generate calls than
+    refill drawing exactly the missing groups; every check of a refill generation holds (B trained groups of M rows,
+    contrast first, each rollout scored once, room for 4 prompts per trained prompt); auto gives every prompt of a
+    generation the same count, 2 or 4, and logs its choice."""
+    sizes = record_generate_sizes(monkeypatch)
+    _train(tiny_model_path, tmp_path / "exact", "refill", prompts=36, pods_max_draws=3)
+    exact_calls = len(sizes)
+    sized, reward = _train(
+        tiny_model_path, tmp_path / "sized", "refill", prompts=36, pods_max_draws=3, pods_draw_coverage=0.9
+    )
+    _check(sized, reward, pool=4)
+    assert len(sizes) - exact_calls < exact_calls, sizes
+    assert all(int((phase1["counts"] > 0).sum()) > B for phase1 in sized.selections), "drew beyond the batch"
+    costs = "call=1.0,rollout=0.0001,step=0.3"
+    auto, reward = _train(tiny_model_path, tmp_path / "auto", "auto", prompts=36, pods_auto_costs=costs)
+    logs = _check(auto, reward, pool=4)
+    for phase1 in auto.selections:
+        generated = phase1["counts"][phase1["counts"] > 0]
+        assert len(set(generated.tolist())) == 1 and generated[0].item() in (2, 4)
+    assert all(e["pods/rollouts_per_prompt"] in (2.0, 4.0) and e["pods/exploring"] == 0.0 for e in logs)
 
 
 def test_a_refill_epoch_generates_for_every_prompt_once(tiny_model_path, tmp_path):

@@ -156,6 +156,7 @@ TWO_PROCESS_MODES = {
     "budgeted": (["--reward_funcs", "helpers.slow_even_solved_reward", "--pods_generation", "budgeted",
                   "--pods_budget", "6"], 8),
     "refill": ([*RARE, "--pods_generation", "refill", "--pods_max_draws", "3"], 24),
+    "auto": ([*RARE, "--pods_generation", "auto", "--pods_auto_costs", "call=1,rollout=0.001,step=0.5"], 48),
     "screened": ([*RARE, "--pods_generation", "screened", "--pods_screen_ratio", "2", "--pods_n_initial", "2"], 16),
 }  # fmt: skip
 
@@ -178,7 +179,7 @@ def test_killed_two_process_run_resumes_exactly_mid_epoch(tiny_model_path, tmp_p
     counts = [count for record in expected.values() for count in record["generated"]]
     if mode == "adaptive":
         assert 8 in counts and 4 in counts, f"both one-wave and topped-up groups must occur: {counts}"
-    if mode == "refill":  # some generation drew further prompts for its groups without contrast
+    if mode in ("refill", "auto"):  # some generation drew further prompts for its groups without contrast
         assert any(sum(c > 0 for c in record["generated"]) > 4 for record in expected.values()), expected
     if mode == "screened":  # pool prompts piloted only, and chosen ones committed
         assert {2, 8} <= set(counts), counts

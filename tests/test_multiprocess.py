@@ -213,6 +213,19 @@ def test_dynamic_sampling_vllm_server_with_two_processes(tiny_model_path, tmp_pa
         assert r0["kept"] == r1["kept"] and r0["counts"] == r1["counts"]
 
 
+def test_auto_plans_alike_on_two_processes_from_measured_costs(tiny_model_path, tmp_path):
+    """Auto generation with costs measured on 2 ranks, whose timings differ: each generation's timing is the most
+    either rank measured, so both explore for the same three generations, then plan alike from the fitted costs
+    (the same rollouts per prompt and draws on both ranks, no collective out of step), and both select alike."""
+    options = ("--dynamic", "auto", "--reward", "sevens-constant", "--steps", "5", "--prompts", "24")
+    ranks = run_worker(tiny_model_path, tmp_path, 2, *options, timeout=400)
+    plans = [[(e["pods/exploring"], e["pods/rollouts_per_prompt"]) for e in r["logs"] if "pods/exploring" in e]
+             for r in ranks]  # fmt: skip
+    assert plans[0] == plans[1] and [exploring for exploring, _ in plans[0]] == [1.0, 1.0, 1.0, 0.0, 0.0], plans
+    for r0, r1 in zip(ranks[0]["records"], ranks[1]["records"], strict=True):
+        assert r0["kept"] == r1["kept"] and r0["counts"] == r1["counts"]
+
+
 def test_dropped_groups_are_counted_over_all_processes(tiny_model_path, tmp_path):
     """Dropping constant groups with a sequence-averaged loss (grpo, with KL), 2 processes x 2 accumulation steps:
     rank 0 holds only dropped rows, rank 1 none. The optimizer step's loss (mean over ranks of the summed

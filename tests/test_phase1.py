@@ -78,9 +78,9 @@ class FakeSteps:
         others = [torch.tensor(values).view(-1, 1) for values in self.others.pop(0)] if self.others else []
         return torch.cat([local, *others]), {"note": [f"r{i}" for i in range(max(real, 1))]}
 
-    def steps(self, draws: list[str] | None = None) -> GenerationSteps:
+    def steps(self, draws: list[str] | None = None, n: int = 2) -> GenerationSteps:
         """The steps; ``draws`` is the order refill's further prompts are read in (all processes', this process
-        being the first: each draw serves the processes in order)."""
+        being the first: each draw serves the processes in order), each drawn prompt ``n`` rows (the slots)."""
         pending = list(draws or [])
 
         def group_keys(rows: list[dict]) -> list:
@@ -91,7 +91,7 @@ class FakeSteps:
             taken = [pending.pop(0) for _ in range(min(sum(counts), len(pending)))]
             got = [min(count, len(taken) - sum(counts[:r])) for r, count in enumerate(counts)]
             got = [max(count, 0) for count in got]
-            return got, _inputs(taken[: got[0]], 2)
+            return got, _inputs(taken[: got[0]], n)
 
         @contextmanager
         def one_weight_load():
@@ -110,7 +110,8 @@ def test_fixed_generation_generates_and_scores_every_row_once_then_keeps_m():
     inputs = _inputs(["a", "b"], 4)
     rollouts = generate_and_score(inputs, settings, FixedMode(), fake.steps())
     assert fake.calls == [("generate", ["a"] * 4 + ["b"] * 4, 4), ("score", 8, 8)], "N per prompt at once"
-    assert rollouts.counts.tolist() == [4, 4] and rollouts.calls == 1 and rollouts.metrics == {}
+    assert rollouts.counts.tolist() == [4, 4] and rollouts.calls == 1
+    assert rollouts.metrics == {"generation_calls": 1.0}
     assert rollouts.extra_columns == {"note": [f"r{i}" for i in range(8)]}, "log_extra in slot layout"
     selection = select_rollouts(rollouts.rewards_per_func, rollouts.counts, len(inputs), 2, 0, settings)
     assert selection.kept.tolist() == [[True, True, False, False], [False, False, True, True]]
@@ -225,7 +226,8 @@ def test_refill_draws_further_prompts_for_the_missing_groups_on_every_process():
     fake = FakeSteps({"a": [1.0, 1.0], "b": [0.0, 1.0], "c": [0.0, 1.0]}, others=[[0.0, 1.0, 1.0, 0.0], [nan, nan]])
     settings = _settings(n=2, processes=2)
     inputs = _inputs(["a", "b"], 2)
-    rollouts = generate_and_score(inputs, settings, RefillMode(_config(pods_max_draws=2)), fake.steps(["c", "e", "f"]))
+    mode = RefillMode(_config(pods_max_draws=2, pods_draw_coverage=None))
+    rollouts = generate_and_score(inputs, settings, mode, fake.steps(["c", "e", "f"]))
     assert fake.calls == [
         ("weights loaded",),  # a draw depends on the last one's rewards: one weight load for all
         ("generate", ["a", "a", "b", "b"], 2),
@@ -252,7 +254,7 @@ def test_refill_draws_further_prompts_for_the_missing_groups_on_every_process():
 def test_refill_fills_with_groups_without_contrast_after_its_last_draw():
     """When the draws run out (max_draws), the remainder is filled with the first drawn groups without contrast."""
     fake = FakeSteps({"a": [1.0, 1.0], "b": [0.0, 0.0], "c": [1.0, 0.0], "d": [1.0, 1.0]})
-    mode = RefillMode(_config(pods_max_draws=2))
+    mode = RefillMode(_config(pods_max_draws=2, pods_draw_coverage=None))
     rollouts = generate_and_score(_inputs(["a", "b"], 2), _settings(n=2), mode, fake.steps(draws=["c", "d", "e"]))
     assert [call[1] for call in fake.calls if call[0] in ("generate", "draw")] == [
         ["a", "a", "b", "b"],
@@ -267,7 +269,7 @@ def test_refill_stops_drawing_when_the_epoch_runs_out():
     """A draw may get fewer prompts than missing (the epoch's last ones): refill generates for what it got, asks
     again for what is still missing, and stops when a draw gets nothing, filling with groups without contrast."""
     fake = FakeSteps({"a": [1.0, 1.0], "b": [0.0, 0.0], "c": [1.0, 1.0]})
-    mode = RefillMode(_config(pods_max_draws=3))
+    mode = RefillMode(_config(pods_max_draws=3, pods_draw_coverage=None))
     rollouts = generate_and_score(_inputs(["a", "b"], 2), _settings(n=2), mode, fake.steps(draws=["c"]))
     assert [call[1] for call in fake.calls if call[0] in ("generate", "draw")] == [
         ["a", "a", "b", "b"],

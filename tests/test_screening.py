@@ -92,21 +92,27 @@ def test_refill_choice_takes_contrast_in_draw_order_then_fills_with_the_first_ot
 
 def test_what_each_mode_reads_and_lays_out():
     """The data loader reads screened's pool (its ratio of prompts per trained prompt), which its layout holds;
-    refill reads the batch only, and its layout keeps room for its most draws; the others read and lay out the
-    batch."""
+    refill reads the batch only, and its layout keeps room for its most draws, or with sized draws (and auto) for
+    pods_max_prompt_ratio prompts per trained one; the others read and lay out the batch."""
     config = SimpleNamespace(
         pods_generation="fixed", pods_screen_ratio=3, pods_max_draws=4, pods_n_initial=2, pods_screen_rule="frontier",
         pods_m=2, pods_n=4, pods_budget=3, pods_allocation="expected_signal", pods_history_size=10,
-        pods_history_decay=0.8,
+        pods_history_decay=0.8, pods_draw_coverage=None, pods_max_prompt_ratio=5, pods_auto_costs=None,
     )  # fmt: skip
     layout = {}
-    for name in ("fixed", "adaptive", "budgeted", "refill", "screened"):
-        mode = build_generation_mode(SimpleNamespace(**{**vars(config), "pods_generation": name}))
+    modes = {name: dict(pods_generation=name) for name in ("fixed", "adaptive", "budgeted", "refill", "screened")}
+    modes.update(
+        {"sized refill": dict(pods_generation="refill", pods_draw_coverage=0.9), "auto": dict(pods_generation="auto")}
+    )
+    for name, options in modes.items():
+        mode = build_generation_mode(SimpleNamespace(**{**vars(config), **options}))
         layout[name] = (mode.prompts_read, mode.groups_laid_out, mode.draws, mode.dependent_waves)
     assert layout == {
         "fixed": (1, 1, False, False),
         "adaptive": (1, 1, False, True),
         "budgeted": (1, 1, False, False),
         "refill": (1, 4, True, True),
+        "sized refill": (1, 5, True, True),
         "screened": (3, 3, False, True),
+        "auto": (1, 5, True, True),
     }

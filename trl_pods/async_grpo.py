@@ -58,21 +58,16 @@ from trl.experimental.async_grpo.async_rollout_worker import (
 from .adaptive import has_contrast
 from .advantages import population_group_advantages
 from .budget import prompt_key
-from .config import ADVANTAGE_SCOPES, PODSConfig, _check_budgeted_generation, _resolve_group_sizes, _resolve_n_initial
+from .config import _check_budgeted_generation, _resolve_group_sizes, _resolve_n_initial
 from .down_sampling import DownSampler, get_down_sampler
+from .fields import ADVANTAGE_SCOPES, PODSFields
 from .streaming import PromptStream, StreamGroup, WindowResult, build_stream_mode, window_size
 
 ROLLOUT_STATE = "rollout_state.json"  # TRL's file of a checkpoint's resume position
 
 
-def _synchronous_field(name: str) -> Any:
-    """A `PODSConfig` field, default and help: the asynchronous trainer gives it the same meaning."""
-    spec = PODSConfig.__dataclass_fields__[name]
-    return field(default=spec.default, metadata=spec.metadata)
-
-
 @dataclass
-class PODSAsyncGRPOConfig(AsyncGRPOConfig):
+class PODSAsyncGRPOConfig(PODSFields, AsyncGRPOConfig):
     r"""
     Configuration for [`PODSAsyncGRPOTrainer`]: every [`trl.experimental.async_grpo.AsyncGRPOConfig`] parameter, with
     its TRL meaning, plus the parameters below.
@@ -84,100 +79,21 @@ class PODSAsyncGRPOConfig(AsyncGRPOConfig):
     rollouts.
 
     Parameters:
-        > Parameters that control PODS in the rollout worker
+        > The PODS parameters both trainers take (`trl_pods.fields.PODSFields`): `num_generations`, `pods_n`,
+        > `pods_m`, `pods_down_sampler`, `pods_advantage_scope`, `pods_generation`, `pods_n_initial`, `pods_budget`,
+        > `pods_allocation`, `pods_history_size`, `pods_history_decay`, `pods_screen_ratio`, `pods_screen_rule`. In
+        > the rollout worker (`trl_pods.streaming`) a mode decides each window of prompts; refill drops a prompt
+        > whose rewards are all equal (the stream goes on to the next), screened drops the pilots it does not
+        > choose, and a mode that draws further prompts into a generation (auto) is refused.
 
-        pods_n (`int`, *optional*):
-            Rollouts generated and scored per prompt (N), the most with adaptive and budgeted generation. Defaults to
-            `4 * pods_m`.
-        pods_m (`int`, *optional*):
-            Rollouts per prompt queued for training (M). Defaults to `num_generations` (8 if neither is set).
-        pods_down_sampler (`str`, *optional*, defaults to `"max_variance"`):
-            Rule that picks the M kept rollouts, from the registry of `trl_pods.down_sampling` or a dotted path.
-        pods_advantage_scope (`str`, *optional*, defaults to `"kept"`):
-            Rewards the advantage mean and std are taken over: the M kept (`"kept"`) or all the prompt's (`"all"`).
-        pods_generation (`str`, *optional*, defaults to `"fixed"`):
-            How many rollouts each prompt gets (`trl_pods.streaming`): `"fixed"` (`pods_n`), `"refill"` (`pods_n`,
-            and a prompt whose rewards are all equal is dropped), `"adaptive"` (`pods_n_initial`, doubled while the
-            rewards are all equal, at most `pods_n`), `"budgeted"` (`pods_budget` on average over each window, from
-            each prompt's history), `"screened"` (a pilot of `pods_n_initial` for `pods_screen_ratio` x
-            `pods_window` prompts, the rest of `pods_n` for the `pods_window` that `pods_screen_rule` picks, the
-            others dropped), or a mode of `trl_pods.generation_modes` that draws no prompts.
-        pods_n_initial (`int`, *optional*):
-            Adaptive: rollouts per prompt in the first wave (`pods_m` to `pods_n`); screened: in the pilot (2 to
-            `pods_n`). Defaults to `pods_m`.
-        pods_budget (`float`, *optional*):
-            Budgeted: mean rollouts per prompt over each window (`pods_m` to `pods_n`).
-        pods_allocation, pods_history_size, pods_history_decay:
-            Budgeted: as in `PODSConfig`.
-        pods_screen_ratio (`int`, *optional*, defaults to `2`):
-            Screened: prompts piloted per trained prompt.
-        pods_screen_rule (`str`, *optional*, defaults to `"frontier"`):
-            Screened: as in `PODSConfig`.
+        > Parameters of the rollout worker only
+
         pods_window (`int`, *optional*):
             Prompts the worker decides for together, in place of a batch: budgeted shares `pods_budget x
             pods_window` rollouts among them; screened trains on the `pods_window` its rule picks of
             `pods_screen_ratio x pods_window` piloted. Defaults to 8 for those two, 1 (each prompt alone) otherwise.
     """
 
-    num_generations: int | None = field(
-        default=None,
-        metadata={"help": "Group size the trainer sees. With PODS this is `pods_m`; set either one (8 if neither)."},
-    )
-    pods_n: int | None = field(
-        default=None,
-        metadata={
-            "help": "Rollouts the worker generates and scores per prompt (N), the most with adaptive and budgeted "
-            "generation. Defaults to 4 * pods_m."
-        },
-    )
-    pods_m: int | None = field(
-        default=None,
-        metadata={
-            "help": "Rollouts per prompt the worker queues for training (M). Defaults to num_generations; the two "
-            "may not disagree."
-        },
-    )
-    pods_down_sampler: str = field(
-        default="max_variance",
-        metadata={
-            "help": "Rule choosing the kept rollouts: 'max_variance', 'max_reward', 'random', a registered name, or a "
-            "dotted import path to fn(rewards[G, N], m, *, generator=None) -> indices[G, m]."
-        },
-    )
-    pods_advantage_scope: str = field(
-        default="kept",
-        metadata={
-            "help": "Rewards the advantage mean/std are computed over: 'kept' (the M kept) or 'all' (every rollout "
-            "of the prompt).",
-            "choices": list(ADVANTAGE_SCOPES),
-        },
-    )
-    pods_generation: str = field(
-        default="fixed",
-        metadata={
-            "help": "'fixed': pods_n rollouts per prompt. 'refill' (dynamic sampling): pods_n, and a prompt whose "
-            "rewards are all equal is dropped. 'adaptive': pods_n_initial, doubled while the rewards are all equal, "
-            "at most pods_n. 'budgeted': pods_budget per prompt on average over each window, from each prompt's "
-            "history. 'screened': a pilot of pods_n_initial for pods_screen_ratio x pods_window prompts, the rest of "
-            "pods_n for the pods_window that pods_screen_rule picks, the others dropped. Or a mode registered with "
-            "trl_pods.generation_modes (or a dotted path) that draws no prompts."
-        },
-    )
-    pods_n_initial: int | None = _synchronous_field("pods_n_initial")
-    pods_budget: float | None = field(
-        default=None,
-        metadata={"help": "Budgeted: mean rollouts per prompt over each window (pods_m <= pods_budget <= pods_n)."},
-    )
-    pods_allocation: str = _synchronous_field("pods_allocation")
-    pods_history_size: int = _synchronous_field("pods_history_size")
-    pods_history_decay: float = _synchronous_field("pods_history_decay")
-    pods_screen_ratio: int = field(
-        default=2,
-        metadata={
-            "help": "Screened: prompts piloted per trained prompt; the others are dropped (visited, not trained)."
-        },
-    )
-    pods_screen_rule: str = _synchronous_field("pods_screen_rule")
     pods_window: int | None = field(
         default=None,
         metadata={

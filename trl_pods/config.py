@@ -7,17 +7,20 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from .budget import get_allocation_rule
+from .costs import parse_costs
 from .down_sampling import get_down_sampler
+from .fields import ADVANTAGE_SCOPES, PODSFields
 from .generation_modes import get_generation_mode
 from .losses import MICRO_BATCH_TOKEN_LOSSES, SEQUENCE_AVERAGE_LOSSES
 from .schedules import SCHEDULES
 from .screening import get_screen_rule
 
-ADVANTAGE_SCOPES = ("kept", "all")
+DRAWING = ("refill", "auto")  # the generation modes that draw further prompts into a generation
+DEFAULT_PROMPT_RATIO = 4  # pods_max_prompt_ratio's default
 
 
 @dataclass
-class PODSConfig(GRPOConfig):
+class PODSConfig(PODSFields, GRPOConfig):
     r"""
     Configuration for [`PODSGRPOTrainer`]: every [`trl.GRPOConfig`] parameter, with its TRL meaning, plus the
     parameters below.
@@ -31,20 +34,9 @@ class PODSConfig(GRPOConfig):
     (True) wherever bf16 can run, and is False on a machine without a bf16 GPU (e.g. a laptop: float32 on the CPU).
 
     Parameters:
-        > Parameters that control PODS down-sampling
-
-        pods_n (`int`, *optional*):
-            Rollouts generated and scored per prompt (N). Defaults to `4 * pods_m`, the ratio of every setting in the
-            PODS paper.
-        pods_m (`int`, *optional*):
-            Rollouts kept per prompt for the policy update (M): the GRPO group size of the update. Defaults to
-            `num_generations` (8 if neither is set); setting both to different values is an error.
-        pods_down_sampler (`str`, *optional*, defaults to `"max_variance"`):
-            Rule that picks the M kept rollouts: `"max_variance"`, `"max_reward"`, `"random"`, another name registered
-            with `trl_pods.register_down_sampler`, or a dotted import path `"pkg.module.fn"`.
-        pods_advantage_scope (`str`, *optional*, defaults to `"kept"`):
-            Rewards the advantage baseline is computed over: `"kept"` (mean and std of the M kept rewards, as in the
-            paper) or `"all"` (of all N generated rewards, as in D3S).
+        > The PODS parameters both trainers take (`trl_pods.fields.PODSFields`): `num_generations`, `pods_n`,
+        > `pods_m`, `pods_down_sampler`, `pods_advantage_scope`, `pods_generation`, `pods_n_initial`, `pods_budget`,
+        > `pods_allocation`, `pods_history_size`, `pods_history_decay`, `pods_screen_ratio`, `pods_screen_rule`.
 
         > Parameters of D3S, dynamic schedules and memory-bounded generation
 
@@ -72,54 +64,29 @@ class PODSConfig(GRPOConfig):
             Generate with HF `generate` in rounds of at most this many sequences, so that peak generation memory is
             set by it rather than by the number of rollouts (Infinite Sampling's micro-groups).
 
-        > Parameters of adaptive and budgeted generation, and observability
+        > Parameters of the synchronous generation modes (see `pods_generation`), and observability
 
-        pods_generation (`str`, *optional*, defaults to `"fixed"`):
-            `"fixed"`: every prompt gets `pods_n` rollouts. `"adaptive"`: every prompt gets `pods_n_initial`, and a
-            prompt whose scored rewards are all equal gets more in further waves, its count doubling each wave,
-            until its rewards differ or it holds `pods_n` (then the maximum); the down-sampler picks `pods_m` from
-            what each prompt got (`trl_pods.adaptive`). `"budgeted"`: before generating, each prompt gets between
-            `pods_m` and `pods_n` rollouts, `pods_budget` per prompt on average, allocated from what its earlier
-            visits showed (`trl_pods.budget`). Adaptive learns which prompts lack contrast by generating for them,
-            in up to `1 + log2(pods_n / pods_n_initial)` dependent waves and with no cap on the total; budgeted
-            spends a fixed budget in one call, and needs prompts that recur (epochs) to do better than spreading it
-            evenly.
-            `"refill"` (DAPO's dynamic sampling) and `"screened"` (pilot, then commit) choose *which* prompts to train
-            on (`trl_pods.refill`, `trl_pods.screening`): refill generates `pods_n` for the batch's prompts and draws
-            further prompts for
-            the groups without contrast, at most `pods_max_draws` draws, reading them from the epoch's order only
-            when it draws them (`trl_pods.prompt_order`: an epoch ends when its prompts run out); screened reads
-            `pods_screen_ratio` times the batch's prompts, generates a pilot of `pods_n_initial` for each and gives
-            the remaining rollouts to those `pods_screen_rule` picks. Prompts generated for and not trained on are
-            consumed for the epoch. Every mode works with tools, environments, `rollout_func` and images. A mode of
-            your own: a name registered with `trl_pods.generation_modes.register_generation_mode`, or a dotted path.
-        pods_n_initial (`int`, *optional*):
-            Rollouts per prompt in the first wave of adaptive generation (between `pods_m` and `pods_n`), or in the
-            pilot of screened generation (between 2 and `pods_n`). Defaults to `pods_m`.
-        pods_budget (`float`, *optional*):
-            Budgeted generation: mean rollouts generated per prompt per generation (between `pods_m` and `pods_n`).
-            Each process spends `floor(pods_budget x its prompts)` rollouts on its own prompts, so processes generate
-            alike and none pads.
-        pods_allocation (`str`, *optional*, defaults to `"expected_signal"`):
-            Budgeted generation: the rule scoring what `n` rollouts of a prompt are worth, maximised under the budget:
-            `"expected_signal"` (probability of contrast x p(1-p)^2, over the history's uncertainty), `"contrast"`,
-            a name registered with `trl_pods.budget.register_allocation_rule`, or a dotted import path.
-        pods_history_size (`int`, *optional*, defaults to `1000000`):
-            Budgeted generation: the most prompts whose reward history is kept (the least recently visited are
-            forgotten first); under 100 bytes per prompt with 0/1 rewards (a test bounds it), 64 more with
-            continuous rewards (16 quantile bins).
-        pods_history_decay (`float`, *optional*, defaults to `0.8`):
-            Budgeted generation: weight of a prompt's earlier outcomes at each new visit (1.0: every visit counts
-            alike), so the history follows the changing policy.
+        Adaptive generation learns which prompts lack contrast by generating for them, in up to `1 + log2(pods_n /
+        pods_n_initial)` dependent waves and with no cap on the total; budgeted spends a fixed budget in one call, and
+        needs prompts that recur (epochs) to do better than spreading it evenly. Refill reads the prompts it draws
+        from the epoch's order only when it draws them (`trl_pods.prompt_order`: an epoch ends when its prompts run
+        out). Every mode works with tools, environments, `rollout_func` and images.
+
         pods_max_draws (`int`, *optional*, defaults to `3`):
-            Refill: the most draws (generation calls) per generation, the first being the data loader's batch; the
-            further prompts are read when drawn.
-        pods_screen_ratio (`int`, *optional*, defaults to `2`):
-            Screened: prompts piloted per trained prompt (the data loader reads that many).
-        pods_screen_rule (`str`, *optional*, defaults to `"frontier"`):
-            Screened: the rule picking the prompts to train on from their pilots: `"frontier"` (pilot contrast first,
-            a quarter of the picks reserved for prompts whose pilot all failed), `"contrast"`, `"random"`, a name
-            registered with `trl_pods.screening.register_screen_rule`, or a dotted import path.
+            Refill and auto: the most draws (generation calls) per generation, the first being the data loader's
+            batch; the further prompts are read when drawn.
+        pods_draw_coverage (`float`, *optional*):
+            Refill: size each draw from the contrast rate the run has observed, so that the groups with contrast
+            cover what the step lacks with this probability (e.g. 0.9): the first call already generates for more
+            prompts than the batch, and a later call only for what is still missing (`trl_pods.refill`). Unset:
+            draw exactly the missing groups. Auto: the coverage of its later draws (default 0.9).
+        pods_max_prompt_ratio (`int`, *optional*):
+            Refill with `pods_draw_coverage`, and auto: the most prompts generated for in one generation, per prompt
+            trained on (the room laid out). Defaults to 4.
+        pods_auto_costs (`str`, *optional*):
+            Auto: the costs to plan with instead of measuring them on the run, as seconds
+            `"call=...,rollout=...,step=..."` (a generation call, a rollout per process, the rest of a step). With
+            them every choice is reproducible; e.g. another machine's measured costs, to plan for it.
         pods_log_all_rollouts (`bool`, *optional*, defaults to `False`):
             With `log_completions`, the completions table shows every generated rollout of the logged prompts, with
             a `kept` column (discarded rows have no advantage), instead of the kept rows only.
@@ -127,39 +94,6 @@ class PODSConfig(GRPOConfig):
             Append every generation's kept indices and rollouts per prompt, with digests of its prompts and rewards,
             to `output_dir/pods_selections.jsonl` (main process), so selections can be audited and runs compared.
     """
-
-    num_generations: int | None = field(
-        default=None,
-        metadata={
-            "help": "GRPO group size of the policy update. With PODS this is `pods_m`; set either one (8 if neither)."
-        },
-    )
-    pods_n: int | None = field(
-        default=None,
-        metadata={"help": "Rollouts generated and scored per prompt (N). Defaults to 4 * pods_m."},
-    )
-    pods_m: int | None = field(
-        default=None,
-        metadata={
-            "help": "Rollouts kept per prompt for the policy update (M), i.e. the GRPO group size of the update. "
-            "Defaults to num_generations; the two may not disagree."
-        },
-    )
-    pods_down_sampler: str = field(
-        default="max_variance",
-        metadata={
-            "help": "Rule choosing the kept rollouts: 'max_variance', 'max_reward', 'random', a registered name, or a "
-            "dotted import path to fn(rewards[G, N], m, *, generator=None) -> indices[G, m]."
-        },
-    )
-    pods_advantage_scope: str = field(
-        default="kept",
-        metadata={
-            "help": "Rewards the advantage mean/std are computed over: 'kept' (the M kept, as in the paper) or 'all' "
-            "(all N generated, as in D3S).",
-            "choices": list(ADVANTAGE_SCOPES),
-        },
-    )
 
     pods_cross_group: bool = field(
         default=False,
@@ -207,68 +141,34 @@ class PODSConfig(GRPOConfig):
             "by it, not by the number of rollouts."
         },
     )
-    pods_generation: str = field(
-        default="fixed",
-        metadata={
-            "help": "'fixed': pods_n rollouts per prompt. 'adaptive': pods_n_initial per prompt, then prompts whose "
-            "rewards are all equal get more in waves (doubling, at most pods_n) until their rewards differ. "
-            "'budgeted': pods_budget per prompt on average, allocated before generating from each prompt's history. "
-            "'refill' (DAPO's dynamic sampling): further prompts drawn for the groups without contrast. 'screened': a "
-            "pilot for pods_screen_ratio x the prompts, the rest of pods_n for those pods_screen_rule picks. Or a "
-            "name registered with trl_pods.generation_modes.register_generation_mode, or a dotted import path."
-        },
-    )
-    pods_n_initial: int | None = field(
-        default=None,
-        metadata={
-            "help": "Adaptive generation: rollouts per prompt in the first wave (pods_m <= pods_n_initial <= pods_n); "
-            "screened generation: rollouts per prompt in the pilot (2 <= pods_n_initial <= pods_n). Default: pods_m."
-        },
-    )
     pods_max_draws: int = field(
         default=3,
         metadata={
-            "help": "Refill: the most draws (generation calls) per generation, the first being the data loader's "
-            "batch; further prompts are read from the epoch's order when drawn (drawn and not trained: consumed)."
+            "help": "Refill and auto: the most draws (generation calls) per generation, the first being the data "
+            "loader's batch; further prompts are read from the epoch's order when drawn (drawn and not trained: "
+            "consumed)."
         },
     )
-    pods_screen_ratio: int = field(
-        default=2,
-        metadata={
-            "help": "Screened: prompts piloted per trained prompt (the data loader reads that many; those not chosen "
-            "are consumed for the epoch)."
-        },
-    )
-    pods_screen_rule: str = field(
-        default="frontier",
-        metadata={
-            "help": "Screened: rule picking the prompts to train on from their pilots: 'frontier' (contrast first, a "
-            "quarter of the picks for prompts whose pilot all failed), 'contrast', 'random', a registered name or a "
-            "dotted import path."
-        },
-    )
-    pods_budget: float | None = field(
+    pods_draw_coverage: float | None = field(
         default=None,
         metadata={
-            "help": "Budgeted generation: mean rollouts generated per prompt per generation (pods_m <= pods_budget <= "
-            "pods_n)."
+            "help": "Refill: size draws from the observed contrast rate so that the groups with contrast cover what "
+            "the step lacks with this probability (e.g. 0.9); the first call generates for more prompts than the "
+            "batch. Unset: draw exactly the missing groups. Auto: the coverage of its later draws (default 0.9)."
         },
     )
-    pods_allocation: str = field(
-        default="expected_signal",
+    pods_max_prompt_ratio: int | None = field(
+        default=None,
         metadata={
-            "help": "Budgeted generation: rule scoring n rollouts of a prompt: 'expected_signal' (P(contrast) x "
-            "p(1-p)^2 over the history's uncertainty), 'contrast', a registered name or a dotted import path."
+            "help": "Refill with pods_draw_coverage, and auto: the most prompts generated for in one generation, per "
+            "prompt trained on. Default: 4."
         },
     )
-    pods_history_size: int = field(
-        default=1_000_000,
-        metadata={"help": "Budgeted generation: the most prompts whose reward history is kept (LRU)."},
-    )
-    pods_history_decay: float = field(
-        default=0.8,
+    pods_auto_costs: str | None = field(
+        default=None,
         metadata={
-            "help": "Budgeted generation: weight of a prompt's earlier outcomes at each new visit (1.0: no decay)."
+            "help": "Auto: plan with these costs instead of measuring them on the run, as seconds "
+            "'call=...,rollout=...,step=...' (a generation call, a rollout per process, the rest of a step)."
         },
     )
     pods_log_all_rollouts: bool = field(
@@ -482,14 +382,15 @@ def _check_dynamic_sampling(config: PODSConfig) -> None:
             f"pods_max_draws must be >= 1 and pods_screen_ratio >= 2 (got {config.pods_max_draws} and "
             f"{config.pods_screen_ratio}): a screen needs more prompts than it trains on."
         )
+    _check_draw_sizing(config)
     per_generation = config.steps_per_generation * config.num_iterations
-    if generation == "refill" and per_generation % config.gradient_accumulation_steps:
+    if generation in DRAWING and per_generation % config.gradient_accumulation_steps:
         raise ValueError(
-            "pods_generation='refill' ends an epoch when its prompts run out, after a whole generation, which must "
-            f"end an optimizer step: steps_per_generation x num_iterations ({per_generation}) must be a multiple of "
-            f"gradient_accumulation_steps ({config.gradient_accumulation_steps})."
+            f"pods_generation={generation!r} ends an epoch when its prompts run out, after a whole generation, which "
+            f"must end an optimizer step: steps_per_generation x num_iterations ({per_generation}) must be a multiple "
+            f"of gradient_accumulation_steps ({config.gradient_accumulation_steps})."
         )
-    if generation not in ("refill", "screened"):
+    if generation not in (*DRAWING, "screened"):
         return
     if config.pods_cross_group:
         raise ValueError(
@@ -498,6 +399,36 @@ def _check_dynamic_sampling(config: PODSConfig) -> None:
         )
     if generation == "screened":
         get_screen_rule(config.pods_screen_rule)  # raises with the list of known names
+
+
+def _check_draw_sizing(config: PODSConfig) -> None:
+    """`pods_draw_coverage`, `pods_max_prompt_ratio` and `pods_auto_costs`: only where they apply, in range;
+    `pods_max_prompt_ratio` resolved to its default."""
+    generation, coverage = config.pods_generation, config.pods_draw_coverage
+    sized = generation == "auto" or (generation == "refill" and coverage is not None)
+    if coverage is not None and (generation not in DRAWING or not 0.0 < coverage < 1.0):
+        raise ValueError(
+            f"pods_draw_coverage is a probability in (0, 1) that sizes the draws of pods_generation='refill' or "
+            f"'auto'; got {coverage!r} with pods_generation={generation!r}."
+        )
+    ratio = config.pods_max_prompt_ratio
+    if ratio is not None and not sized:
+        raise ValueError(
+            "pods_max_prompt_ratio bounds the prompts of sized draws: it applies to pods_generation='auto' and to "
+            "'refill' with pods_draw_coverage; unset it."
+        )
+    if sized:
+        config.pods_max_prompt_ratio = ratio = DEFAULT_PROMPT_RATIO if ratio is None else ratio
+        if not isinstance(ratio, int) or isinstance(ratio, bool) or ratio < 1:
+            raise ValueError(
+                f"pods_max_prompt_ratio counts prompts per trained prompt: a whole number >= 1; got {ratio!r}."
+            )
+    if config.pods_auto_costs is not None:
+        if generation != "auto":
+            raise ValueError(
+                "pods_auto_costs gives pods_generation='auto' the costs to plan with: set it, or unset them."
+            )
+        parse_costs(config.pods_auto_costs)  # raises with the expected form
 
 
 def _check_rollouts_can_differ(config: PODSConfig) -> None:

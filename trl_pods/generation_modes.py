@@ -7,7 +7,9 @@ which prompts get how many rollouts. Built in:
 * ``"adaptive"``: waves topping up prompts without contrast (`adaptive.AdaptiveMode`);
 * ``"budgeted"``: counts allocated from each prompt's history, one call (`budget.BudgetedMode`);
 * ``"refill"``: DAPO's dynamic sampling, further prompts drawn for groups without contrast (`refill.RefillMode`);
-* ``"screened"``: a pilot of a larger pool, then the rest for the chosen prompts (`screening.ScreenedMode`).
+* ``"screened"``: a pilot of a larger pool, then the rest for the chosen prompts (`screening.ScreenedMode`);
+* ``"auto"``: refill whose rollouts per prompt, prompts per call and calls per step are chosen from the costs
+  measured on the run and the contrast rate it observes (`auto.AutoMode`).
 
 A mode of your own subclasses `GenerationMode` and takes the config in its constructor:
 
@@ -22,6 +24,7 @@ from typing import Any
 
 from ._lookup import resolve
 from .adaptive import AdaptiveMode
+from .auto import AutoMode
 from .budget import BudgetedMode
 from .refill import RefillMode
 from .screening import ScreenedMode
@@ -37,6 +40,7 @@ GENERATION_MODES: dict[str, ModeFactory] = {
     "budgeted": BudgetedMode,
     "refill": RefillMode,
     "screened": ScreenedMode,
+    "auto": AutoMode,
 }
 
 

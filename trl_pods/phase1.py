@@ -15,13 +15,16 @@ rollouts, or which further prompts to draw; `generate_and_score` carries it out 
 3. what came back lands in its slots (`SlotLayout`: the 8-tuple of `_generate`, the prompts as generated, the
    environments, `rollout_func`'s fields, the `log_extra` columns), and the mode sees the gathered rewards so far.
 
-Waves that depend on earlier rewards share one weight load (``steps.one_weight_load``). This module is pure
+Waves that depend on earlier rewards share one weight load (``steps.one_weight_load``). Each call is timed (generation
+and scoring, `Rollouts.call_seconds`); a mode that plans from the costs (`GenerationMode.timed`) sees the previous
+generation's timing (``steps.timing``). This module is pure
 orchestration: it imports neither TRL nor a model, so tests drive it with fakes; the trainer's steps, the glue that
 reads and flips `GRPOTrainer`'s state, are in `trl_pods.trainer_steps`. Selection follows (`trl_pods.selection`).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -32,7 +35,7 @@ import torch
 from .advantages import group_objective
 from .rollout_fields import RolloutRows, check_fields, per_row
 from .selection import Phase1Settings
-from .waves import GenerationMode, Wave, WaveState
+from .waves import GenerationMode, GenerationTiming, Wave, WaveState
 
 PER_ROW = (0, 1, 2, 3, 4, 6)  # per-row items of the 8-tuple: prompt_ids, completion_ids, tool_mask, completions,
 # logprobs, images; extra_fields (5) and tool_images (7) are per row or shared, by their value
@@ -52,6 +55,8 @@ class GenerationSteps:
         draw: ``counts -> (got, rows)``: up to ``counts[r]`` further prompts for process ``r`` (the same list on every
             process), read on demand; how many each process got and this process's rows, each prompt N times.
         group_keys: ``rows -> [G]``: digests of the prompts of this process's groups (one row each), gathered.
+        timing: ``() -> GenerationTiming | None``: the previous generation's timing, the same on every process (called
+            once per generation, by every process, for a `GenerationMode.timed` mode).
     """
 
     generate: Callable[[list[dict], int], RolloutRows]
@@ -59,6 +64,7 @@ class GenerationSteps:
     one_weight_load: Callable[[], AbstractContextManager] = nullcontext
     draw: Callable[[list[int]], tuple[list[int], list[dict]]] | None = None
     group_keys: Callable[[list[dict]], list[int]] | None = None
+    timing: Callable[[], GenerationTiming | None] | None = None
 
 
 @dataclass
@@ -77,6 +83,7 @@ class Rollouts:
         generated: Rollouts generated over all processes, padding included.
         padding: Of those, rollouts generated only to keep the processes in step, then discarded.
         call_rows: Rollouts of each generation call over all processes, padding included.
+        call_seconds: Wall seconds of each generation call on this process (generating and scoring).
         chosen: ``[G]`` bool, the groups to train on (None: all).
         metrics: What the mode reports (`pods/<name>`), the same on every process.
     """
@@ -92,6 +99,7 @@ class Rollouts:
     generated: int = 0
     padding: int = 0
     call_rows: list[int] = field(default_factory=list)
+    call_seconds: list[float] = field(default_factory=list)
     chosen: torch.Tensor | None = None
     metrics: dict[str, float] = field(default_factory=dict)
 
@@ -227,6 +235,7 @@ def generate_and_score(
                     break
             filler.fill(wave)
             wave = mode.next_wave(state)
+    mode.finished(state)
     return filler.rollouts(mode.chosen(state), mode.metrics(state))
 
 
@@ -244,6 +253,7 @@ class SlotFiller:
         self.layout = SlotLayout(len(self.rows))
         self.rewards_per_func: torch.Tensor | None = None  # [G * N, F]
         self.call_rows: list[int] = []  # rollouts of each call, over all processes
+        self.call_seconds: list[float] = []  # wall seconds of each call on this process
         groups = self.per_process * processes
         self.state = WaveState(
             n=n,
@@ -255,10 +265,12 @@ class SlotFiller:
             drawn=(torch.arange(groups) % self.per_process) < loaded,
             seed=settings.seed,
             group_keys=None if steps.group_keys is None else lambda: steps.group_keys(self.rows[::n]),
+            timing=steps.timing() if mode.timed and steps.timing is not None else None,
         )
 
     def draw(self, wave: Wave) -> Wave:
-        """Read the wave's further prompts into each process's next empty groups; the wave of those groups."""
+        """Read the wave's further prompts into each process's next empty groups; the wave of its own groups and
+        those."""
         got, rows = self.steps.draw(wave.draw)
         state, n = self.state, self.settings.n
         first = [block.start + int(state.drawn[block].sum()) for block in state.blocks()]  # next empty group
@@ -266,7 +278,9 @@ class SlotFiller:
         self.rows[mine * n : mine * n + len(rows)] = rows
         groups = torch.cat([torch.arange(start, start + count) for start, count in zip(first, got, strict=True)])
         state.drawn[groups] = True
-        return Wave.uniform(groups, wave.request)
+        drawn = Wave.uniform(groups, wave.request)
+        order = torch.cat([wave.groups, drawn.groups]).sort()
+        return Wave(order.values, torch.cat([wave.sizes, drawn.sizes])[order.indices], wave.request)
 
     def fill(self, wave: Wave) -> None:
         """Generate and score the wave's rollouts into the groups' next slots."""
@@ -282,9 +296,11 @@ class SlotFiller:
         rows = [self.rows[group * n] for group, size, _ in own for _ in range(size)]
         targets = [group * n + first + j for group, size, first in own for j in range(size)]
         rows += [self.rows[own[0][0] * n if own else 0]] * (lockstep - len(rows))
+        began = time.perf_counter()
         generated = self.steps.generate(rows, wave.request)
         self.layout.add(generated, targets + [None] * (len(rows) - len(targets)))
         call_rewards, extra = self.steps.score(rows, generated, len(targets))  # [P * rows, F]
+        self.call_seconds.append(time.perf_counter() - began)
         self.layout.add_extra(extra, max(len(targets), 1), targets)
         ours = call_rewards[gathered_rows(groups, sizes, per_process, lockstep).to(call_rewards.device)]
         if self.rewards_per_func is None:
@@ -305,5 +321,5 @@ class SlotFiller:
         return Rollouts(
             layout.generation(), self.rewards_per_func, state.counts, self.rows, layout.prompts,
             layout.environments, layout.extra_columns(), state.calls, state.generated, state.padding, self.call_rows,
-            chosen, metrics,
+            self.call_seconds, chosen, metrics,
         )  # fmt: skip

@@ -2,26 +2,40 @@
 
 With ``pods_generation="refill"`` (`RefillMode`) a generation gives ``N`` rollouts to each of the ``B`` prompts of
 the data loader's batch (each process its own share, ``B / processes``). A group whose rewards all agree has zero
-advantage and carries no signal, so each process draws as many further prompts as it lacks groups with contrast,
+advantage and carries no signal, so each process draws further prompts for the groups with contrast it lacks,
 ``N`` rollouts each, until every process holds its share or ``max_draws`` draws (generation calls) are made; the
 remainder is filled with the first groups without contrast (`refill_choice`). Selection is local: no row ever moves
 between processes. The further prompts are read from the epoch's order only when drawn
 (`trl_pods.prompt_order.DrawingSampler`), so an epoch generates for every prompt once; a prompt drawn and not
 trained on is consumed for the epoch, as in DAPO.
 
+How many prompts a call generates for (`DrawPlan`):
+
+* by default exactly the groups still missing: the loader's batch first, then one prompt per missing group. Each call
+  waits for the previous one, so a step makes about ``1 / contrast rate`` calls (about three on this project's
+  benchmark);
+* with ``pods_draw_coverage`` the draws are sized from the contrast rate the run has observed
+  (`trl_pods.contrast.ContrastHistory`): the first call already generates for enough prompts that their groups with
+  contrast cover the batch with that probability, and a later call for enough to cover what is still missing (verl's
+  over-provisioned generation batch, with PODS's down-sampling inside each group). Calls are traded for rollouts;
+  ``pods_max_draws=1`` makes it one call a step. At most ``pods_max_prompt_ratio`` prompts per trained prompt are
+  generated for in one generation (the room laid out).
+
 This module imports only torch.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from .adaptive import has_contrast
+from .contrast import ContrastHistory, prompts_to_cover
 from .waves import GenerationMode, Wave, WaveState
 
-__all__ = ["RefillMode", "missing_groups", "refill_choice"]
+__all__ = ["DrawPlan", "RefillMode", "missing_groups", "refill_choice"]
 
 
 def refill_choice(rewards: torch.Tensor, drawn: torch.Tensor, chosen: int) -> tuple[torch.Tensor, int]:
@@ -46,45 +60,93 @@ def missing_groups(rewards: torch.Tensor, drawn: torch.Tensor, chosen: int) -> i
     return max(chosen - int((has_contrast(rewards) & drawn).sum()), 0)
 
 
+@dataclass(frozen=True)
+class DrawPlan:
+    """How one generation draws.
+
+    Attributes:
+        n: Rollouts per prompt.
+        first: Prompts per process in the first call, the loader's included (at least its share).
+        calls: The most generation calls.
+        coverage: Later draws cover the missing groups with contrast with this probability at the observed rate
+            (None: one prompt per missing group).
+    """
+
+    n: int
+    first: int
+    calls: int
+    coverage: float | None
+
+
 class RefillMode(GenerationMode):
     """``pods_generation="refill"``: the loader's prompts, then draws of further prompts for the missing groups with
-    contrast, at most ``pods_max_draws`` generation calls (see the module docstring). The layout holds room for
-    ``pods_max_draws`` times the loader's groups per process."""
+    contrast, at most ``pods_max_draws`` generation calls, each sized by `DrawPlan` (see the module docstring). The
+    layout holds room for ``pods_max_draws`` times the loader's groups per process, or ``pods_max_prompt_ratio``
+    times with ``pods_draw_coverage``."""
 
     draws = True
 
     def __init__(self, config: Any):
-        self.max_draws = self.groups_laid_out = config.pods_max_draws
-        self.waves = 0  # draws (generation calls) made in this generation
+        self.max_draws, self.coverage = config.pods_max_draws, config.pods_draw_coverage
+        sized = self.coverage is not None
+        self.groups_laid_out = config.pods_max_prompt_ratio if sized else self.max_draws
+        self.history = ContrastHistory() if sized else None  # the contrast rate observed, kept across generations
+        self.current: DrawPlan | None = None  # this generation's plan
+        self.waves = 0  # generation calls made in this generation
+
+    def plan(self, state: WaveState) -> DrawPlan:
+        """This generation's `DrawPlan`: ``N`` rollouts per prompt; the first call the loader's share, or as many
+        prompts as cover it at the observed contrast rate."""
+        if self.history is None:
+            return DrawPlan(state.n, state.share, self.max_draws, None)
+        first = prompts_to_cover(state.share, self.history.rate(state.n), self.coverage, state.groups_per_process)
+        return DrawPlan(state.n, max(first, state.share), self.max_draws, self.coverage)
 
     def first_wave(self, state: WaveState) -> Wave:
-        self.waves = 1
-        return Wave.uniform(state.drawn.nonzero().squeeze(1), state.n)
+        self.current, self.waves = self.plan(state), 1
+        loaded = state.drawn.nonzero().squeeze(1)
+        extra = [max(self.current.first - int(state.drawn[block].sum()), 0) for block in state.blocks()]
+        return Wave(loaded, torch.full_like(loaded, self.current.n), self.current.n, extra if any(extra) else None)
 
     def next_wave(self, state: WaveState) -> Wave | None:
-        missing = [
-            min(
-                missing_groups(state.rewards[block], state.drawn[block], state.share), int((~state.drawn[block]).sum())
-            )
-            for block in state.blocks()
-        ]
-        if self.waves == self.max_draws or not any(missing):
+        plan, draws = self.current, []
+        for block in state.blocks():
+            room = int((~state.drawn[block]).sum())
+            missing = missing_groups(state.rewards[block], state.drawn[block], state.share)
+            if plan.coverage is None:
+                draws.append(min(missing, room))
+            else:
+                draws.append(prompts_to_cover(missing, self.history.rate(plan.n), plan.coverage, room))
+        if self.waves == plan.calls or not any(draws):
             return None
         self.waves += 1
-        return Wave(request=state.n, draw=missing)
+        return Wave(request=plan.n, draw=draws)
+
+    def finished(self, state: WaveState) -> None:
+        if self.history is not None:
+            self.history.observe(state.rewards[state.drawn])
 
     def chosen(self, state: WaveState) -> torch.Tensor:
         return self._choice(state)[0]
 
     def metrics(self, state: WaveState) -> dict[str, float]:
         chosen, filled = self._choice(state)
+        sized = {} if self.history is None else {"contrast_rate": self.history.rate(self.current.n)}
         return {
             **super().metrics(state),
             "draws": float(state.calls),
             "groups_filled_without_contrast": float(filled),
             "prompts_drawn": float(state.drawn.sum()),
             "prompts_trained": float(chosen.sum()),
+            **sized,
         }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {} if self.history is None else {"contrast": self.history.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.history is not None and "contrast" in state:
+            self.history.load_state_dict(state["contrast"])
 
     def _choice(self, state: WaveState) -> tuple[torch.Tensor, int]:
         """``[G]`` bool, each process's `refill_choice`, and how many chosen groups lack contrast."""

@@ -43,7 +43,7 @@ from typing import Any
 import torch
 
 from .adaptive import has_contrast
-from .generation_modes import build_generation_mode
+from .generation_modes import build_generation_mode, get_generation_mode
 from .waves import FixedMode, GenerationMode, Wave, WaveState
 
 __all__ = ["PromptStream", "StreamGroup", "StreamRefillMode", "WindowResult", "build_stream_mode", "window_size"]
@@ -64,16 +64,25 @@ STREAM_MODES: dict[str, Callable[[Any], GenerationMode]] = {"refill": StreamRefi
 
 def build_stream_mode(config: Any) -> GenerationMode:
     """The mode of ``config.pods_generation`` for the stream: its stream form (refill), or the synchronous trainer's
-    mode (`trl_pods.generation_modes`, a registered name or a dotted path), which must not draw prompts."""
+    mode (`trl_pods.generation_modes`, a registered name or a dotted path), which must not draw prompts (checked on
+    the mode's class before it is built, as a drawing mode reads settings only the synchronous trainer has)."""
     name = config.pods_generation
-    mode = STREAM_MODES[name](config) if name in STREAM_MODES else build_generation_mode(config)
+    if name in STREAM_MODES:
+        return STREAM_MODES[name](config)
+    if getattr(get_generation_mode(name), "draws", False):
+        _refuse_drawing(name)
+    mode = build_generation_mode(config)
     if mode.draws:
-        raise ValueError(
-            f"pods_generation={name!r} draws further prompts into a generation (GenerationMode.draws), which the "
-            "asynchronous worker does not do: it never runs out of prompts to go on to. Choose which prompts to "
-            "train on in `chosen` instead, as 'refill' and 'screened' do."
-        )
+        _refuse_drawing(name)
     return mode
+
+
+def _refuse_drawing(name: str) -> None:
+    raise ValueError(
+        f"pods_generation={name!r} draws further prompts into a generation (GenerationMode.draws), which the "
+        "asynchronous worker does not do: it never runs out of prompts to go on to. Use 'refill' (groups without "
+        "contrast are dropped), or choose which prompts to train on in `chosen`, as 'refill' and 'screened' do."
+    )
 
 
 def window_size(generation: str) -> int:
@@ -211,6 +220,7 @@ class PromptStream:
 
     def _finish(self, window: _Window) -> WindowResult:
         state = window.state
+        window.mode.finished(state)
         chosen = window.mode.chosen(state)
         trained = torch.ones(len(window.rows), dtype=torch.bool) if chosen is None else chosen
         short = trained & (state.counts < self.m)

@@ -71,6 +71,7 @@ class PODSGRPOTrainer(PODSModelCard, GRPOTrainer):  # PODSModelCard: the model c
     _pods_mode: GenerationMode | None = None  # `pods_generation`: which prompts get how many rollouts, wave by wave
     _epoch_replay: EpochReplay | None = None  # the training sampler, told each epoch by `_run_epoch`
     _pods_pool: int = 1  # prompts the data loader reads per trained prompt (the mode's `prompts_read`)
+    _pods_last_generation: tuple | None = None  # the last generation's timing, for a timed mode (`trainer_steps`)
 
     def __init__(self, model, reward_funcs=None, args: PODSConfig | None = None, *trainer_args, **trainer_kwargs):
         if args is None:  # as GRPOTrainer does
@@ -222,8 +223,10 @@ class PODSGRPOTrainer(PODSModelCard, GRPOTrainer):  # PODSModelCard: the model c
             one_weight_load=partial(trainer_steps.one_weight_load_per_generation, self),
             draw=partial(trainer_steps.draw_prompts, self),
             group_keys=partial(trainer_steps.group_keys, self),
+            timing=partial(trainer_steps.generation_timing, self),
         )
         rollouts = phase1.generate_and_score(inputs, settings, self._pods_mode, steps)
+        trainer_steps.end_generation(self, rollouts)
         self._pending_extra_logs.update(rollouts.extra_columns)  # the reward functions' log_extra, in slot layout
         if rollouts.calls > 1 or rollouts.padding:  # one length entry over every rollout generated, padding excluded
             ends = [*self.eos_token_ids, self._tokenizer.pad_token_id]

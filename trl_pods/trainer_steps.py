@@ -6,6 +6,8 @@ Everything here reads or writes a `PODSGRPOTrainer`; the orchestration it serves
 
 from __future__ import annotations
 
+import sys
+import time
 from contextlib import contextmanager
 from typing import Any
 
@@ -18,6 +20,7 @@ from .budget import prompt_key
 from .rollout_fields import RolloutRows
 from .selection import Phase1Settings, selection_seed
 from .vllm_engine import engine_awake
+from .waves import GenerationTiming
 
 
 @contextmanager
@@ -180,3 +183,29 @@ def phase1_settings(trainer: Any) -> Phase1Settings:
         drop_constant_groups=args.pods_drop_constant_groups,
         advantage_scope=args.pods_advantage_scope,
     )
+
+
+def generation_timing(trainer: Any) -> GenerationTiming | None:
+    """The previous generation's timing (`end_generation`) with the seconds since it ended, the most any process
+    measured, so that every process plans alike; None for the first generation of a process."""
+    previous = trainer._pods_last_generation
+    if previous is None:
+        return None
+    rollouts, seconds, ended = previous
+    device = trainer.accelerator.device
+    local = torch.tensor([*seconds, time.perf_counter() - ended], dtype=torch.float64, device=device)
+    agreed = trainer.accelerator.gather(local.unsqueeze(0)).amax(dim=0).tolist()  # [calls + 1]
+    return GenerationTiming(tuple(zip(rollouts, agreed[:-1], strict=True)), agreed[-1])
+
+
+def end_generation(trainer: Any, rollouts: Any) -> None:
+    """After phase 1: keep its calls' timing for a `GenerationMode.timed` mode (`generation_timing`), and print the
+    mode's notes on the main process (auto's choice when it changes)."""
+    mode = trainer._pods_mode
+    if mode.timed:
+        processes = trainer.accelerator.num_processes
+        per_process = [rows // processes for rows in rollouts.call_rows]
+        trainer._pods_last_generation = (per_process, rollouts.call_seconds, time.perf_counter())
+    for line in mode.notes():
+        if trainer.accelerator.is_main_process:
+            print(f"[trl_pods] {line}", file=sys.stderr, flush=True)

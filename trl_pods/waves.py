@@ -8,7 +8,9 @@ processes or engines:
 * `first_wave(state)`: the wave every generation starts with;
 * `next_wave(state)`: given the rewards so far, the next wave, or None when done;
 * `chosen(state)`: the groups to train on (None: all; refill and screened train on some of them);
+* `finished(state)`: the generation is over (refill and auto learn the contrast rate from it);
 * `metrics(state)`: what it reports (`pods/<name>`), the same on every process;
+* `notes()`: lines to log once, on the main process (auto's choice when it changes);
 * `fork()`: a copy for one more generation at the same time, which the asynchronous worker runs over windows of its
   stream of prompts (`trl_pods.streaming`).
 
@@ -17,8 +19,12 @@ Groups are the prompts of a generation, over all processes, in *slot layout*: pr
 the others (refill) receive prompts a wave draws. Slot ``s`` of group ``g`` is its ``s``-th rollout; a wave fills
 each group's next slots. Everything a mode sees is gathered, so every process decides alike.
 
+A mode that plans from what generating costs (`GenerationMode.timed`) also sees how long the previous generation's
+calls took (`GenerationTiming`, the same on every process).
+
 Built-in modes (registered in `trl_pods.generation_modes`): `FixedMode` here, `trl_pods.adaptive.AdaptiveMode`,
-`trl_pods.budget.BudgetedMode`, `trl_pods.refill.RefillMode`, `trl_pods.screening.ScreenedMode`.
+`trl_pods.budget.BudgetedMode`, `trl_pods.refill.RefillMode`, `trl_pods.screening.ScreenedMode`,
+`trl_pods.auto.AutoMode`.
 
 This module imports only torch.
 """
@@ -32,7 +38,21 @@ from typing import Any
 
 import torch
 
-__all__ = ["FixedMode", "GenerationMode", "Wave", "WaveState"]
+__all__ = ["FixedMode", "GenerationMode", "GenerationTiming", "Wave", "WaveState"]
+
+
+@dataclass(frozen=True)
+class GenerationTiming:
+    """How long the previous generation took, the most any process measured (so every process sees the same).
+
+    Attributes:
+        calls: Per generation call, ``(rollouts per process, seconds)``, padding included, in order.
+        between: Seconds from the end of the generation before it to its start: the update and everything else a
+            step does besides generating (None for a run's first generation).
+    """
+
+    calls: tuple[tuple[int, float], ...]
+    between: float | None
 
 
 @dataclass
@@ -53,6 +73,8 @@ class WaveState:
         calls: Generation calls made so far.
         generated: Rollouts generated so far over all processes, padding included.
         padding: Of those, rollouts generated only to keep the processes in step.
+        timing: The previous generation's `GenerationTiming`, for a mode that is `GenerationMode.timed` (None for the
+            run's first generation, and for other modes).
     """
 
     n: int
@@ -67,6 +89,7 @@ class WaveState:
     calls: int = 0
     generated: int = 0
     padding: int = 0
+    timing: GenerationTiming | None = None
 
     def blocks(self) -> list[slice]:
         """Each process's groups."""
@@ -79,7 +102,8 @@ class Wave:
     """One generation call: ``sizes[i]`` more rollouts for group ``groups[i]`` (``[A]``, global indices, ascending),
     requested ``request`` per prompt (vLLM server mode sends each prompt once with ``n = request``; 1: every rollout
     is its own request). With ``draw`` the loop first reads ``draw[r]`` further prompts for process ``r`` into its
-    next empty groups (fewer when the data runs out), and the wave gives each of them ``request`` rollouts."""
+    next empty groups (fewer when the data runs out), and the wave also gives each of them ``request`` rollouts, in
+    the same call."""
 
     groups: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
     sizes: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
@@ -103,12 +127,14 @@ class GenerationMode:
             weight load (vLLM sleep mode, ZeRO-3).
         draws: Whether waves draw further prompts (`Wave.draw`); the trainer then reads the data in an order it can
             draw from (`trl_pods.prompt_order.DrawingSampler`).
+        timed: Whether the mode plans from the previous generation's timing (`WaveState.timing`).
     """
 
     prompts_read: int = 1
     groups_laid_out: int = 1
     dependent_waves: bool = True
     draws: bool = False
+    timed: bool = False
 
     def first_wave(self, state: WaveState) -> Wave:
         raise NotImplementedError
@@ -120,8 +146,15 @@ class GenerationMode:
         """``[G]`` bool, the groups to train on (exactly ``share`` per process), or None for all."""
         return None
 
+    def finished(self, state: WaveState) -> None:
+        """The generation is over: ``state`` holds all its rewards."""
+
     def metrics(self, state: WaveState) -> dict[str, float]:
         return {"generation_calls": float(state.calls), "rollouts_padding": float(state.padding)}
+
+    def notes(self) -> list[str]:
+        """Lines to log once, on the main process (each call returns the lines since the last)."""
+        return []
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint keeps of the mode across generations (e.g. budgeted generation's prompt history)."""
@@ -150,4 +183,4 @@ class FixedMode(GenerationMode):
         return Wave.uniform(torch.arange(state.rewards.size(0)), state.n)
 
     def metrics(self, state: WaveState) -> dict[str, float]:
-        return {}
+        return {"generation_calls": float(state.calls)}

@@ -1,0 +1,196 @@
+"""The time-to-target study (`benchmarks/time_to_target.py`) and the benchmarks' harness (`benchmarks/harness.py`),
+without training: the plan's runs and their order, the baseline's arguments, the endpoint rule, the pricings, the
+statistics over seeds, the run store's claims, and the report refusing runs the plan did not ask for."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).parent.parent
+
+
+@pytest.fixture(scope="module")
+def study():
+    """`benchmarks/time_to_target.py` (no model is loaded on import)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import time_to_target
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    return time_to_target
+
+
+@pytest.fixture(scope="module")
+def harness():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import harness
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    return harness
+
+
+def test_baseline_is_trl_grpo_trainer_on_the_same_arguments(study):
+    """The baseline is `trl.GRPOTrainer` with a `trl.GRPOConfig` equal, field by field, to the PODS arguments at
+    N == M; every arm trains 4 prompts per optimizer step in micro-batches of 4 rows per prompt, on vLLM colocate,
+    and excludes the plan's held-out problems from its training problems."""
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trl_pods import PODSGRPOTrainer
+
+    where = (Path("model"), "out", "add2x1", 1, 10, 5)
+    _, pods_config, _ = study.run_arguments("trl.GRPOTrainer 16", *where)
+    trainer_class, (script, config, _) = study.method_arguments("trl.GRPOTrainer 16", *where)
+    assert trainer_class is GRPOTrainer and type(config) is GRPOConfig
+    assert config.to_dict() == {k: v for k, v in pods_config.to_dict().items() if not k.startswith("pods_")}
+    assert (config.num_generations, config.gradient_accumulation_steps, config.generation_batch_size) == (16, 4, 64)
+    assert script.arithmetic_test_size == study.PLAN["held_out"] == 200
+    for arm in study.ARMS:
+        trainer_class, (_, config, _) = study.method_arguments(arm, *where)
+        assert trainer_class is (GRPOTrainer if arm in study.TRL_GROUP_SIZES else PODSGRPOTrainer)
+        kept = config.num_generations if trainer_class is GRPOTrainer else config.pods_m
+        assert config.per_device_train_batch_size * config.gradient_accumulation_steps // kept == 4, arm
+        assert config.use_vllm and config.vllm_mode == "colocate"
+
+
+def test_the_plan_lists_its_runs_seed_by_seed_with_trl_16_last(study):
+    """Every (task, arm, seed) the plan asks for is taken exactly once, seed by seed (so a cut measurement has whole
+    seeds of most arms), add2 before add2x1, trl.GRPOTrainer 16 after every other run; the H200 costs the GPU-regime
+    arm plans with are those measured (`docs/gpu_cost_curve_SmolLM2-135M_lora.json`)."""
+    import json
+
+    runs = study.planned_runs()
+    assert len(runs) == len(set(runs)) == sum(n for arms in study.PLAN["seeds"].values() for n in arms.values())
+    last = [i for i, (_, arm, _) in enumerate(runs) if arm == "trl.GRPOTrainer 16"]
+    assert last == list(range(len(runs) - len(last), len(runs)))
+    first = [r for r in runs if r[1] != "trl.GRPOTrainer 16"]
+    assert [seed for _, _, seed in first] == sorted(seed for _, _, seed in first)
+    assert first[:2] == [("add2", "trl.GRPOTrainer 4", 0), ("add2", "trl.GRPOTrainer 8", 0)]
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        from gpu_cost_curve import summary
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    fits = summary(json.loads((REPO / "docs" / "gpu_cost_curve_SmolLM2-135M_lora.json").read_text()))
+    (rollout, call), (row, update) = fits["generation"], fits["update"]
+    measured = dict(call=call, rollout=rollout, row=row, update=update)
+    assert study.H200 == pytest.approx(measured, rel=0.01)
+
+
+def test_step_records_count_what_each_trainer_did(study):
+    """Per-step records read PODS's logged rollout, row and call counts, and fill in a `trl.GRPOTrainer` run's (which
+    logs none) from its configuration; entries without a step time (the final summary) are not steps."""
+    common = {"frac_reward_zero_std": 0.25, "reward": 0.5, "completions/mean_length": 7.0}
+    pods = [
+        {"step": 1, "step_time": 2.0, "pods/rollouts_generated": 40.0, "pods/rollouts_trained": 16.0,
+         "pods/generation_calls": 2.0, **common},
+        {"step": 2, "step_time": 3.0, "pods/rollouts_generated": 20.0, "pods/rollouts_trained": 16.0, **common},
+        {"step": 2, "train_runtime": 5.0},
+    ]  # fmt: skip
+    assert study.step_records(pods, None) == [
+        [1, 2.0, 40.0, 16.0, 2.0, 0.25, 0.5, 7.0],
+        [2, 3.0, 20.0, 16.0, 1.0, 0.25, 0.5, 7.0],
+    ]
+    assert study.step_records([{"step": 1, "step_time": 4.0, **common}], 64) == [[1, 4.0, 64, 64, 1.0, 0.25, 0.5, 7.0]]
+
+
+def test_the_endpoint_is_a_crossing_the_next_evaluation_confirms(study):
+    """The endpoint is the first evaluation at or above the target whose next one is too: a lucky evaluation that
+    falls back does not count, and a crossing at the last evaluation is unconfirmed."""
+    assert study.confirmed([0.1, 0.7, 0.6, 0.66, 0.65, 0.9], 0.65) == 3
+    assert study.confirmed([0.1, 0.65, 0.65], 0.65) == 1
+    assert study.confirmed([0.1, 0.5, 0.7], 0.65) is None
+
+
+def _run(study, task: str, arm: str, seed: int, accuracy: list[float], calls: float = 1.0) -> dict:
+    """A saved run of the plan whose evaluations (every 5 steps) read ``accuracy``; each step 10 rollouts and 16
+    rows."""
+    steps = [[s, 9.0, 10.0, 16.0, calls, 0.5, 0.2, 15.0] for s in range(1, 5 * (len(accuracy) - 1) + 1)]
+    curve = [[5 * i, a, 50.0 * i, 80.0 * i, 5 * calls * i] for i, a in enumerate(accuracy)]
+    return {"task": task, "arm": arm, "seed": seed, "settings": study.plan_settings(task), "curve": curve,
+            "steps": steps}  # fmt: skip
+
+
+def test_minutes_in_both_pricings_and_the_baseline(study):
+    """CPU minutes are steps to the endpoint x the arm's interleaved seconds per step; H200 minutes price each step
+    up to the endpoint at its calls, rollouts and rows; the baseline is the trl.GRPOTrainer arm with the lowest mean
+    among those whose planned runs all reached the target."""
+    target = study.PLAN["tasks"]["add2"]
+    reach_at_5, reach_at_10 = [0.0, target, target], [0.0, 0.0, target, target]  # evaluations every 5 steps
+    runs = [_run(study, "add2", "trl.GRPOTrainer 4", s, reach_at_10) for s in range(8)]
+    runs += [_run(study, "add2", "trl.GRPOTrainer 8", s, reach_at_5) for s in range(7)]  # one run short
+    runs += [_run(study, "add2", "PODS 16->4", s, reach_at_5, calls=2.0) for s in range(5)]
+    per_step = {"trl.GRPOTrainer 4": 6.0, "trl.GRPOTrainer 8": 12.0, "PODS 16->4": 3.0}
+    cpu = study.minutes(runs, "cpu", per_step)
+    assert cpu["trl.GRPOTrainer 4"] == [1.0] * 8 and cpu["PODS 16->4"] == [0.25] * 5
+    assert study.baseline(cpu, "add2") == "trl.GRPOTrainer 4", "trl.GRPOTrainer 8 lacks a planned run"
+    h200 = study.H200
+    step = 2 * h200["call"] + 10 * h200["rollout"] + 16 * h200["row"] + h200["update"]
+    assert study.minutes(runs, "h200", None)["PODS 16->4"] == pytest.approx([5 * step / 60] * 5)
+    assert study.minutes(runs, "cpu", None) == {}
+    assert study.comparison(cpu, "PODS 16->4", "trl.GRPOTrainer 4").startswith("0.25× [0.25–0.25], p ")
+
+
+def test_the_report_refuses_runs_the_plan_did_not_ask_for(study):
+    """A run with other settings (here 50 held-out problems) or outside the plan (seed 9 of PODS) stops the report
+    with a message, instead of being mixed into the tables."""
+    target = study.PLAN["tasks"]["add2"]
+    good = _run(study, "add2", "PODS 16->4", 0, [0.0, target, target])
+    study.check_against_plan([good])
+    other = {**good, "settings": {**good["settings"], "held_out": 50}}
+    with pytest.raises(SystemExit, match="is not a run of the plan"):
+        study.check_against_plan([other])
+    with pytest.raises(SystemExit, match="is not a run of the plan"):
+        study.check_against_plan([{**good, "seed": 9}])
+
+
+def test_permutation_p_counts_every_split_of_the_pooled_seeds(harness):
+    """The exact two-sided permutation p equals the share of all splits of the pooled values whose |difference of
+    means| reaches the observed one; completely separated groups of 4 and 4 give 2 / C(8, 4)."""
+    a, b = [1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]
+    assert harness.permutation_p(a, b) == pytest.approx(2 / 70)
+    first, second = [3.0, 1.0, 4.0], [1.0, 5.0, 9.0, 2.0]
+    pooled, observed = first + second, abs(statistics.mean(first) - statistics.mean(second))
+    splits = list(itertools.combinations(range(7), 3))
+    extreme = sum(
+        abs(statistics.mean([pooled[i] for i in s]) - statistics.mean([pooled[i] for i in range(7) if i not in s]))
+        >= observed - 1e-12
+        for s in splits
+    )
+    assert harness.permutation_p(first, second) == pytest.approx(extreme / len(splits))
+
+
+def test_bootstrap_ratio_ci_brackets_the_ratio_and_narrows_with_seeds(harness):
+    """The percentile bootstrap of a ratio of means holds the observed ratio, is reproducible for a seed, and is
+    narrower with more seeds of the same spread."""
+    few_a, few_b = [4.0, 6.0, 5.0], [9.0, 11.0, 10.0]
+    low, high = harness.bootstrap_ratio_ci(few_a, few_b)
+    assert low < 0.5 < high and harness.bootstrap_ratio_ci(few_a, few_b) == (low, high)
+    many_low, many_high = harness.bootstrap_ratio_ci(few_a * 4, few_b * 4)
+    assert many_high - many_low < high - low
+
+
+def test_run_store_claims_a_run_for_one_live_process(harness, tmp_path):
+    """Two processes sharing a store never measure one run twice: a claimed run is refused to a second claimer,
+    a saved run to everyone, and a claim whose process is gone is taken over."""
+    store = harness.RunStore(tmp_path / "runs.jsonl", ("task", "arm", "seed"))
+    key = ("add2", "PODS 16->4", 0)
+    with store.claim(key) as mine:
+        assert mine
+        with store.claim(key) as again:
+            assert not again
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    store.claims.mkdir(exist_ok=True)
+    (store.claims / "add2__PODS_16->4__0").write_text(dead.stdout.strip())
+    with store.claim(key) as mine:
+        assert mine, "a dead process's claim is taken over"
+    store.append({"task": "add2", "arm": "PODS 16->4", "seed": 0})
+    with store.claim(key) as mine:
+        assert not mine and os.listdir(store.claims) == []

@@ -1,0 +1,108 @@
+"""What a generation costs on the run's own hardware: a generation call, a rollout, and the rest of a step.
+
+`trl_pods.auto` chooses how to generate from these costs. They differ by an order of magnitude between machines: on a
+CPU engine every rollout costs (tens of milliseconds) and a call little; with HF ``generate`` on a GPU a call costs
+about a second whether it decodes 4 rollouts or 256, and a rollout almost nothing. Measured on the run itself, from
+the generations it makes anyway (no extra work):
+
+* each generation call: its wall time, with the rollouts each process generated in it, and whether it was the
+  generation's first (which also loads the new weights into the engine);
+* between generations: the wall time from one generation's last call to the next generation's first (the update,
+  TRL's log-probabilities and logging: what a step costs besides generating).
+
+`fit_costs` fits ``call seconds = call + rollout x rollouts per process + load x first`` by non-negative least squares,
+and the rest of a step as the median time between generations (robust to an evaluation or a checkpoint now and then)
+plus the weight load.
+
+This module imports only torch.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["CallTiming", "Costs", "fit_costs", "parse_costs"]
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Seconds per generation call, per rollout (each process generating its own in parallel) and for the rest of a
+    step (the update and everything else a step does besides generating)."""
+
+    call: float
+    rollout: float
+    step: float
+
+    def seconds(self, calls: float, rollouts_per_process: float) -> float:
+        """A step's predicted time with ``calls`` generation calls of ``rollouts_per_process`` rollouts in all."""
+        return self.call * calls + self.rollout * rollouts_per_process + self.step
+
+    def __str__(self) -> str:
+        per_rollout = 1000 * self.rollout
+        return f"{self.call:.3g} s a call, {per_rollout:.3g} ms a rollout, {self.step:.3g} s the rest of a step"
+
+
+@dataclass(frozen=True)
+class CallTiming:
+    """One generation call: rollouts per process (padding included), wall seconds, and whether it was the first of
+    its generation."""
+
+    rollouts: int
+    seconds: float
+    first: bool
+
+
+def parse_costs(text: str) -> Costs:
+    """``"call=1.03,rollout=0.00012,step=0.32"`` (seconds) -> `Costs`; a clear error for anything else."""
+    values = {}
+    for part in text.split(","):
+        name, _, value = part.partition("=")
+        try:
+            values[name.strip()] = float(value)
+        except ValueError:
+            values[name.strip()] = None
+    names = ("call", "rollout", "step")
+    if set(values) != set(names) or any(v is None or not v >= 0 for v in values.values()):
+        raise ValueError(
+            f"pods_auto_costs must give seconds for each of {', '.join(names)}, e.g. 'call=1.03,rollout=0.00012,"
+            f"step=0.32' (a generation call, a rollout, the rest of a step), all >= 0; got {text!r}."
+        )
+    return Costs(**values)
+
+
+def _non_negative_least_squares(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``argmin |x w - y|`` over ``w >= 0``, by trying every set of free coefficients (``x`` has a few columns)."""
+    best, best_error = torch.zeros(x.size(1), dtype=x.dtype), float(y.square().sum())
+    for size in range(1, x.size(1) + 1):
+        for free in itertools.combinations(range(x.size(1)), size):
+            solution = torch.linalg.lstsq(x[:, free], y.unsqueeze(1)).solution.squeeze(1)
+            if (solution < 0).any():
+                continue
+            weights = torch.zeros(x.size(1), dtype=x.dtype)
+            weights[list(free)] = solution
+            error = float((x @ weights - y).square().sum())
+            if error < best_error - 1e-12:
+                best, best_error = weights, error
+    return best
+
+
+def fit_costs(calls: list[CallTiming], between: list[float]) -> Costs | None:
+    """`Costs` from measured calls and times between generations (see the module docstring), or None while they
+    cannot be told apart: fewer than two call sizes differing by at least a half, or no time between generations.
+
+    Without any call that is not a generation's first, the weight load cannot be told from a call's own cost, and
+    counts as the call's (each measured generation then made one call)."""
+    sizes = [c.rollouts for c in calls]
+    if not between or not sizes or max(sizes) < 1.5 * max(min(sizes), 1):
+        return None
+    later = any(not c.first for c in calls)
+    x = torch.tensor(
+        [[1.0, c.rollouts, *([float(c.first)] if later else [])] for c in calls], dtype=torch.float64
+    )  # [calls, 2 or 3]
+    y = torch.tensor([c.seconds for c in calls], dtype=torch.float64)
+    call, rollout, *load = _non_negative_least_squares(x, y).tolist()
+    return Costs(call=call, rollout=rollout, step=statistics.median(between) + (load[0] if load else 0.0))
