@@ -22,6 +22,7 @@ measured on an H200 (`H200`: a generation call, a rollout, a trained row, an upd
     python benchmarks/time_to_target.py                      # take runs of the plan until none is left (resumes)
     python benchmarks/time_to_target.py --arms 'PODS 16->4'  # only these arms' runs
     python benchmarks/time_to_target.py --timing             # interleaved step times: an idle machine
+    python benchmarks/time_to_target.py --report             # docs/benchmarks/time-to-target.md from the runs
     python benchmarks/time_to_target.py --smoke --steps 2 --eval_every 1 --arms ...   # no files written
 """
 
@@ -38,8 +39,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-from _report import DOCS, cpu_model, versions
-from harness import RunStore
+from _report import DOCS, cpu_model, environment, versions
+from harness import RunStore, bootstrap_ratio_ci, permutation_p
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer, ModelConfig
 
@@ -81,12 +82,22 @@ PLAN = {
     "prompts_per_step": 4,
     "seeds": {
         "add2": {
-            "trl.GRPOTrainer 4": 8, "trl.GRPOTrainer 8": 8, "auto 16->4": 8, "PODS 16->4": 5,
-            "GRPO 4 + refill (sized)": 5, "auto 16->4, H200 costs": 5, "trl.GRPOTrainer 16": 5,
+            "trl.GRPOTrainer 4": 8,
+            "trl.GRPOTrainer 8": 8,
+            "auto 16->4": 8,
+            "PODS 16->4": 5,
+            "GRPO 4 + refill (sized)": 5,
+            "auto 16->4, H200 costs": 5,
+            "trl.GRPOTrainer 16": 5,
         },
         "add2x1": {
-            "trl.GRPOTrainer 4": 5, "trl.GRPOTrainer 8": 5, "auto 16->4": 5, "PODS 16->4": 5,
-            "GRPO 4 + refill (sized)": 5, "auto 16->4, H200 costs": 5, "trl.GRPOTrainer 16": 5,
+            "trl.GRPOTrainer 4": 5,
+            "trl.GRPOTrainer 8": 5,
+            "auto 16->4": 5,
+            "PODS 16->4": 5,
+            "GRPO 4 + refill (sized)": 5,
+            "auto 16->4, H200 costs": 5,
+            "trl.GRPOTrainer 16": 5,
         },
     },  # fmt: skip
     "order": "seed by seed; within a seed add2 before add2x1, arms in ARMS order; trl.GRPOTrainer 16 after all others",
@@ -307,6 +318,284 @@ def timing(model: Path, args: argparse.Namespace) -> Iterator[dict]:
         }  # fmt: skip
 
 
+# ------------------------------------------------------------------------------------------------------ the report
+
+
+def check_against_plan(runs: list[dict], plan: dict = PLAN) -> None:
+    """Refuse runs the plan does not ask for, or made with other settings (a mixed table would compare unlike runs)."""
+    wanted = set(planned_runs(plan))
+    for run in runs:
+        key = (run["task"], run["arm"], run["seed"])
+        if key not in wanted or run["settings"] != plan_settings(run["task"], plan):
+            raise SystemExit(f"{key} with {run['settings']} is not a run of the plan (PLAN): it cannot be reported.")
+
+
+def endpoint(run: dict) -> list[float] | None:
+    """The run's curve point at its endpoint (`confirmed`): ``[step, accuracy, rollouts, rows, calls]``; None when
+    it did not reach it."""
+    index = confirmed([point[1] for point in run["curve"]], run["settings"]["target"])
+    return None if index is None else run["curve"][index]
+
+
+def h200_minutes(run: dict, step: int) -> float:
+    """The run's steps up to ``step`` priced with the H200's costs (`H200`): per step, its generation calls, rollouts
+    and trained rows, and one update."""
+    field = {name: i for i, name in enumerate(STEP_FIELDS)}
+    seconds = sum(
+        s[field["calls"]] * H200["call"] + s[field["rollouts"]] * H200["rollout"] + s[field["rows"]] * H200["row"]
+        + H200["update"]
+        for s in run["steps"]
+        if s[field["step"]] <= step
+    )  # fmt: skip
+    return seconds / 60
+
+
+def seconds_per_step(timing_run: dict) -> dict[str, float]:
+    """Per arm: the median over rounds of the round's mean step time."""
+    by_round: dict[str, dict[int, list[float]]] = {}
+    for arm, round_, _step, step_time, *_ in timing_run["records"]:
+        by_round.setdefault(arm, {}).setdefault(round_, []).append(step_time)
+    return {arm: statistics.median(statistics.mean(t) for t in rounds.values()) for arm, rounds in by_round.items()}
+
+
+def minutes(runs: list[dict], pricing: str, per_step: dict[str, float] | None) -> dict[str, list[float]]:
+    """Per arm: minutes to the endpoint of each run that reached it, in ``pricing`` (``"cpu"``: steps x the arm's
+    interleaved seconds per step, none without a timing run; ``"h200"``: `h200_minutes`)."""
+    found: dict[str, list[float]] = {}
+    for run in runs:
+        point = endpoint(run)
+        if point is None or (pricing == "cpu" and (per_step is None or run["arm"] not in per_step)):
+            continue
+        value = point[0] * per_step[run["arm"]] / 60 if pricing == "cpu" else h200_minutes(run, point[0])
+        found.setdefault(run["arm"], []).append(value)
+    return found
+
+
+def baseline(found: dict[str, list[float]], task: str, plan: dict = PLAN) -> str | None:
+    """The `trl.GRPOTrainer` arm with the lowest mean among those all of whose planned runs reached the endpoint."""
+    complete = [arm for arm in TRL_GROUP_SIZES if len(found.get(arm, [])) == plan["seeds"][task].get(arm)]
+    return min(complete, key=lambda arm: statistics.mean(found[arm]), default=None)
+
+
+def comparison(found: dict[str, list[float]], arm: str, base: str | None) -> str:
+    """``ratio [90% CI], p`` of ``arm``'s mean minutes to ``base``'s, or a dash."""
+    if base is None or arm not in found:
+        return "–"
+    if arm == base:
+        return "1 (baseline)"
+    ratio = statistics.mean(found[arm]) / statistics.mean(found[base])
+    low, high = bootstrap_ratio_ci(found[arm], found[base])
+    return f"{ratio:.2f}× [{low:.2f}–{high:.2f}], p {permutation_p(found[arm], found[base]):.3f}"
+
+
+def task_table(runs: list[dict], task: str, per_step: dict[str, float] | None, plan: dict = PLAN) -> str:
+    """One task's table: per arm, its runs, steps, generation calls and minutes to the endpoint in both pricings,
+    each compared with that pricing's baseline."""
+    mine = [r for r in runs if r["task"] == task]
+    cpu, gpu = minutes(mine, "cpu", per_step), minutes(mine, "h200", None)
+    cpu_base, gpu_base = baseline(cpu, task, plan), baseline(gpu, task, plan)
+    field = {name: i for i, name in enumerate(STEP_FIELDS)}
+    rows = []
+    for arm in [a for a in ARMS if a in plan["seeds"][task]]:
+        arm_runs = [r for r in mine if r["arm"] == arm]
+        points = [p for p in (endpoint(r) for r in arm_runs) if p is not None]
+        records = [s for r in arm_runs for s in r["steps"]]
+        calls = statistics.mean(s[field["calls"]] for s in records) if records else float("nan")
+        contrast = 1 - statistics.mean(s[field["frac_zero_std"]] for s in records) if records else float("nan")
+        rows.append(
+            f"| {arm} | {len(arm_runs)}/{plan['seeds'][task][arm]} | {len(points)} | "
+            f"{spread([p[0] for p in points], 0)} | {spread([p[2] for p in points], 0)} | {calls:.2f} | "
+            f"{contrast:.2f} | {spread(cpu.get(arm, []), 1)} | {comparison(cpu, arm, cpu_base)} | "
+            f"{spread(gpu.get(arm, []), 2)} | {comparison(gpu, arm, gpu_base)} |"
+        )
+    header = (
+        "| arm | runs (of planned) | reached | steps to target | rollouts to target | generation calls / step | "
+        "trained groups with contrast | CPU minutes | ÷ best trl.GRPOTrainer (CPU) | H200-priced minutes | "
+        "÷ best trl.GRPOTrainer (H200) |\n" + "|---" * 11 + "|"
+    )
+    return header + "\n" + "\n".join(rows)
+
+
+def spread(values: list[float], digits: int) -> str:
+    """``mean (min–max)``; the value alone when there is one; a dash when none."""
+    if not values:
+        return "–"
+    mean = f"{statistics.mean(values):.{digits}f}"
+    return mean if len(values) == 1 else f"{mean} ({min(values):.{digits}f}–{max(values):.{digits}f})"
+
+
+def plot(runs: list[dict], path: Path, plan: dict = PLAN) -> None:
+    """Mean held-out accuracy per arm against optimizer steps (thin lines: each seed), a panel per task, the target
+    dashed; a seed's curve stops at its endpoint, the mean where its first run stops."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(plan["tasks"]), figsize=(6 * len(plan["tasks"]), 4), squeeze=False)
+    for axis, (task, target) in zip(axes[0], plan["tasks"].items(), strict=True):
+        for i, arm in enumerate(ARMS):
+            curves = [r["curve"] for r in runs if r["task"] == task and r["arm"] == arm]
+            if not curves:
+                continue
+            shortest = min(len(c) for c in curves)
+            axis.plot(
+                [p[0] for p in curves[0][:shortest]],
+                [statistics.mean(c[k][1] for c in curves) for k in range(shortest)],
+                color=f"C{i}",
+                label=arm,
+            )
+            for c in curves:
+                axis.plot([p[0] for p in c], [p[1] for p in c], color=f"C{i}", alpha=0.15)  # fmt: skip
+        axis.axhline(target, color="grey", linestyle="--", linewidth=0.8)
+        axis.set(xlabel="optimizer step", ylabel="held-out accuracy (greedy)", ylim=(0, 1), title=f"{task}: {target}")
+        axis.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+FIXED_PODS = ("PODS 16->4", "GRPO 4 + refill (sized)")  # the fixed trl_pods settings auto is held against
+GOALS = {"cpu": ("auto 16->4", 0.5, 0.7), "h200": ("auto 16->4, H200 costs", 0.7, 1.0)}
+"""Per pricing: the cost-aware arm, and the issue's goal for its ratio to the best trl.GRPOTrainer setting and for
+the upper bound of that ratio's 90% CI."""
+
+
+def goals_text(runs: list[dict], per_step: dict[str, float] | None, plan: dict = PLAN) -> str:
+    """Each goal of the measurement, per task and pricing, with the measured value: met, not met, or pending."""
+    lines = []
+    field = {name: i for i, name in enumerate(STEP_FIELDS)}
+    for task in plan["tasks"]:
+        mine = [r for r in runs if r["task"] == task]
+        for pricing, (arm, goal, bound) in GOALS.items():
+            found = minutes(mine, pricing, per_step)
+            base = baseline(found, task, plan)
+            complete = len(found.get(arm, [])) == plan["seeds"][task][arm]
+            if base is None or not complete:
+                lines.append(f"- {task}, {pricing.upper()} pricing, `{arm}` ≤ {goal}× the best trl.GRPOTrainer "
+                             "setting: pending (not every planned run has reached the target)")  # fmt: skip
+                continue
+            ratio = statistics.mean(found[arm]) / statistics.mean(found[base])
+            high = bootstrap_ratio_ci(found[arm], found[base])[1]
+            met = "met" if ratio <= goal and high <= bound else "not met"
+            lines.append(f"- {task}, {pricing.upper()} pricing, `{arm}` ≤ {goal}× `{base}` with the CI's upper "
+                         f"bound ≤ {bound}: {ratio:.2f}×, upper {high:.2f}: **{met}**")  # fmt: skip
+            fixed = {
+                a: statistics.mean(found[a]) for a in FIXED_PODS if len(found.get(a, [])) == plan["seeds"][task][a]
+            }
+            if fixed:
+                best = min(fixed, key=fixed.get)
+                within = statistics.mean(found[arm]) / fixed[best]
+                verdict = "met" if within <= 1.1 else "not met"
+                lines.append(f"- {task}, {pricing.upper()} pricing, `{arm}` within 10% of the best fixed trl_pods "
+                             f"setting (`{best}`): {within:.2f}×: **{verdict}**")  # fmt: skip
+        records = [s for r in mine if r["arm"] == "GRPO 4 + refill (sized)" for s in r["steps"]]
+        if records:
+            calls = statistics.mean(s[field["calls"]] for s in records)
+            contrast = 1 - statistics.mean(s[field["frac_zero_std"]] for s in records)
+            met = "met" if calls <= 1.5 and contrast >= 0.95 else "not met"
+            lines.append(f"- {task}, `GRPO 4 + refill (sized)`: ≤ 1.5 generation calls a step and ≥ 0.95 of trained "
+                         f"groups with contrast: {calls:.2f} and {contrast:.2f}: **{met}**")  # fmt: skip
+    return "\n".join(lines)
+
+
+def timing_text(timing_run: dict | None) -> str:
+    """How the interleaved timing run went, and its seconds per step per arm."""
+    if timing_run is None:
+        return ("Not measured yet: CPU minutes need every arm's seconds per step taken side by side on an idle "
+                "machine (`python benchmarks/time_to_target.py --timing`).")  # fmt: skip
+    per_step, loads = seconds_per_step(timing_run), timing_run["load"]
+    field = {name: 2 + i for i, name in enumerate(STEP_FIELDS)}
+    rows = []
+    for arm in [a for a in ARMS if a in per_step]:
+        mine = [r for r in timing_run["records"] if r[0] == arm]
+        rows.append(f"| {arm} | {per_step[arm]:.2f} | {statistics.mean(r[field['rollouts']] for r in mine):.0f} | "
+                    f"{statistics.mean(r[field['calls']] for r in mine):.2f} |")  # fmt: skip
+    versions_text = ", ".join(f"{k} {v}" for k, v in timing_run["versions"].items())
+    return (
+        f"{timing_run['device']} ({versions_text}), {timing_run['engine']}; task {timing_run['task']}, "
+        f"{timing_run['rounds']} rounds of {timing_run['steps_per_run']} steps per arm (the first step of each run "
+        f"left out), one torch thread, the order rotated each round. Load average before "
+        f"{loads[0][0]:.2f}, at most {max(load[0] for load in loads):.2f} during, {loads[-1][0]:.2f} after.\n\n"
+        "| arm | s / step (median over rounds) | rollouts / step | generation calls / step |\n|---|---|---|---|\n"
+        + "\n".join(rows)
+    )
+
+
+def write_report() -> Path:
+    """docs/benchmarks/time-to-target.md and its figure, from the saved runs and timing run (`check_against_plan`)."""
+    runs = store().runs()
+    check_against_plan(runs)
+    timing_file = DATA / f"{NAME}_timing.json"
+    timing_run = json.loads(timing_file.read_text()) if timing_file.exists() else None
+    per_step = seconds_per_step(timing_run) if timing_run else None
+    plot(runs, DATA / f"{NAME}.png")
+    planned = planned_runs()
+    tables = "\n\n".join(
+        f"**{task}** (target {target}):\n\n{task_table(runs, task, per_step)}"
+        for task, target in PLAN["tasks"].items()
+    )
+    plan_lines = "\n".join(f"- **{key}**: {value}" for key, value in PLAN.items() if key != "seeds")
+    seeds = "; ".join(f"{task}: " + ", ".join(f"{arm} {n}" for arm, n in arms.items())
+                      for task, arms in PLAN["seeds"].items())  # fmt: skip
+    body = f"""# Time to target against trl.GRPOTrainer
+
+<!-- Written by `python benchmarks/time_to_target.py --report` from docs/benchmarks/data/{NAME}*; do not edit. -->
+
+How many minutes each setting needs to reach a held-out accuracy, next to TRL's own `GRPOTrainer`, on the real
+SmolLM2-135M-Instruct with LoRA (the demo's arguments: r 16, lr 2e-4 constant, temperature 0.7, 16-token completions,
+the arithmetic reward), generating on the real vLLM CPU engine, 4 prompts per optimizer step for every arm. Every
+arm sees the same training problems, order and LoRA initialisation for a seed. The measurement follows a plan fixed
+before its runs; runs the plan does not ask for are refused.
+
+**The plan** (`PLAN` in `benchmarks/time_to_target.py`):
+
+{plan_lines}
+- **seeds per arm**: {seeds}
+
+**Runs so far**: {len(runs)} of the {len(planned)} planned.
+
+## Minutes to target
+
+Steps, rollouts and minutes to the endpoint: mean (min–max) over the runs that reached it. CPU minutes: steps × the
+arm's interleaved seconds per step (below). H200-priced minutes: each of the run's steps up to the endpoint priced
+with the costs measured on an H200 ({H200["call"]} s a generation call, {1000 * H200["rollout"]:.3f} ms a rollout,
+{1000 * H200["row"]:.2f} ms a trained row, {H200["update"]} s an update: `gpu_cost_curve.py`), a pricing, not a GPU
+run: steps, calls, rollouts and rows do not depend on the machine. ÷ best trl.GRPOTrainer: the ratio of mean minutes
+to the baseline's (the `trl.GRPOTrainer` arm with the lowest mean among those whose planned runs all reached the
+target, in that pricing), its bootstrap 90% CI over seeds and the exact permutation p. Generation calls per step and
+trained groups with contrast: over all the arm's steps.
+
+{tables}
+
+![held-out accuracy against steps]({"data/" + NAME + ".png"})
+
+## Goals
+
+{goals_text(runs, per_step)}
+
+## Interleaved step times
+
+{timing_text(timing_run)}
+
+## Data and commands
+
+Runs: [data/{NAME}.jsonl](data/{NAME}.jsonl) (curve: step, accuracy, cumulative rollouts, rows and calls; per step:
+{", ".join(STEP_FIELDS)}){f"; timing run: [data/{NAME}_timing.json](data/{NAME}_timing.json)" if timing_run else ""}.
+
+```bash
+python benchmarks/time_to_target.py            # the vLLM environment: take the plan's runs (resumes; many processes)
+python benchmarks/time_to_target.py --timing   # on an idle machine
+python benchmarks/time_to_target.py --report   # this page
+```
+
+{environment()}
+"""
+    page = DOCS / "benchmarks" / "time-to-target.md"
+    page.write_text(body)
+    print(f"wrote {page.relative_to(DOCS.parent)}")
+    return page
+
+
 def free_port() -> int:
     """A TCP port the system has just handed out as free (for the colocate engine's one-process rendezvous)."""
     with socket.socket() as s:
@@ -321,10 +610,14 @@ def main() -> None:
     parser.add_argument("--timing", action="store_true", help="interleaved step times of --arms (idle machine!)")
     parser.add_argument("--timing_rounds", type=int, default=3)
     parser.add_argument("--timing_steps", type=int, default=5, help="steps per arm and round (the first unused)")
+    parser.add_argument("--report", action="store_true", help="docs/benchmarks/time-to-target.md from the saved runs")
     parser.add_argument("--smoke", action="store_true", help="train a few steps per arm on seed 0; write nothing")
     parser.add_argument("--steps", type=int, default=2, help="--smoke: steps per run")
     parser.add_argument("--eval_every", type=int, default=1, help="--smoke: steps between evaluations")
     args = parser.parse_args()
+    if args.report:
+        write_report()
+        return
     torch.set_num_threads(1)  # one run per core; vLLM's CPU engine keeps it
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM-CPU's default would take much more
     os.environ.setdefault("MASTER_PORT", str(free_port()))  # TRL tries 29500 first: processes side by side collide
