@@ -14,8 +14,9 @@ which rises with ``n`` the way the data's mix of easy, hard and unsolved prompts
 tries rarely shows contrast in 4 rollouts and often in 16. `ContrastHistory` fits ``(a, b)`` by maximum likelihood
 (beta-binomial) to the pass counts of the groups observed, each generation's weighing `HISTORY_DECAY` times the
 next one's, so that the fit follows the policy as it learns (early in training the rate can rise tenfold within a
-few steps); the prompts drawn are a uniform sample of the data, so the fit describes the data under the policy. With rewards that take many values the binary view undercounts
-contrast (two different failing rewards also differ): the sizing is then conservative.
+few steps); the prompts drawn are a uniform sample of the data, so the fit describes the data under the policy.
+With rewards that take many values the binary view undercounts contrast (two different failing rewards also
+differ): the sizing is then conservative.
 
 `prompts_to_cover` turns a rate into a draw: the fewest prompts whose groups with contrast cover what a step still
 lacks with a given probability.
