@@ -30,10 +30,11 @@ def pods_fields() -> list[dataclasses.Field]:
 def reference_table() -> str:
     """The markdown table: field, type, default (Python `repr`), meaning (the field's help metadata)."""
     rows = ["| field | type | default | meaning |", "|---|---|---|---|"]
-    # The annotation as written: an argument parser built from PODSConfig (HfArgumentParser) resolves `Field.type` in
-    # place, which would make the table depend on what ran before.
+    # The annotation as written, by the class that declares the field: an argument parser (HfArgumentParser) resolves
+    # `Field.type` in place, which would make the table depend on what ran before.
     for f in pods_fields():
-        annotation = PODSConfig.__annotations__.get(f.name, f.type)
+        declaring = next(c for c in PODSConfig.__mro__ if f.name in vars(c).get("__annotations__", {}))
+        annotation = vars(declaring)["__annotations__"][f.name]
         kind, meaning = (str(text).replace("|", "\\|") for text in (annotation, f.metadata["help"]))
         rows.append(f"| `{f.name}` | `{kind}` | `{f.default!r}` | {meaning} |")
     return "\n".join(rows)

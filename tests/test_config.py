@@ -247,7 +247,7 @@ def test_refill_accepts_generations_spanning_optimizer_steps():
     "options,message",
     [
         (dict(pods_generation="refill", pods_draw_coverage=1.0), r"probability in \(0, 1\)"),
-        (dict(pods_generation="screened", pods_draw_coverage=0.9), "sizes the draws of pods_generation='refill'"),
+        (dict(pods_generation="adaptive", pods_draw_coverage=0.9), "sizes the draws of pods_generation='refill'"),
         (dict(pods_generation="refill", pods_max_prompt_ratio=4), "with pods_draw_coverage; unset it"),
         (dict(pods_generation="auto", pods_max_prompt_ratio=0), "a whole number >= 1"),
         (dict(pods_generation="refill", pods_auto_costs="call=1,rollout=0,step=1"), "pods_auto_costs gives"),

@@ -17,6 +17,7 @@ from trl_pods.contrast import ContrastHistory, contrast_rate, fit_pass_rates, pr
 from trl_pods.costs import CallTiming, Costs, fit_costs, parse_costs
 from trl_pods.phase1 import generate_and_score
 from trl_pods.refill import DrawPlan, RefillMode
+from trl_pods.screening import ScreenedMode
 from trl_pods.waves import GenerationTiming
 
 H200 = Costs(call=1.031, rollout=0.000116, step=0.321)  # the H200's costs of the time-to-target runs
@@ -169,14 +170,14 @@ def _auto(**fields) -> AutoMode:
     return AutoMode(SimpleNamespace(**{**config, **fields}))
 
 
-def _generation(mode, fake_rewards: dict, draws: list[str], timing: GenerationTiming | None = None):
+def _generation(mode, fake_rewards: dict, draws: list[str], timing: GenerationTiming | None = None, seed: int = 0):
     """One generation of ``mode`` on one process: the loader's prompts a and b (N = 4 slots), further prompts from
     ``draws``."""
     fake = FakeSteps(fake_rewards)
     steps = fake.steps(draws, n=4)
     steps = type(steps)(steps.generate, steps.score, steps.one_weight_load, steps.draw, steps.group_keys,
                         lambda: timing)  # fmt: skip
-    return generate_and_score(_inputs(["a", "b"], 4), _settings(n=4), mode, steps), fake
+    return generate_and_score(_inputs(["a", "b"], 4), _settings(n=4, seed=seed), mode, steps), fake
 
 
 def test_sized_refill_draws_for_more_prompts_in_its_first_call():
@@ -228,3 +229,28 @@ def test_auto_with_given_costs_plans_from_the_first_generation():
     assert not mode.timed
     _generation(mode, {p: [0.0, 1.0] * 8 for p in "abcdef"}, list("cdef"))
     assert mode.current.n == 4 and mode.current.calls == 1 and "(given)" in mode.notes()[0]
+
+
+def _screened(**fields) -> ScreenedMode:
+    config = dict(pods_screen_ratio=3, pods_draw_coverage=0.75, pods_n_initial=2, pods_screen_rule="contrast")
+    return ScreenedMode(SimpleNamespace(**{**config, **fields}))
+
+
+def test_sized_screened_draws_its_pool_with_the_pilot_and_picks_among_the_drawn():
+    """Screened with pods_draw_coverage reads the loader's batch and, in the pilot's call, draws as many further
+    prompts as hold the batch's groups with pilot contrast at the observed rate (here 3 more at rate 0.5, coverage
+    0.75); the rule picks among the piloted groups only (a random rule never picks a group that was not drawn), the
+    commit gives them the rest of N, and the pilots teach the history."""
+    mode = _screened()
+    mode.history.rate = lambda n: 0.5
+    rewards = {"a": [1.0] * 4, "b": [0, 1, 0, 1.0], "c": [0.0] * 4, "d": [1, 0, 0, 0.0], "e": [1.0] * 4}
+    rollouts, fake = _generation(mode, rewards, ["c", "d", "e", "f"])
+    generated = [call[1] for call in fake.calls if call[0] == "generate"]
+    assert generated == [[p for p in "abcde" for _ in range(2)], ["b", "b", "d", "d"]], "pilot of 5, commit of 2"
+    assert rollouts.chosen.tolist() == [False, True, False, True, False, False]
+    assert mode.history.counts.tolist() == [2] * 5, "the pilots"
+    for seed in range(20):
+        randomly = _screened(pods_screen_rule="random")
+        randomly.history.rate = lambda n: 0.99  # a pool of the batch alone, room for 6
+        rollouts, _ = _generation(randomly, {p: [0.0, 1.0] * 2 for p in "ab"}, [], seed=seed)
+        assert rollouts.chosen.tolist() == [True, True, False, False, False, False]

@@ -92,7 +92,8 @@ def test_sized_refill_and_auto_draw_in_fewer_calls(tiny_model_path, tmp_path, mo
     first call from the contrast rate (a prior, then what the run observed), so they make fewer generate calls than
     refill drawing exactly the missing groups; every check of a refill generation holds (B trained groups of M rows,
     contrast first, each rollout scored once, room for 4 prompts per trained prompt); auto gives every prompt of a
-    generation the same count, 2 or 4, and logs its choice."""
+    generation the same count, 2 or 4, and logs its choice. Screened with pods_draw_coverage draws its pool with
+    the pilot (2 calls a step, at most its ratio of prompts); with its pilot the whole group, one call a step."""
     sizes = record_generate_sizes(monkeypatch)
     _train(tiny_model_path, tmp_path / "exact", "refill", prompts=36, pods_max_draws=3)
     exact_calls = len(sizes)
@@ -109,6 +110,13 @@ def test_sized_refill_and_auto_draw_in_fewer_calls(tiny_model_path, tmp_path, mo
         generated = phase1["counts"][phase1["counts"] > 0]
         assert len(set(generated.tolist())) == 1 and generated[0].item() in (2, 4)
     assert all(e["pods/rollouts_per_prompt"] in (2.0, 4.0) and e["pods/exploring"] == 0.0 for e in logs)
+    for pilot, calls in ((2, 2.0), (N, 1.0)):
+        screened, reward = _train(
+            tiny_model_path, tmp_path / f"screened{pilot}", "screened", prompts=36, pods_screen_ratio=3,
+            pods_n_initial=pilot, pods_draw_coverage=0.9,
+        )  # fmt: skip
+        logs = _check(screened, reward, pool=3)
+        assert all(e["pods/generation_calls"] == calls and B <= e["pods/prompts_drawn"] <= 3 * B for e in logs)
 
 
 def test_a_refill_epoch_generates_for_every_prompt_once(tiny_model_path, tmp_path):

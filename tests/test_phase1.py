@@ -289,7 +289,9 @@ def test_screened_pilots_every_pool_prompt_then_commits_the_chosen():
     fake = FakeSteps(rewards)
     settings = _settings(n=4)
     inputs = _inputs(["a", "b", "c", "d"], 4)
-    mode = ScreenedMode(_config(pods_screen_ratio=2, pods_n_initial=2, pods_screen_rule="frontier"))
+    mode = ScreenedMode(
+        _config(pods_screen_ratio=2, pods_n_initial=2, pods_screen_rule="frontier", pods_draw_coverage=None)
+    )
     rollouts = generate_and_score(inputs, settings, mode, fake.steps())
     assert fake.calls == [
         ("weights loaded",),
@@ -314,7 +316,9 @@ def test_screened_pilots_every_pool_prompt_then_commits_the_chosen():
 def test_a_screening_rule_returning_wrong_picks_is_refused():
     """A rule must pick exactly its share of distinct groups of its pool."""
     fake = FakeSteps({"a": [0.0, 1.0], "b": [0.0, 1.0]})
-    mode = ScreenedMode(_config(pods_screen_ratio=2, pods_n_initial=2, pods_screen_rule="frontier"))
+    mode = ScreenedMode(
+        _config(pods_screen_ratio=2, pods_n_initial=2, pods_screen_rule="frontier", pods_draw_coverage=None)
+    )
     mode.rule = lambda pilot, chosen, generator: torch.arange(2)  # two picks where one is the share
     with pytest.raises(ValueError, match="pods_screen_rule"):
         generate_and_score(_inputs(["a", "b"], 4), _settings(n=4), mode, fake.steps())

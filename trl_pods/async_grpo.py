@@ -81,7 +81,8 @@ class PODSAsyncGRPOConfig(PODSFields, AsyncGRPOConfig):
     Parameters:
         > The PODS parameters both trainers take (`trl_pods.fields.PODSFields`): `num_generations`, `pods_n`,
         > `pods_m`, `pods_down_sampler`, `pods_advantage_scope`, `pods_generation`, `pods_n_initial`, `pods_budget`,
-        > `pods_allocation`, `pods_history_size`, `pods_history_decay`, `pods_screen_ratio`, `pods_screen_rule`. In
+        > `pods_allocation`, `pods_history_size`, `pods_history_decay`, `pods_screen_ratio`, `pods_screen_rule`,
+        > `pods_draw_coverage` (refused here: the worker draws nothing). In
         > the rollout worker (`trl_pods.streaming`) a mode decides each window of prompts; refill drops a prompt
         > whose rewards are all equal (the stream goes on to the next), screened drops the pilots it does not
         > choose, and a mode that draws further prompts into a generation (auto) is refused.
@@ -121,6 +122,11 @@ class PODSAsyncGRPOConfig(PODSFields, AsyncGRPOConfig):
 
 def _check_stream_generation(config: PODSAsyncGRPOConfig) -> None:
     """The generation mode's settings, checked as the synchronous config checks them, and the window."""
+    if config.pods_draw_coverage is not None:
+        raise ValueError(
+            "pods_draw_coverage sizes the prompts a synchronous generation draws; the asynchronous worker draws none "
+            "(it goes on to the next prompts of its stream): unset it."
+        )
     _resolve_n_initial(config)
     _check_budgeted_generation(config)
     if config.pods_window is None:

@@ -36,7 +36,8 @@ class PODSConfig(PODSFields, GRPOConfig):
     Parameters:
         > The PODS parameters both trainers take (`trl_pods.fields.PODSFields`): `num_generations`, `pods_n`,
         > `pods_m`, `pods_down_sampler`, `pods_advantage_scope`, `pods_generation`, `pods_n_initial`, `pods_budget`,
-        > `pods_allocation`, `pods_history_size`, `pods_history_decay`, `pods_screen_ratio`, `pods_screen_rule`.
+        > `pods_allocation`, `pods_history_size`, `pods_history_decay`, `pods_screen_ratio`, `pods_screen_rule`,
+        > `pods_draw_coverage`.
 
         > Parameters of D3S, dynamic schedules and memory-bounded generation
 
@@ -75,11 +76,6 @@ class PODSConfig(PODSFields, GRPOConfig):
         pods_max_draws (`int`, *optional*, defaults to `3`):
             Refill and auto: the most draws (generation calls) per generation, the first being the data loader's
             batch; the further prompts are read when drawn.
-        pods_draw_coverage (`float`, *optional*):
-            Refill: size each draw from the contrast rate the run has observed, so that the groups with contrast
-            cover what the step lacks with this probability (e.g. 0.9): the first call already generates for more
-            prompts than the batch, and a later call only for what is still missing (`trl_pods.refill`). Unset:
-            draw exactly the missing groups. Auto: the coverage of its later draws (default 0.9).
         pods_max_prompt_ratio (`int`, *optional*):
             Refill with `pods_draw_coverage`, and auto: the most prompts generated for in one generation, per prompt
             trained on (the room laid out). Defaults to 4.
@@ -147,14 +143,6 @@ class PODSConfig(PODSFields, GRPOConfig):
             "help": "Refill and auto: the most draws (generation calls) per generation, the first being the data "
             "loader's batch; further prompts are read from the epoch's order when drawn (drawn and not trained: "
             "consumed)."
-        },
-    )
-    pods_draw_coverage: float | None = field(
-        default=None,
-        metadata={
-            "help": "Refill: size draws from the observed contrast rate so that the groups with contrast cover what "
-            "the step lacks with this probability (e.g. 0.9); the first call generates for more prompts than the "
-            "batch. Unset: draw exactly the missing groups. Auto: the coverage of its later draws (default 0.9)."
         },
     )
     pods_max_prompt_ratio: int | None = field(
@@ -384,7 +372,8 @@ def _check_dynamic_sampling(config: PODSConfig) -> None:
         )
     _check_draw_sizing(config)
     per_generation = config.steps_per_generation * config.num_iterations
-    if generation in DRAWING and per_generation % config.gradient_accumulation_steps:
+    drawing = generation in DRAWING or (generation == "screened" and config.pods_draw_coverage is not None)
+    if drawing and per_generation % config.gradient_accumulation_steps:
         raise ValueError(
             f"pods_generation={generation!r} ends an epoch when its prompts run out, after a whole generation, which "
             f"must end an optimizer step: steps_per_generation x num_iterations ({per_generation}) must be a multiple "
@@ -406,10 +395,10 @@ def _check_draw_sizing(config: PODSConfig) -> None:
     `pods_max_prompt_ratio` resolved to its default."""
     generation, coverage = config.pods_generation, config.pods_draw_coverage
     sized = generation == "auto" or (generation == "refill" and coverage is not None)
-    if coverage is not None and (generation not in DRAWING or not 0.0 < coverage < 1.0):
+    if coverage is not None and (generation not in (*DRAWING, "screened") or not 0.0 < coverage < 1.0):
         raise ValueError(
-            f"pods_draw_coverage is a probability in (0, 1) that sizes the draws of pods_generation='refill' or "
-            f"'auto'; got {coverage!r} with pods_generation={generation!r}."
+            f"pods_draw_coverage is a probability in (0, 1) that sizes the draws of pods_generation='refill', "
+            f"'auto' or 'screened'; got {coverage!r} with pods_generation={generation!r}."
         )
     ratio = config.pods_max_prompt_ratio
     if ratio is not None and not sized:

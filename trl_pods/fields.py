@@ -66,6 +66,14 @@ class PODSFields:
             Screened: the rule picking the prompts to train on from their pilots: `"frontier"` (pilot contrast first,
             a quarter of the picks reserved for prompts whose pilot all failed), `"contrast"`, `"random"`, a name
             registered with `trl_pods.screening.register_screen_rule`, or a dotted import path.
+        pods_draw_coverage (`float`, *optional*):
+            Synchronous trainer (the asynchronous one draws nothing, and refuses it). Refill: size each draw from the
+            contrast rate the run has observed, so that the groups with contrast cover what the step lacks with this
+            probability (e.g. 0.9): the first call already generates for more prompts than the batch, and a later
+            call only for what is still missing (`trl_pods.refill`). Unset: draw exactly the missing groups. Auto:
+            the coverage of its later draws (default 0.9). Screened: the pool is drawn with the pilot, as many
+            prompts as hold the batch's groups with pilot contrast with this probability (at most
+            `pods_screen_ratio` per trained prompt), instead of `pods_screen_ratio` each step.
     """
 
     num_generations: int | None = field(
@@ -158,5 +166,14 @@ class PODSFields:
             "help": "Screened: rule picking the prompts to train on from their pilots: 'frontier' (contrast first, a "
             "quarter of the picks for prompts whose pilot all failed), 'contrast', 'random', a registered name or a "
             "dotted import path."
+        },
+    )
+    pods_draw_coverage: float | None = field(
+        default=None,
+        metadata={
+            "help": "Synchronous trainer. Refill: size draws from the observed contrast rate so that the groups with "
+            "contrast cover what the step lacks with this probability (e.g. 0.9); the first call generates for more "
+            "prompts than the batch. Unset: draw exactly the missing groups. Auto: the coverage of its later draws "
+            "(default 0.9). Screened: the pool is sized so (at most pods_screen_ratio per trained prompt)."
         },
     )

@@ -6,7 +6,13 @@ so no row ever moves between processes). A prompt piloted and not chosen is cons
 
 Every pool prompt gets a pilot of ``n_initial`` rollouts (one call), a rule picks the ``B`` to train on
 (`SCREEN_RULES`), and those get their remaining ``N - n_initial`` rollouts (a second call); the pilot rollouts stay
-in their group.
+in their group. With ``n_initial = N`` the pilot is the whole group: one call a step, verl's over-provisioned batch
+with the rule choosing the groups to train on and PODS's down-sampling inside each.
+
+With ``pods_draw_coverage`` the pool is sized from the contrast rate the run has observed in its pilots
+(`trl_pods.contrast`): the data loader reads the batch, and the pilot's call also draws as many further prompts as
+make the pool hold ``B`` groups whose pilot shows contrast with that probability (at most ``ratio x B``); fewer
+prompts are piloted for nothing once the policy solves some of them.
 
 A rule is ``rule(pilot [G, k], chosen, generator) -> [chosen]`` indices into the ``G`` pool groups of one process,
 ``pilot`` holding the reward (TRL's weighted sum) of each pilot rollout (NaN: unscorable). Registered rules:
@@ -34,6 +40,7 @@ import torch
 
 from ._lookup import resolve
 from .adaptive import has_contrast
+from .contrast import ContrastHistory, prompts_to_cover
 from .waves import GenerationMode, Wave, WaveState
 
 __all__ = [
@@ -108,18 +115,29 @@ def get_screen_rule(name: str) -> ScreenRule:
 
 class ScreenedMode(GenerationMode):
     """``pods_generation="screened"``: a pilot of ``pods_n_initial`` rollouts for every prompt of the pool
-    (``pods_screen_ratio`` prompts per trained prompt), then the remaining ``pods_n - pods_n_initial`` for the
-    prompts each process's rule (`pods_screen_rule`) picks from its own pool; the rule's generator is seeded with
-    the generation's seed and the process's first group, so every process can replay every choice."""
+    (``pods_screen_ratio`` prompts per trained prompt, or as many as the observed contrast rate asks with
+    ``pods_draw_coverage``), then the remaining ``pods_n - pods_n_initial`` for the prompts each process's rule
+    (`pods_screen_rule`) picks from its own pool; the rule's generator is seeded with the generation's seed and the
+    process's first group, so every process can replay every choice."""
 
     def __init__(self, config: Any):
-        self.prompts_read = self.groups_laid_out = config.pods_screen_ratio
+        self.groups_laid_out = config.pods_screen_ratio
+        self.coverage = config.pods_draw_coverage
+        self.draws = self.coverage is not None  # the pool is drawn, sized, rather than read by the loader
+        self.prompts_read = 1 if self.draws else config.pods_screen_ratio
+        self.history = ContrastHistory() if self.draws else None  # the pilots' contrast rate
         self.pilot, self.rule = config.pods_n_initial, get_screen_rule(config.pods_screen_rule)
         self.picked: torch.Tensor | None = None
 
     def first_wave(self, state: WaveState) -> Wave:
         self.picked = None
-        return Wave.uniform(torch.arange(state.rewards.size(0)), self.pilot)
+        if self.history is None:
+            return Wave.uniform(torch.arange(state.rewards.size(0)), self.pilot)
+        rate, room = self.history.rate(self.pilot), state.groups_per_process
+        pool = max(prompts_to_cover(state.share, rate, self.coverage, room), state.share)
+        loaded = state.drawn.nonzero().squeeze(1)
+        extra = [max(pool - int(state.drawn[block].sum()), 0) for block in state.blocks()]
+        return Wave(loaded, torch.full_like(loaded, self.pilot), self.pilot, extra if any(extra) else None)
 
     def next_wave(self, state: WaveState) -> Wave | None:
         if self.picked is not None:
@@ -128,11 +146,16 @@ class ScreenedMode(GenerationMode):
         self.picked = torch.zeros(pilot.size(0), dtype=torch.bool)
         for block in state.blocks():
             generator = torch.Generator().manual_seed(state.seed + block.start)
-            picked = self.rule(pilot[block], state.share, generator)
-            _check_screen_choice(picked, state.groups_per_process, state.share)
-            self.picked[block.start + picked] = True
+            pool = state.drawn[block].nonzero().squeeze(1)  # [P]: the block's piloted groups
+            picked = self.rule(pilot[block][pool], state.share, generator)
+            _check_screen_choice(picked, pool.numel(), state.share)
+            self.picked[block.start + pool[picked]] = True
         commit = self.picked.nonzero().squeeze(1)
         return Wave.uniform(commit, state.n - self.pilot) if state.n > self.pilot else None
+
+    def finished(self, state: WaveState) -> None:
+        if self.history is not None:
+            self.history.observe(state.rewards[state.drawn, : self.pilot])
 
     def chosen(self, state: WaveState) -> torch.Tensor | None:
         return self.picked
@@ -143,9 +166,16 @@ class ScreenedMode(GenerationMode):
             **super().metrics(state),
             "predicted_contrast": has_contrast(trained[:, : self.pilot]).float().mean().item(),
             "observed_contrast": has_contrast(trained).float().mean().item(),
-            "prompts_drawn": float(state.rewards.size(0)),
+            "prompts_drawn": float(state.drawn.sum()),
             "prompts_trained": float(self.picked.sum()),
         }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {} if self.history is None else {"contrast": self.history.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.history is not None and "contrast" in state:
+            self.history.load_state_dict(state["contrast"])
 
 
 def _check_screen_choice(picked: Any, pool: int, share: int) -> None:
