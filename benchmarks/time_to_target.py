@@ -39,7 +39,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-from _report import DOCS, cpu_model, environment, versions
+from _report import DOCS, cpu_model, versions
 from harness import RunStore, bootstrap_ratio_ci, permutation_p
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer, ModelConfig
@@ -449,7 +449,8 @@ def plot(runs: list[dict], path: Path, plan: dict = PLAN) -> None:
                 axis.plot([p[0] for p in c], [p[1] for p in c], color=f"C{i}", alpha=0.15)  # fmt: skip
         axis.axhline(target, color="grey", linestyle="--", linewidth=0.8)
         axis.set(xlabel="optimizer step", ylabel="held-out accuracy (greedy)", ylim=(0, 1), title=f"{task}: {target}")
-        axis.legend(fontsize=7)
+        if axis.get_legend_handles_labels()[0]:
+            axis.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -521,6 +522,14 @@ def timing_text(timing_run: dict | None) -> str:
     )
 
 
+def provenance(runs: list[dict]) -> str:
+    """Markdown lines naming the machines and versions the runs were made with."""
+    made = sorted({(r["device"], json.dumps(r["versions"])) for r in runs})
+    lines = [f"- Runs made on {device} with {', '.join(f'{k} {v}' for k, v in json.loads(v).items())}."
+             for device, v in made]  # fmt: skip
+    return "\n".join(lines) or "- No runs yet."
+
+
 def write_report() -> Path:
     """docs/benchmarks/time-to-target.md and its figure, from the saved runs and timing run (`check_against_plan`)."""
     runs = store().runs()
@@ -534,7 +543,9 @@ def write_report() -> Path:
         f"**{task}** (target {target}):\n\n{task_table(runs, task, per_step)}"
         for task, target in PLAN["tasks"].items()
     )
-    plan_lines = "\n".join(f"- **{key}**: {value}" for key, value in PLAN.items() if key != "seeds")
+    tasks = ", ".join(f"{task} to {target} held-out accuracy" for task, target in PLAN["tasks"].items())
+    plan_lines = "\n".join(f"- **{key}**: {tasks if key == 'tasks' else value}" for key, value in PLAN.items()
+                           if key != "seeds")  # fmt: skip
     seeds = "; ".join(f"{task}: " + ", ".join(f"{arm} {n}" for arm, n in arms.items())
                       for task, arms in PLAN["seeds"].items())  # fmt: skip
     body = f"""# Time to target against trl.GRPOTrainer
@@ -588,7 +599,7 @@ python benchmarks/time_to_target.py --timing   # on an idle machine
 python benchmarks/time_to_target.py --report   # this page
 ```
 
-{environment()}
+{provenance(runs)}
 """
     page = DOCS / "benchmarks" / "time-to-target.md"
     page.write_text(body)
