@@ -38,6 +38,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import torch
 from _report import DOCS, cpu_model, versions
 from harness import RunStore, bootstrap_ratio_ci, permutation_p
@@ -107,8 +108,12 @@ PLAN = {
     "reached the target, with as many runs as the plan asks",
     "statistics": "ratio of mean minutes to the baseline's; bootstrap 90% CI resampling seeds within each arm (10,000 "
     "draws); exact two-sided permutation p of the difference of means",
-    "pricings": "CPU: steps x the arm's interleaved seconds per step on an idle machine (--timing); H200: each step "
-    "priced with H200 (calls, rollouts, rows, update)",
+    "pricings": "CPU: each step up to the endpoint priced with the costs (a call, a rollout, a row, a step) fitted by "
+    "least squares on the interleaved timing run (--timing, idle machine), steps x the arm's interleaved seconds "
+    "per step kept as a check; H200: each step priced with H200 (calls, rollouts, rows, update)",
+    "amended": "2026-11-27, after the first runs had started and before any had finished: the CPU pricing was steps x "
+    "the arm's interleaved seconds per step; refill and auto change their work per step over a run, and a "
+    "timing run's few steps are auto's exploration, so each step is priced by what it did, as in the H200 pricing",
 }
 """The measurement, fixed before its runs (the git history shows the order); `--report` refuses runs made otherwise.
 The targets were chosen from the earlier 50-problem measurement (``docs/time_to_target.jsonl``): where the arms' curves
@@ -337,17 +342,30 @@ def endpoint(run: dict) -> list[float] | None:
     return None if index is None else run["curve"][index]
 
 
-def h200_minutes(run: dict, step: int) -> float:
-    """The run's steps up to ``step`` priced with the H200's costs (`H200`): per step, its generation calls, rollouts
-    and trained rows, and one update."""
+def priced_minutes(run: dict, step: int, costs: dict[str, float]) -> float:
+    """The run's steps up to ``step``, each priced with ``costs`` (seconds per generation call, rollout and trained
+    row, and per step: ``call``, ``rollout``, ``row``, ``update``)."""
     field = {name: i for i, name in enumerate(STEP_FIELDS)}
     seconds = sum(
-        s[field["calls"]] * H200["call"] + s[field["rollouts"]] * H200["rollout"] + s[field["rows"]] * H200["row"]
-        + H200["update"]
+        s[field["calls"]] * costs["call"] + s[field["rollouts"]] * costs["rollout"] + s[field["rows"]] * costs["row"]
+        + costs["update"]
         for s in run["steps"]
         if s[field["step"]] <= step
     )  # fmt: skip
     return seconds / 60
+
+
+def fit_cpu_costs(timing_run: dict) -> dict[str, float]:
+    """Least squares of the timing run's step times on (calls, rollouts, rows, 1): the CPU's `H200`-like costs, with
+    the fit's R²."""
+    field = {name: 2 + i for i, name in enumerate(STEP_FIELDS)}
+    records = timing_run["records"]
+    x = np.array([[r[field["calls"]], r[field["rollouts"]], r[field["rows"]], 1.0] for r in records])  # [steps, 4]
+    y = np.array([r[field["step_time"]] for r in records])  # [steps]
+    coefficients, *_ = np.linalg.lstsq(x, y, rcond=None)
+    residual, total = ((y - x @ coefficients) ** 2).sum(), ((y - y.mean()) ** 2).sum()
+    return {**dict(zip(("call", "rollout", "row", "update"), coefficients.tolist(), strict=True)),
+            "r2": float(1 - residual / total) if total else 1.0}  # fmt: skip
 
 
 def seconds_per_step(timing_run: dict) -> dict[str, float]:
@@ -358,16 +376,14 @@ def seconds_per_step(timing_run: dict) -> dict[str, float]:
     return {arm: statistics.median(statistics.mean(t) for t in rounds.values()) for arm, rounds in by_round.items()}
 
 
-def minutes(runs: list[dict], pricing: str, per_step: dict[str, float] | None) -> dict[str, list[float]]:
-    """Per arm: minutes to the endpoint of each run that reached it, in ``pricing`` (``"cpu"``: steps x the arm's
-    interleaved seconds per step, none without a timing run; ``"h200"``: `h200_minutes`)."""
+def minutes(runs: list[dict], costs: dict[str, float] | None) -> dict[str, list[float]]:
+    """Per arm: minutes to the endpoint of each run that reached it, its steps priced with ``costs``
+    (`priced_minutes`; none without costs)."""
     found: dict[str, list[float]] = {}
     for run in runs:
         point = endpoint(run)
-        if point is None or (pricing == "cpu" and (per_step is None or run["arm"] not in per_step)):
-            continue
-        value = point[0] * per_step[run["arm"]] / 60 if pricing == "cpu" else h200_minutes(run, point[0])
-        found.setdefault(run["arm"], []).append(value)
+        if point is not None and costs is not None:
+            found.setdefault(run["arm"], []).append(priced_minutes(run, point[0], costs))
     return found
 
 
@@ -388,11 +404,11 @@ def comparison(found: dict[str, list[float]], arm: str, base: str | None) -> str
     return f"{ratio:.2f}× [{low:.2f}–{high:.2f}], p {permutation_p(found[arm], found[base]):.3f}"
 
 
-def task_table(runs: list[dict], task: str, per_step: dict[str, float] | None, plan: dict = PLAN) -> str:
+def task_table(runs: list[dict], task: str, cpu_costs: dict[str, float] | None, plan: dict = PLAN) -> str:
     """One task's table: per arm, its runs, steps, generation calls and minutes to the endpoint in both pricings,
     each compared with that pricing's baseline."""
     mine = [r for r in runs if r["task"] == task]
-    cpu, gpu = minutes(mine, "cpu", per_step), minutes(mine, "h200", None)
+    cpu, gpu = minutes(mine, cpu_costs), minutes(mine, H200)
     cpu_base, gpu_base = baseline(cpu, task, plan), baseline(gpu, task, plan)
     field = {name: i for i, name in enumerate(STEP_FIELDS)}
     rows = []
@@ -461,14 +477,14 @@ GOALS = {"cpu": ("auto 16->4", 0.5, 0.7), "h200": ("auto 16->4, H200 costs", 0.7
 the upper bound of that ratio's 90% CI."""
 
 
-def goals_text(runs: list[dict], per_step: dict[str, float] | None, plan: dict = PLAN) -> str:
+def goals_text(runs: list[dict], cpu_costs: dict[str, float] | None, plan: dict = PLAN) -> str:
     """Each goal of the measurement, per task and pricing, with the measured value: met, not met, or pending."""
     lines = []
     field = {name: i for i, name in enumerate(STEP_FIELDS)}
     for task in plan["tasks"]:
         mine = [r for r in runs if r["task"] == task]
         for pricing, (arm, goal, bound) in GOALS.items():
-            found = minutes(mine, pricing, per_step)
+            found = minutes(mine, cpu_costs if pricing == "cpu" else H200)
             base = baseline(found, task, plan)
             complete = len(found.get(arm, [])) == plan["seeds"][task][arm]
             if base is None or not complete:
@@ -499,26 +515,35 @@ def goals_text(runs: list[dict], per_step: dict[str, float] | None, plan: dict =
     return "\n".join(lines)
 
 
-def timing_text(timing_run: dict | None) -> str:
-    """How the interleaved timing run went, and its seconds per step per arm."""
+def timing_text(timing_run: dict | None, runs: list[dict]) -> str:
+    """How the interleaved timing run went, its seconds per step per arm, the CPU costs fitted on it, and the check:
+    each arm's CPU minutes to target by steps x its interleaved seconds per step against the costs' pricing."""
     if timing_run is None:
-        return ("Not measured yet: CPU minutes need every arm's seconds per step taken side by side on an idle "
-                "machine (`python benchmarks/time_to_target.py --timing`).")  # fmt: skip
-    per_step, loads = seconds_per_step(timing_run), timing_run["load"]
+        return ("Not measured yet: CPU minutes need every arm's step times taken side by side on an idle machine "
+                "(`python benchmarks/time_to_target.py --timing`).")  # fmt: skip
+    per_step, loads, costs = seconds_per_step(timing_run), timing_run["load"], fit_cpu_costs(timing_run)
     field = {name: 2 + i for i, name in enumerate(STEP_FIELDS)}
     rows = []
     for arm in [a for a in ARMS if a in per_step]:
         mine = [r for r in timing_run["records"] if r[0] == arm]
-        rows.append(f"| {arm} | {per_step[arm]:.2f} | {statistics.mean(r[field['rollouts']] for r in mine):.0f} | "
-                    f"{statistics.mean(r[field['calls']] for r in mine):.2f} |")  # fmt: skip
+        by_steps = [endpoint(r)[0] * per_step[arm] / 60 for r in runs if r["arm"] == arm and endpoint(r)]
+        priced = minutes([r for r in runs if r["arm"] == arm], costs).get(arm, [])
+        rows.append(
+            f"| {arm} | {per_step[arm]:.2f} | {statistics.mean(r[field['rollouts']] for r in mine):.0f} | "
+            f"{statistics.mean(r[field['calls']] for r in mine):.2f} | {spread(by_steps, 1)} | {spread(priced, 1)} |"
+        )
     versions_text = ", ".join(f"{k} {v}" for k, v in timing_run["versions"].items())
     return (
         f"{timing_run['device']} ({versions_text}), {timing_run['engine']}; task {timing_run['task']}, "
         f"{timing_run['rounds']} rounds of {timing_run['steps_per_run']} steps per arm (the first step of each run "
-        f"left out), one torch thread, the order rotated each round. Load average before "
-        f"{loads[0][0]:.2f}, at most {max(load[0] for load in loads):.2f} during, {loads[-1][0]:.2f} after.\n\n"
-        "| arm | s / step (median over rounds) | rollouts / step | generation calls / step |\n|---|---|---|---|\n"
-        + "\n".join(rows)
+        f"left out), one torch thread, the order rotated each round. Load average before {loads[0][0]:.2f}, at most "
+        f"{max(load[0] for load in loads):.2f} during, {loads[-1][0]:.2f} after. Fitted over its "
+        f"{len(timing_run['records'])} steps: a step costs {costs['call']:.3f} s a generation call + "
+        f"{1000 * costs['rollout']:.1f} ms a rollout + {1000 * costs['row']:.1f} ms a trained row + "
+        f"{costs['update']:.2f} s (R² {costs['r2']:.3f}), the CPU pricing above. The check: CPU minutes to target of "
+        "the runs as steps × the arm's seconds per step here, and as priced step by step.\n\n"
+        "| arm | s / step (median over rounds) | rollouts / step | generation calls / step | "
+        "minutes: steps × s/step | minutes: priced |\n|---|---|---|---|---|---|\n" + "\n".join(rows)
     )
 
 
@@ -536,11 +561,11 @@ def write_report() -> Path:
     check_against_plan(runs)
     timing_file = DATA / f"{NAME}_timing.json"
     timing_run = json.loads(timing_file.read_text()) if timing_file.exists() else None
-    per_step = seconds_per_step(timing_run) if timing_run else None
+    cpu_costs = fit_cpu_costs(timing_run) if timing_run else None
     plot(runs, DATA / f"{NAME}.png")
     planned = planned_runs()
     tables = "\n\n".join(
-        f"**{task}** (target {target}):\n\n{task_table(runs, task, per_step)}"
+        f"**{task}** (target {target}):\n\n{task_table(runs, task, cpu_costs)}"
         for task, target in PLAN["tasks"].items()
     )
     tasks = ", ".join(f"{task} to {target} held-out accuracy" for task, target in PLAN["tasks"].items())
@@ -567,8 +592,9 @@ before its runs; runs the plan does not ask for are refused.
 
 ## Minutes to target
 
-Steps, rollouts and minutes to the endpoint: mean (min–max) over the runs that reached it. CPU minutes: steps × the
-arm's interleaved seconds per step (below). H200-priced minutes: each of the run's steps up to the endpoint priced
+Steps, rollouts and minutes to the endpoint: mean (min–max) over the runs that reached it. CPU minutes: each of the
+run's steps up to the endpoint priced with the costs fitted on the interleaved timing run on an idle machine (below,
+with the plan's check against steps × the arm's seconds per step). H200-priced minutes: each step priced
 with the costs measured on an H200 ({H200["call"]} s a generation call, {1000 * H200["rollout"]:.3f} ms a rollout,
 {1000 * H200["row"]:.2f} ms a trained row, {H200["update"]} s an update: `gpu_cost_curve.py`), a pricing, not a GPU
 run: steps, calls, rollouts and rows do not depend on the machine. ÷ best trl.GRPOTrainer: the ratio of mean minutes
@@ -582,11 +608,11 @@ trained groups with contrast: over all the arm's steps.
 
 ## Goals
 
-{goals_text(runs, per_step)}
+{goals_text(runs, cpu_costs)}
 
 ## Interleaved step times
 
-{timing_text(timing_run)}
+{timing_text(timing_run, runs)}
 
 ## Data and commands
 

@@ -119,23 +119,31 @@ def _run(study, task: str, arm: str, seed: int, accuracy: list[float], calls: fl
 
 
 def test_minutes_in_both_pricings_and_the_baseline(study):
-    """CPU minutes are steps to the endpoint x the arm's interleaved seconds per step; H200 minutes price each step
-    up to the endpoint at its calls, rollouts and rows; the baseline is the trl.GRPOTrainer arm with the lowest mean
-    among those whose planned runs all reached the target."""
+    """Minutes price each step up to the endpoint at its calls, rollouts and rows, with the H200's costs or with the
+    costs fitted on the CPU's timing run (which recovers costs its steps followed exactly); the baseline is the
+    trl.GRPOTrainer arm with the lowest mean among those whose planned runs all reached the target."""
     target = study.PLAN["tasks"]["add2"]
     reach_at_5, reach_at_10 = [0.0, target, target], [0.0, 0.0, target, target]  # evaluations every 5 steps
     runs = [_run(study, "add2", "trl.GRPOTrainer 4", s, reach_at_10) for s in range(8)]
     runs += [_run(study, "add2", "trl.GRPOTrainer 8", s, reach_at_5) for s in range(7)]  # one run short
     runs += [_run(study, "add2", "PODS 16->4", s, reach_at_5, calls=2.0) for s in range(5)]
-    per_step = {"trl.GRPOTrainer 4": 6.0, "trl.GRPOTrainer 8": 12.0, "PODS 16->4": 3.0}
-    cpu = study.minutes(runs, "cpu", per_step)
-    assert cpu["trl.GRPOTrainer 4"] == [1.0] * 8 and cpu["PODS 16->4"] == [0.25] * 5
+    costs = dict(call=0.5, rollout=0.04, row=0.5, update=1.0)
+    shapes = [(1, 16, 16), (3, 40, 16), (1, 64, 16), (1, 32, 32), (2, 20, 16), (1, 128, 32)]  # calls, rollouts, rows
+    timing = {"records": [["arm", 0, 1, c * 0.5 + r * 0.04 + w * 0.5 + 1.0, r, w, c, 0.0, 0.0, 9.0]
+                          for c, r, w in shapes]}  # fmt: skip
+    fitted = study.fit_cpu_costs(timing)
+    assert {k: fitted[k] for k in costs} == pytest.approx(costs) and fitted["r2"] == pytest.approx(1.0)
+    cpu = study.minutes(runs, fitted)
+    step = 0.5 + 10 * 0.04 + 16 * 0.5 + 1.0  # one call, 10 rollouts, 16 rows
+    assert cpu["trl.GRPOTrainer 4"] == pytest.approx([10 * step / 60] * 8)
+    assert cpu["PODS 16->4"] == pytest.approx([5 * (step + 0.5) / 60] * 5), "two calls a step"
     assert study.baseline(cpu, "add2") == "trl.GRPOTrainer 4", "trl.GRPOTrainer 8 lacks a planned run"
     h200 = study.H200
     step = 2 * h200["call"] + 10 * h200["rollout"] + 16 * h200["row"] + h200["update"]
-    assert study.minutes(runs, "h200", None)["PODS 16->4"] == pytest.approx([5 * step / 60] * 5)
-    assert study.minutes(runs, "cpu", None) == {}
-    assert study.comparison(cpu, "PODS 16->4", "trl.GRPOTrainer 4").startswith("0.25× [0.25–0.25], p ")
+    assert study.minutes(runs, h200)["PODS 16->4"] == pytest.approx([5 * step / 60] * 5)
+    assert study.minutes(runs, None) == {}
+    ratio = cpu["PODS 16->4"][0] / cpu["trl.GRPOTrainer 4"][0]
+    assert study.comparison(cpu, "PODS 16->4", "trl.GRPOTrainer 4").startswith(f"{ratio:.2f}× [{ratio:.2f}–")
 
 
 def test_the_report_refuses_runs_the_plan_did_not_ask_for(study):
