@@ -254,3 +254,27 @@ def test_sized_screened_draws_its_pool_with_the_pilot_and_picks_among_the_drawn(
         randomly.history.rate = lambda n: 0.99  # a pool of the batch alone, room for 6
         rollouts, _ = _generation(randomly, {p: [0.0, 1.0] * 2 for p in "ab"}, [], seed=seed)
         assert rollouts.chosen.tolist() == [True, True, False, False, False, False]
+
+
+@pytest.mark.parametrize(
+    "costs, beta, plan",
+    [
+        (H200, (0.5, 1.5), DrawPlan(16, 9, 1, 0.9)),
+        (H200, (0.05, 2.0), DrawPlan(16, 16, 1, 0.9)),
+        (H200, (2.0, 2.0), DrawPlan(16, 5, 1, 0.9)),
+        (H200, (3.0, 0.3), DrawPlan(16, 15, 1, 0.9)),
+        (CPU, (0.5, 1.5), DrawPlan(4, 11, 2, 0.9)),
+        (CPU, (0.05, 2.0), DrawPlan(8, 16, 1, 0.9)),
+        (CPU, (2.0, 2.0), DrawPlan(4, 7, 2, 0.9)),
+        (CPU, (3.0, 0.3), DrawPlan(8, 12, 2, 0.9)),
+    ],
+    ids=["h200-mixed", "h200-hard", "h200-middling", "h200-easy", "cpu-mixed", "cpu-hard", "cpu-middling", "cpu-easy"],
+)
+def test_the_cost_aware_choice_is_pinned(costs, beta, plan):
+    """The plans auto chooses for 4 trained groups (room for 16 prompts, at most 3 calls, pods_m 4 to pods_n 16)
+    under the H200's and a CPU engine's costs, for pass rates across prompts that are mixed, mostly unsolved,
+    middling or mostly solved: a change to the choice fails here until it is pinned again. With the H200's costs
+    always one call of 16 rollouts per prompt; on the CPU few rollouts per prompt, over-drawing, a second call when
+    contrast is common enough."""
+    ladder = rollout_ladder(4, 16)
+    assert best_plan(lambda n: contrast_rate(*beta, n), costs, 4, ladder, 16, 3, 0.9)[0] == plan
