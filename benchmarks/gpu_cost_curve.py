@@ -5,8 +5,8 @@ CPU, where generation grows with every rollout. On a GPU one `generate` call dec
 time may hardly grow with their number until the GPU is busy: this measures that curve, for the projection of
 `time_to_target.py` (its GPU section reads the saved result).
 
-On a random-weight bf16 model of a real checkpoint's shape (``--shape``): a Qwen2.5 shape of `gpu_step.py`
-(gradient checkpointing, the 151,936-token vocabulary, full fine-tuning), or SmolLM2-135M-Instruct's (the model of the
+On a random-weight bf16 model of a real checkpoint's shape (``--shape``): Qwen2.5-0.5B's or -1.5B's (`QWEN25`;
+gradient checkpointing, the 151,936-token vocabulary, full fine-tuning), or SmolLM2-135M-Instruct's (the model of the
 time-to-target runs: its Llama configuration, 49,152-token vocabulary), which with ``--lora`` trains through the
 demo's LoRA adapters as those runs do (`trl_pods.demo.demo_arguments`: r 16 on every projection, no gradient
 checkpointing). In one process, interleaved in rounds (the order rotated each round; round 0 is warm-up, left out):
@@ -14,7 +14,7 @@ checkpointing). In one process, interleaved in rounds (the order rotated each ro
 * generation: one HF ``model.generate`` call of R rollouts (``--rollouts``) of a ``--prompt_tokens`` prompt, sampling
   at temperature 1, forced to ``--tokens`` new tokens (``min_new_tokens``), through the adapters when there are any;
 * update: one optimizer step on W rows (``--rows``) of prompt + completion tokens: forward, cross-entropy on the
-  completion, backward, in micro-batches of at most 16 rows (gradient accumulation, as `gpu_step.py`), then AdamW
+  completion, backward, in micro-batches of at most 16 rows (gradient accumulation), then AdamW
   (``foreach``, on the trainable parameters) and ``zero_grad``.
 
 ``torch.cuda.synchronize()`` brackets every timed call. Reported: medians over rounds, and least-squares fits
@@ -40,7 +40,6 @@ sys.path.insert(0, str(_report.REPO / "tests"))  # the tests' tokenizer and mode
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from gpu_step import FULL, SHAPES, SMOKE  # noqa: E402
 from tiny_model import build_tokenizer, tiny_qwen2  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
@@ -50,7 +49,16 @@ SMOLLM2_135M = dict(  # SmolLM2-135M-Instruct's config.json, less its token ids 
     vocab_size=49_152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
     num_key_value_heads=3, head_dim=64, rms_norm_eps=1e-5, tie_word_embeddings=True,
 )  # fmt: skip
-MODELS = [*SHAPES, "SmolLM2-135M"]  # --shape
+QWEN25 = {  # the Qwen2Config sizes of a Qwen2.5 checkpoint (tied embeddings; its vocabulary: QWEN25_VOCAB)
+    "0.5B": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                 num_key_value_heads=2),
+    "1.5B": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                 num_key_value_heads=2),
+}  # fmt: skip
+QWEN25_VOCAB = 151_936
+SMOKE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+SMOKE_VOCAB, SMOKE_TOKENS = 1024, 8  # --smoke: a tiny fp32 model of either architecture, 8 completion tokens
+MODELS = [*QWEN25, "SmolLM2-135M"]  # --shape
 
 
 def build_model(args: argparse.Namespace, tokens: int) -> torch.nn.Module:
@@ -58,15 +66,14 @@ def build_model(args: argparse.Namespace, tokens: int) -> torch.nn.Module:
     the demo's LoRA adapters under ``--lora``, else fully trainable with gradient checkpointing."""
     positions = args.prompt_tokens + tokens
     if args.shape == "SmolLM2-135M":  # smoke: the Llama architecture at the smoke model's sizes
-        tiny = dict(SMOKE.model, vocab_size=SMOKE.vocab_size, head_dim=16) if args.smoke else {}
+        tiny = dict(SMOKE, vocab_size=SMOKE_VOCAB, head_dim=16) if args.smoke else {}
         config = LlamaConfig(**{**SMOLLM2_135M, **tiny}, max_position_embeddings=positions, pad_token_id=2,
                              eos_token_id=2)  # fmt: skip
         model = LlamaForCausalLM(config)
     else:
-        setting = SMOKE if args.smoke else FULL
-        model = tiny_qwen2(build_tokenizer(), **(setting.model if args.smoke else SHAPES[args.shape]),
+        model = tiny_qwen2(build_tokenizer(), **(SMOKE if args.smoke else QWEN25[args.shape]),
                            max_position_embeddings=positions)  # fmt: skip
-        model.resize_token_embeddings(setting.vocab_size, mean_resizing=False)
+        model.resize_token_embeddings(SMOKE_VOCAB if args.smoke else QWEN25_VOCAB, mean_resizing=False)
     model.to(torch.float32 if args.smoke else torch.bfloat16)
     model.config.use_cache = True  # generate with the KV cache; checkpointing acts only in training mode
     if not args.lora:
@@ -128,7 +135,7 @@ def fit(sizes: list[int], seconds: list[float]) -> tuple[float, float]:
 
 def measure(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
     """Every size of both phases in each of ``args.rounds + 1`` rounds; the raw times of the measured rounds."""
-    tokens = SMOKE.tokens if args.smoke else args.tokens
+    tokens = SMOKE_TOKENS if args.smoke else args.tokens
     cuda = torch.cuda.is_available()
     if not cuda:
         torch.set_num_threads(1)
