@@ -48,12 +48,12 @@ from harness import (
     Study,
     command_line,
     first_reaching,
-    load_runs,
     mean_logged,
     mean_of,
     measure,
     notes,
     plot_accuracy_curves,
+    spread,
 )
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, TrainerCallback
@@ -260,7 +260,7 @@ def table(runs: list[dict], methods: list[str], target: float) -> str:
         final = [r["curve"][-1][2] for r in mine]
         hit = [point for point in (first_reaching(r["curve"], target) for r in mine) if point is not None]
         cells = [
-            method, f"{statistics.mean(final):.2f} ({min(final):.2f}–{max(final):.2f})",
+            method, spread(final),
             mean_of([r["curve"][-1][3] for r in mine], 2), f"{len(hit)}/{len(mine)}", mean_of([p[0] for p in hit], 0),
             *([mean_of([p[4] for p in hit], 0)] if rollouts_to else []), mean_of([p[1] for p in hit], 2),
             mean_of([r["rollouts"] for r in mine], 0), mean_of([r["generation_calls"] for r in mine], 2),
@@ -307,15 +307,9 @@ def data_file(args: argparse.Namespace) -> Path:
     return DATA / f"{STUDY.data}{f'_{args.tag}' if args.tag else ''}.jsonl"
 
 
-def measurements() -> dict[Path, list[dict]]:
-    """Every saved measurement's runs, by its data file."""
-    return {path: load_runs(path) for path in STUDY.files(".json", ".jsonl")}
-
-
 def render() -> str:
     """The page, from every saved measurement and the notes written beside them."""
-    sections = "\n\n".join(section(runs, path) for path, runs in measurements().items())
-    return STUDY.render(
+    return STUDY.render_runs(
         f"""A random-weight Qwen2 (264k parameters) with a character vocabulary learns single-digit addition (the 100
 problems `a+b=`) from scratch with RL, reward 1 for the exact sum, completions of at most {MAX_COMPLETION_LENGTH}
 tokens at temperature {TEMPERATURE}; every method trains 4 kept rollouts per prompt (GRPO 8: 8), and each seed's
@@ -325,9 +319,8 @@ evaluation at or above it; rollouts count everything generated (pilots of prompt
 included). Minutes: wall-clock training time on one thread of a shared 2-core CPU, evaluation excluded. Rollouts and
 generation calls per step: what the trainer generated per optimizer step. Groups with signal: the fraction of trained
 groups whose rewards differ (the others have zero advantage). `benchmarks/dynamic_sampling.py`'s docstring has the
-details.
-
-{sections}"""
+details.""",
+        section,
     )
 
 
@@ -349,10 +342,8 @@ def main() -> None:
         if args.smoke:
             print(section(runs, path), "smoke run: nothing written", sep="\n")
             return
+    for path, runs in STUDY.measurements().items():
         plot(runs, path)
-    else:
-        for path, runs in measurements().items():
-            plot(runs, path)
     STUDY.write(render())
 
 

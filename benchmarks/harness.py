@@ -15,7 +15,8 @@ cannot hold (the versions of runs saved before they recorded them, a reading wri
 * Statistics over seeds: `mean_of`, `spread` (mean or median, with min–max), `first_reaching`, `ratio_ci` (ratio
   of means with `bootstrap_ratio_ci` and `permutation_p`).
 * The machine: `cpu_model`, `versions`, `environment`.
-* Writing: `Study.render` and `Study.write` (the page under its generated marker), `plot_accuracy_curves`.
+* Writing: `Study.render` and `Study.write` (the page under its generated marker), `Study.render_runs` (a study of
+  runs: a section per measurement), `plot_accuracy_curves`.
 """
 
 from __future__ import annotations
@@ -89,6 +90,14 @@ class Study:
             f"# {self.title}\n\n<!-- Written by `python benchmarks/{self.script} --report` from "
             f"docs/benchmarks/data/{self.data}*; do not edit. -->\n\n{body.strip()}\n"
         )
+
+    def measurements(self) -> dict[Path, list[dict]]:
+        """A study of runs: every saved measurement's runs (`load_runs`), by its data file."""
+        return {path: load_runs(path) for path in self.files(".json", ".jsonl")}
+
+    def render_runs(self, intro: str, section: Callable[[list[dict], Path], str]) -> str:
+        """The page of a study of runs: ``intro``, then each saved measurement's ``section``."""
+        return self.render("\n\n".join([intro, *(section(runs, path) for path, runs in self.measurements().items())]))
 
     def write(self, page: str) -> None:
         """Write the rendered page."""

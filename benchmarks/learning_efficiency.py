@@ -41,13 +41,13 @@ from harness import (
     Study,
     command_line,
     first_reaching,
-    load_runs,
     mean_logged,
     mean_of,
     measure,
     notes,
     plot_accuracy_curves,
     ratio_ci,
+    spread,
 )
 
 from trl_pods.demo import demo_arguments, held_out
@@ -132,8 +132,7 @@ def table(runs: list[dict], methods: list[str], target: float) -> str:
     for method in methods:
         mine, hit = [r for r in runs if r["method"] == method], reached[method]
         final = [r["curve"][-1][2] for r in mine]
-        cells = [method, f"{statistics.mean(final):.2f} ({min(final):.2f}–{max(final):.2f})",
-                 f"{len(hit)}/{len(mine)}", mean_of([p[0] for _, p in hit], 1)]  # fmt: skip
+        cells = [method, spread(final), f"{len(hit)}/{len(mine)}", mean_of([p[0] for _, p in hit], 1)]
         if BASELINE in methods:
             baseline = [p[0] for _, p in reached[BASELINE]]
             compared = method != BASELINE and len(hit) == len(mine) > 1 and len(baseline) == len(mine)
@@ -179,15 +178,9 @@ def data_file(args: argparse.Namespace) -> Path:
     return DATA / f"{STUDY.data}{difficulty}{f'_{args.tag}' if args.tag else ''}.jsonl"
 
 
-def measurements() -> dict[Path, list[dict]]:
-    """Every saved measurement's runs, by its data file."""
-    return {path: load_runs(path) for path in STUDY.files(".json", ".jsonl")}
-
-
 def render() -> str:
     """The page, from every saved measurement and the notes written beside them."""
-    sections = "\n\n".join(section(runs, path) for path, runs in measurements().items())
-    return STUDY.render(
+    return STUDY.render_runs(
         f"""The demo's setting (SmolLM2-135M-Instruct + LoRA, 16-token completions, lr 2e-4 constant, temperature 0.7,
 the arithmetic reward), every method trained for the same number of optimizer steps from the same seeds. Held-out
 accuracy: greedy, on 50 problems never trained on, before training and at every checkpoint. Steps and minutes to the
@@ -197,9 +190,8 @@ bootstrap 90% interval over seeds and the exact permutation p, where every run o
 generated per optimizer step; rollouts to the target count everything generated until that checkpoint (pilots of
 prompts not trained on and refill's draws included). Steps with signal: the fraction of steps whose trained rollouts
 did not all earn the same reward (the others have zero advantage). Where a column is missing, the runs of that
-measurement did not record it. `benchmarks/learning_efficiency.py`'s docstring has the details.
-
-{sections}"""
+measurement did not record it. `benchmarks/learning_efficiency.py`'s docstring has the details.""",
+        section,
     )
 
 
@@ -211,24 +203,20 @@ def plot(runs: list[dict], path: Path) -> None:
 
 def main() -> None:
     args = PARSER.parse_args()
-    if args.report:
-        for path, runs in measurements().items():
-            plot(runs, path)
-        STUDY.write(render())
-        return
-    if args.use_vllm:
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM-CPU's default would take much more
-    path = data_file(args)
-    model = fetch_smollm2()
-    base = held_out(args.difficulty, model_name_or_path=str(model), output=tempfile.mktemp(suffix=".json"))
-    accuracy = base["results"][0]["accuracy"]
-    planned = [(method, seed) for seed in range(args.seeds) for method in args.methods]
-    runs = measure(RunStore(path, ("method", "seed")), planned, lambda m, s: run(model, m, s, args, accuracy),
-                   {key: getattr(args, key) for key in SETTINGS}, args.smoke)  # fmt: skip
-    if args.smoke:
-        print(section(runs, path), "smoke run: nothing written", sep="\n")
-        return
-    plot(runs, path)
+    if not args.report:
+        if args.use_vllm:
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM-CPU's default would take much more
+        path, model = data_file(args), fetch_smollm2()
+        base = held_out(args.difficulty, model_name_or_path=str(model), output=tempfile.mktemp(suffix=".json"))
+        accuracy = base["results"][0]["accuracy"]
+        planned = [(method, seed) for seed in range(args.seeds) for method in args.methods]
+        runs = measure(RunStore(path, ("method", "seed")), planned, lambda m, s: run(model, m, s, args, accuracy),
+                       {key: getattr(args, key) for key in SETTINGS}, args.smoke)  # fmt: skip
+        if args.smoke:
+            print(section(runs, path), "smoke run: nothing written", sep="\n")
+            return
+    for path, runs in STUDY.measurements().items():
+        plot(runs, path)
     STUDY.write(render())
 
 

@@ -44,7 +44,7 @@ def test_each_measurement_command_asks_for_its_runs_settings_and_data_file(scrip
     seeds saved, with the settings they were measured with (flags left at their defaults included), into the same
     data file: a command that dropped a flag, or a renamed data file, would measure something else."""
     study = _module(script)
-    for path, runs in study.measurements().items():
+    for path, runs in study.STUDY.measurements().items():
         command = re.search(r"Command: `(.*?)`", study.section(runs, path)).group(1)
         args = study.PARSER.parse_args(shlex.split(command)[2:])
         assert args.methods == [m for m in study.METHODS if any(r["method"] == m for r in runs)]
