@@ -299,7 +299,7 @@ accuracy every {settings["eval_every"]} steps, untrained: greedy {untrained[0]:.
 
 Runs: [data/{path.name}](data/{path.name}). Command: `{command}`.
 
-{notes(name)}""".strip()
+{notes(name, runs)}""".strip()
 
 
 def data_file(args: argparse.Namespace) -> Path:

@@ -106,10 +106,13 @@ class Study:
         print(f"wrote {path.relative_to(REPO)}")
 
 
-def notes(name: str) -> str:
-    """What is written by hand beside the data file ``name`` (``docs/benchmarks/data/<name>.notes.md``), or ''."""
+def notes(name: str, runs: Sequence[dict] = ()) -> str:
+    """What a page gives under a measurement besides its tables: the machines its ``runs`` recorded (`environment`,
+    once each; runs saved before the run store recorded none), then what is written by hand beside its data file
+    ``name`` (``docs/benchmarks/data/<name>.notes.md``)."""
+    machines = "\n".join(dict.fromkeys(run["environment"] for run in runs if "environment" in run))
     path = DATA / f"{name}.notes.md"
-    return path.read_text().strip() if path.exists() else ""
+    return "\n\n".join(part for part in (machines, path.read_text().strip() if path.exists() else "") if part)
 
 
 def command_line(script: str, parser: argparse.ArgumentParser, settings: dict) -> str:

@@ -168,7 +168,7 @@ Arithmetic `{s["difficulty"]}`, {s["prompts_per_step"]} prompt(s) per optimizer 
 
 Runs: [data/{path.name}](data/{path.name}). Command: `{command}`.
 
-{notes(name)}""".strip()
+{notes(name, runs)}""".strip()
 
 
 def data_file(args: argparse.Namespace) -> Path:
