@@ -3,10 +3,10 @@
 `time_to_target.py` prices an optimizer step as a x rollouts generated + b x rows trained + c, fitted on a 2-core
 CPU, where generation grows with every rollout. On a GPU one `generate` call decodes its rollouts in parallel, so its
 time may hardly grow with their number until the GPU is busy: this measures that curve, for the projection of
-`time_to_target.py` (its GPU section reads the saved result).
+`time_to_target.py` (its H200 pricing is this measurement's fits for SmolLM2-135M with LoRA).
 
-On a random-weight bf16 model of a real checkpoint's shape (``--shape``): a Qwen2.5 shape of `gpu_step.py`
-(gradient checkpointing, the 151,936-token vocabulary, full fine-tuning), or SmolLM2-135M-Instruct's (the model of the
+On a random-weight bf16 model of a real checkpoint's shape (``--shape``): Qwen2.5-0.5B's or -1.5B's (`QWEN25`;
+gradient checkpointing, the 151,936-token vocabulary, full fine-tuning), or SmolLM2-135M-Instruct's (the model of the
 time-to-target runs: its Llama configuration, 49,152-token vocabulary), which with ``--lora`` trains through the
 demo's LoRA adapters as those runs do (`trl_pods.demo.demo_arguments`: r 16 on every projection, no gradient
 checkpointing). In one process, interleaved in rounds (the order rotated each round; round 0 is warm-up, left out):
@@ -14,14 +14,18 @@ checkpointing). In one process, interleaved in rounds (the order rotated each ro
 * generation: one HF ``model.generate`` call of R rollouts (``--rollouts``) of a ``--prompt_tokens`` prompt, sampling
   at temperature 1, forced to ``--tokens`` new tokens (``min_new_tokens``), through the adapters when there are any;
 * update: one optimizer step on W rows (``--rows``) of prompt + completion tokens: forward, cross-entropy on the
-  completion, backward, in micro-batches of at most 16 rows (gradient accumulation, as `gpu_step.py`), then AdamW
+  completion, backward, in micro-batches of at most 16 rows (gradient accumulation), then AdamW
   (``foreach``, on the trainable parameters) and ``zero_grad``.
 
 ``torch.cuda.synchronize()`` brackets every timed call. Reported: medians over rounds, and least-squares fits
 generation = a x R + g (g: a call's cost whatever its size) and update = b x W + u.
 
-    python benchmarks/gpu_cost_curve.py                 # on a CUDA GPU: adds its run to the gpu_cost_curve section
+Each measurement is saved as ``docs/benchmarks/data/gpu_cost_curve_<shape>[_lora].json`` (`measurement` reads one
+back by name), and the page ``docs/benchmarks/gpu-cost-curve.md`` is written from all of them.
+
+    python benchmarks/gpu_cost_curve.py                 # on a CUDA GPU: Qwen2.5-0.5B's shape, then the page
     python benchmarks/gpu_cost_curve.py --shape SmolLM2-135M --lora --tokens 16 --prompt_tokens 40 --rounds 5
+    python benchmarks/gpu_cost_curve.py --report        # the page from the saved measurements
     python benchmarks/gpu_cost_curve.py --smoke         # CPU or GPU: a tiny fp32 model, prints, writes nothing
 """
 
@@ -34,23 +38,31 @@ import sys
 import time
 from pathlib import Path
 
-import _report
+from harness import DATA, REPO, Study, command_line, cpu_model, interleaved, notes, spread, versions
 
-sys.path.insert(0, str(_report.REPO / "tests"))  # the tests' tokenizer and model builder
+sys.path.insert(0, str(REPO / "tests"))  # the tests' tokenizer and model builder
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from gpu_step import FULL, SHAPES, SMOKE  # noqa: E402
 from tiny_model import build_tokenizer, tiny_qwen2  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-SECTION = "gpu_cost_curve"
+STUDY = Study("gpu_cost_curve.py", "gpu-cost-curve", "GPU: what a rollout and a trained row cost", "gpu_cost_curve")
 MICRO_BATCH = 16
 SMOLLM2_135M = dict(  # SmolLM2-135M-Instruct's config.json, less its token ids and rotary settings
     vocab_size=49_152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
     num_key_value_heads=3, head_dim=64, rms_norm_eps=1e-5, tie_word_embeddings=True,
 )  # fmt: skip
-MODELS = [*SHAPES, "SmolLM2-135M"]  # --shape
+QWEN25 = {  # the Qwen2Config sizes of a Qwen2.5 checkpoint (tied embeddings; its vocabulary: QWEN25_VOCAB)
+    "0.5B": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                 num_key_value_heads=2),
+    "1.5B": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                 num_key_value_heads=2),
+}  # fmt: skip
+QWEN25_VOCAB = 151_936
+SMOKE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+SMOKE_VOCAB, SMOKE_TOKENS = 1024, 8  # --smoke: a tiny fp32 model of either architecture, 8 completion tokens
+MODELS = [*QWEN25, "SmolLM2-135M"]  # --shape
 
 
 def build_model(args: argparse.Namespace, tokens: int) -> torch.nn.Module:
@@ -58,15 +70,14 @@ def build_model(args: argparse.Namespace, tokens: int) -> torch.nn.Module:
     the demo's LoRA adapters under ``--lora``, else fully trainable with gradient checkpointing."""
     positions = args.prompt_tokens + tokens
     if args.shape == "SmolLM2-135M":  # smoke: the Llama architecture at the smoke model's sizes
-        tiny = dict(SMOKE.model, vocab_size=SMOKE.vocab_size, head_dim=16) if args.smoke else {}
+        tiny = dict(SMOKE, vocab_size=SMOKE_VOCAB, head_dim=16) if args.smoke else {}
         config = LlamaConfig(**{**SMOLLM2_135M, **tiny}, max_position_embeddings=positions, pad_token_id=2,
                              eos_token_id=2)  # fmt: skip
         model = LlamaForCausalLM(config)
     else:
-        setting = SMOKE if args.smoke else FULL
-        model = tiny_qwen2(build_tokenizer(), **(setting.model if args.smoke else SHAPES[args.shape]),
+        model = tiny_qwen2(build_tokenizer(), **(SMOKE if args.smoke else QWEN25[args.shape]),
                            max_position_embeddings=positions)  # fmt: skip
-        model.resize_token_embeddings(setting.vocab_size, mean_resizing=False)
+        model.resize_token_embeddings(SMOKE_VOCAB if args.smoke else QWEN25_VOCAB, mean_resizing=False)
     model.to(torch.float32 if args.smoke else torch.bfloat16)
     model.config.use_cache = True  # generate with the KV cache; checkpointing acts only in training mode
     if not args.lora:
@@ -85,11 +96,6 @@ def label(result: dict) -> str:
     """A measurement's model in words, e.g. 'Qwen2.5-0.5B shape' or 'SmolLM2-135M shape, LoRA'."""
     shape = result["shape"] if result["shape"].startswith("SmolLM2") else f"Qwen2.5-{result['shape']}"
     return f"{shape} shape" + (", LoRA" if result["lora"] else "")
-
-
-def run_name(args: argparse.Namespace) -> str:
-    """The measurement's name in docs/: gpu_cost_curve_<shape>[_lora]."""
-    return f"{SECTION}_{'smoke' if args.smoke else args.shape}" + ("_lora" if args.lora else "")
 
 
 def sync() -> float:
@@ -120,15 +126,9 @@ def update_seconds(model, optimizer, rows: int, prompt_tokens: int, tokens: int)
     return sync() - began
 
 
-def fit(sizes: list[int], seconds: list[float]) -> tuple[float, float]:
-    """Least squares ``seconds = slope x size + intercept``."""
-    slope, intercept = np.polyfit(np.array(sizes, dtype=float), np.array(seconds, dtype=float), 1)
-    return float(slope), float(intercept)
-
-
 def measure(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
     """Every size of both phases in each of ``args.rounds + 1`` rounds; the raw times of the measured rounds."""
-    tokens = SMOKE.tokens if args.smoke else args.tokens
+    tokens = SMOKE_TOKENS if args.smoke else args.tokens
     cuda = torch.cuda.is_available()
     if not cuda:
         torch.set_num_threads(1)
@@ -138,20 +138,21 @@ def measure(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-6, foreach=True)
     jobs = [("generation", r) for r in args.rollouts] + [("update", w) for w in args.rows]
     times: dict[str, dict[int, list[float]]] = {"generation": {}, "update": {}}
-    for round_ in range(args.rounds + 1):
-        for phase, size in jobs[round_ % len(jobs) :] + jobs[: round_ % len(jobs)]:
-            if phase == "generation":
-                model.eval()
-                with torch.no_grad():
-                    seconds = generation_seconds(model, size, args.prompt_tokens, tokens)
-            else:
-                model.train()
-                seconds = update_seconds(model, optimizer, size, args.prompt_tokens, tokens)
-            if round_:
-                times[phase].setdefault(size, []).append(seconds)
-            print(f"round {round_} {phase} {size}: {seconds:.3f} s", flush=True)
+    for round_, (phase, size) in interleaved(jobs, args.rounds + 1):
+        if phase == "generation":
+            model.eval()
+            with torch.no_grad():
+                seconds = generation_seconds(model, size, args.prompt_tokens, tokens)
+        else:
+            model.train()
+            seconds = update_seconds(model, optimizer, size, args.prompt_tokens, tokens)
+        if round_:
+            times[phase].setdefault(size, []).append(seconds)
+        print(f"round {round_} {phase} {size}: {seconds:.3f} s", flush=True)
+    shape = "smoke" if args.smoke else args.shape
     return {
-        "shape": "smoke" if args.smoke else args.shape,
+        "name": f"gpu_cost_curve_{shape}" + ("_lora" if args.lora else ""),
+        "shape": shape,
         "lora": args.lora,
         "parameters": sum(p.numel() for p in model.parameters()),
         "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
@@ -160,11 +161,16 @@ def measure(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
         "prompt_tokens": args.prompt_tokens,
         "micro_batch": MICRO_BATCH,
         "rounds": args.rounds,
-        "device": torch.cuda.get_device_name() if cuda else f"CPU: {_report.cpu_model()}",
-        "versions": _report.versions(("torch", "transformers")),
+        "device": torch.cuda.get_device_name() if cuda else f"CPU: {cpu_model()}",
+        "versions": versions(("torch", "transformers")),
         "times": times,
-        "command": _report.command_line("gpu_cost_curve.py", parser, args),
+        "command": command_line(STUDY.script, parser, vars(args)),
     }
+
+
+def measurement(name: str) -> dict:
+    """The saved measurement ``docs/benchmarks/data/gpu_cost_curve_<name>.json``, e.g. ``"SmolLM2-135M_lora"``."""
+    return json.loads((DATA / f"gpu_cost_curve_{name}.json").read_text())
 
 
 def summary(result: dict) -> dict[str, tuple[float, float]]:
@@ -172,59 +178,56 @@ def summary(result: dict) -> dict[str, tuple[float, float]]:
     fits = {}
     for phase, by_size in result["times"].items():
         sizes = sorted(by_size, key=int)
-        fits[phase] = fit([int(s) for s in sizes], [statistics.median(by_size[s]) for s in sizes])
+        slope, intercept = np.polyfit([int(s) for s in sizes], [statistics.median(by_size[s]) for s in sizes], 1)
+        fits[phase] = float(slope), float(intercept)
     return fits
 
 
-def table(result: dict) -> str:
-    """The markdown table of median (min–max) seconds per size, and the fits."""
+def section(result: dict) -> str:
+    """One measurement: its setting, the median (min–max) seconds per size, and the fits."""
     fits = summary(result)
     (a, g), (b, u) = fits["generation"], fits["update"]
-    rows = []
-    for phase, by_size in result["times"].items():
-        for size in sorted(by_size, key=int):
-            values = by_size[size]
-            unit = "rollouts" if phase == "generation" else "rows"
-            rows.append(
-                f"| {phase} | {size} {unit} | {statistics.median(values):.3f} ({min(values):.3f}–{max(values):.3f}) | "
-                f"{1000 * statistics.median(values) / int(size):.1f} |"
-            )
-    return "\n".join(
-        [
-            "| phase | size | seconds, median (min–max over rounds) | ms per rollout or row |",
-            "|---|---|---|---|",
-            *rows,
-            "",
-            f"Fits: generation = {1000 * a:.2f} ms × rollouts + {g:.3f} s per call; update = {1000 * b:.2f} ms × rows "
-            f"+ {u:.3f} s per step; a / b = {a / b:.3f}.",
-        ]
+    rows = [
+        f"| {phase} | {size} {'rollouts' if phase == 'generation' else 'rows'} | "
+        f"{spread(values, 3, statistics.median)} | {1000 * statistics.median(values) / int(size):.1f} |"
+        for phase, by_size in result["times"].items()
+        for size, values in sorted(by_size.items(), key=lambda item: int(item[0]))
+    ]
+    trained = "LoRA adapters" if result["lora"] else "full fine-tuning, gradient checkpointing"
+    return f"""## {result["device"]}, {label(result)}, {result["tokens"]} completion tokens
+
+Each call of a {result["prompt_tokens"]}-token prompt and {result["tokens"]} completion tokens, on a random-weight
+{result["dtype"]} model of {label(result)} ({result["parameters"]:,} parameters, {result["trainable"]:,} trained;
+{trained}; micro-batches of {result["micro_batch"]} rows, AdamW), {result["rounds"]} measured rounds after a warm-up
+round. Versions: {", ".join(f"{k} {v}" for k, v in result["versions"].items())}. Raw:
+[data/{result["name"]}.json](data/{result["name"]}.json).
+
+| phase | size | seconds, median (min–max over rounds) | ms per rollout or row |
+|---|---|---|---|
+{chr(10).join(rows)}
+
+Fits: generation = {1000 * a:.2f} ms × rollouts + {g:.3f} s per call; update = {1000 * b:.2f} ms × rows + {u:.3f} s per
+step; a / b = {a / b:.3f}.
+
+- Command: `{result["command"]}`"""
+
+
+def render() -> str:
+    """The page, from every saved measurement and the notes written beside them."""
+    measurements = [json.loads(path.read_text()) for path in STUDY.files(".json")]
+    return STUDY.render(
+        f"""One HF `generate` call of R rollouts and one optimizer step on W rows, timed in one process, interleaved in
+rounds (the order rotated each round), with `torch.cuda.synchronize()` around every call, on a random-weight model of
+a real checkpoint's shape; the fits are least squares over the sizes' medians. The time-to-target study prices its
+runs with the SmolLM2-135M measurement. `benchmarks/gpu_cost_curve.py`'s docstring has the details.
+
+{chr(10).join(section(m) + chr(10) for m in measurements)}
+{notes(STUDY.data)}"""
     )
 
 
-def section(results: list[dict]) -> str:
-    """The gpu_cost_curve section: one subsection per measurement."""
-    parts = ["## GPU: what a rollout and a trained row cost"]
-    for result in results:
-        trained = "LoRA adapters" if result["lora"] else "full fine-tuning, gradient checkpointing"
-        parts.append(
-            f"""### {result["device"]}, {label(result)}, {result["tokens"]} completion tokens
-
-`benchmarks/gpu_cost_curve.py`: one HF `generate` call of R rollouts, and one optimizer step on W rows, each of a
-{result["prompt_tokens"]}-token prompt and {result["tokens"]} completion tokens, on a random-weight
-{result["dtype"]} model of {label(result)} ({result["parameters"]:,} parameters, {result["trainable"]:,} trained;
-{trained}; micro-batches of {result["micro_batch"]} rows, AdamW), interleaved in one process over {result["rounds"]}
-measured rounds after a warm-up round. Versions: {", ".join(f"{k} {v}" for k, v in result["versions"].items())}.
-Raw: [{result["name"]}.json]({result["name"]}.json).
-
-{table(result)}
-
-- Command: `{result["command"]}`"""
-        )
-    return "\n\n".join(parts)
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = STUDY.parser(__doc__)
     parser.add_argument("--shape", default="0.5B", choices=MODELS, help="the checkpoint whose shape the model takes")
     parser.add_argument("--lora", action="store_true", help="train the demo's LoRA adapters instead of every weight")
     parser.add_argument("--tokens", type=int, default=256, help="completion tokens per rollout and row")
@@ -232,16 +235,14 @@ def main() -> None:
     parser.add_argument("--rollouts", type=int, nargs="+", default=[4, 16, 64, 256], help="rollouts per call")
     parser.add_argument("--rows", type=int, nargs="+", default=[4, 16, 64], help="rows per optimizer step")
     parser.add_argument("--rounds", type=int, default=3, help="measured rounds (one warm-up round more)")
-    parser.add_argument("--smoke", action="store_true", help="a tiny fp32 model, 8 tokens; prints, writes nothing")
     args = parser.parse_args()
-    result = {"name": run_name(args), **measure(args, parser)}
-    if args.smoke:
-        print(section([result]))
-        print("smoke run: nothing written")
-        return
-    _report.figure_path(f"{result['name']}.json").write_text(json.dumps(result) + "\n")
-    results = [json.loads(path.read_text()) for path in sorted(_report.DOCS.glob(f"{SECTION}_*.json"))]
-    _report.write_section(SECTION, section(results))
+    if not args.report:
+        result = measure(args, parser)
+        if args.smoke:
+            print(section(result), "smoke run: nothing written", sep="\n")
+            return
+        (DATA / f"{result['name']}.json").write_text(json.dumps(result) + "\n")
+    STUDY.write(render())
 
 
 if __name__ == "__main__":

@@ -1,25 +1,133 @@
-"""The benchmarks' shared harness: the store of runs with resume, and the statistics over seeds.
+"""The benchmarks' harness: what every study shares, so that a study's script says only what it measures.
 
-* `RunStore`: a study's runs as JSON lines, appended under a lock as each run ends, so an interrupted measurement goes
-  on where it stopped and several processes can share it; a run in progress is claimed (`RunStore.claim`), so two
-  processes never train the same one.
-* Statistics over seeds: `bootstrap_ratio_ci` (the ratio of two arms' means, resampling seeds within each arm) and
-  `permutation_p` (exact, two-sided, on the difference of means).
+A study is a script ``benchmarks/<name>.py`` (`Study`). It saves what it measures under ``docs/benchmarks/data/`` and
+writes its page, ``docs/benchmarks/<page>.md``, whole, from those files alone: ``--report`` rewrites the page without
+measuring, and ``tests/test_benchmarks.py`` re-renders every generated page from the committed data. What a data file
+cannot hold (the versions of runs saved before they recorded them, a reading written by hand) lives beside it in
+``<name>.notes.md`` (`notes`), which the page includes.
+
+* The command line: `Study.parser` (``--smoke``, ``--report``; for studies of runs ``--seeds``, ``--methods``,
+  ``--tag`` and their sizes) and `command_line`, the command that gives a measurement's settings back.
+* Runs: `RunStore` (JSON lines appended as each run ends, under a lock; claims, so that processes share a
+  measurement), `measure` (the planned runs not saved yet, with resume), `load_runs` (a data file's runs),
+  `mean_logged` (a metric of the trainer's log).
+* Timing: `interleaved` (rounds of every job, the order rotated each round).
+* Statistics over seeds: `mean_of`, `spread` (mean or median, with min–max), `first_reaching`, `ratio_ci` (ratio
+  of means with `bootstrap_ratio_ci` and `permutation_p`).
+* The machine: `cpu_model`, `versions`, `environment`.
+* Writing: `Study.render` and `Study.write` (the page under its generated marker), `Study.render_runs` (a study of
+  runs: a section per measurement), `plot_accuracy_curves`.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import dataclasses
 import fcntl
 import itertools
 import json
 import os
+import platform
 import random
+import shlex
 import statistics
-from collections.abc import Iterator, Sequence
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import TypeVar
 
-__all__ = ["RunStore", "bootstrap_ratio_ci", "permutation_p"]
+REPO = Path(__file__).resolve().parent.parent
+DOCS = REPO / "docs"
+PAGES = DOCS / "benchmarks"
+DATA = PAGES / "data"
+if str(REPO) not in sys.path:  # `python benchmarks/<name>.py` puts benchmarks/, not the repository, on the path
+    sys.path.insert(0, str(REPO))
+
+T = TypeVar("T")
+RUN_FLAGS = {  # the sizes of a study of runs (methods x seeds, each run some optimizer steps): flag, help
+    "seeds": "seeds 0..SEEDS-1 of every method (a seed fixes a run's data order, sampling and initial weights)",
+    "steps": "optimizer steps per run",
+    "eval_every": "optimizer steps between held-out evaluations",
+    "prompts_per_step": "prompts per optimizer step",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Study:
+    """A study: its script ``benchmarks/<script>``, its page ``docs/benchmarks/<page>.md`` and the page's title, and
+    its data files ``docs/benchmarks/data/<data>*``."""
+
+    script: str
+    page: str
+    title: str
+    data: str
+
+    def files(self, *suffixes: str) -> list[Path]:
+        """The study's data files ending in one of ``suffixes``, by name."""
+        return sorted(path for path in DATA.glob(f"{self.data}*") if path.name.endswith(suffixes))
+
+    def parser(self, doc: str, methods: Sequence[str] = (), default_methods: Sequence[str] = (), **sizes: int):
+        """The command line every study shares: ``--smoke`` and ``--report``; with ``methods``, a study of runs:
+        ``--methods``, ``--tag`` and the `RUN_FLAGS` given in ``sizes`` (their defaults)."""
+        parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+        parser.add_argument("--smoke", action="store_true", help="tiny sizes: print the results, write nothing")
+        parser.add_argument("--report", action="store_true", help=f"write docs/benchmarks/{self.page}.md and its "
+                            "figures from the saved data, measuring nothing")  # fmt: skip
+        for flag, default in sizes.items():
+            parser.add_argument(f"--{flag}", type=int, default=default, help=RUN_FLAGS[flag])
+        if methods:
+            parser.add_argument("--methods", nargs="+", choices=list(methods),
+                                default=list(default_methods or methods))  # fmt: skip
+            parser.add_argument("--tag", default="", help="a name of its own for this measurement: its data file "
+                                "and its section")  # fmt: skip
+        return parser
+
+    def render(self, body: str) -> str:
+        """The page: its title, the marker saying which script writes it from which data, and ``body``."""
+        return (
+            f"# {self.title}\n\n<!-- Written by `python benchmarks/{self.script} --report` from "
+            f"docs/benchmarks/data/{self.data}*; do not edit. -->\n\n{body.strip()}\n"
+        )
+
+    def measurements(self) -> dict[Path, list[dict]]:
+        """A study of runs: every saved measurement's runs (`load_runs`), by its data file."""
+        return {path: load_runs(path) for path in self.files(".json", ".jsonl")}
+
+    def render_runs(self, intro: str, section: Callable[[list[dict], Path], str]) -> str:
+        """The page of a study of runs: ``intro``, then each saved measurement's ``section``."""
+        return self.render("\n\n".join([intro, *(section(runs, path) for path, runs in self.measurements().items())]))
+
+    def write(self, page: str) -> None:
+        """Write the rendered page."""
+        path = PAGES / f"{self.page}.md"
+        path.write_text(page)
+        print(f"wrote {path.relative_to(REPO)}")
+
+
+def notes(name: str, runs: Sequence[dict] = ()) -> str:
+    """What a page gives under a measurement besides its tables: the machines its ``runs`` recorded (`environment`,
+    once each; runs saved before the run store recorded none), then what is written by hand beside its data file
+    ``name`` (``docs/benchmarks/data/<name>.notes.md``)."""
+    machines = "\n".join(dict.fromkeys(run["environment"] for run in runs if "environment" in run))
+    path = DATA / f"{name}.notes.md"
+    return "\n\n".join(part for part in (machines, path.read_text().strip() if path.exists() else "") if part)
+
+
+def command_line(script: str, parser: argparse.ArgumentParser, settings: dict) -> str:
+    """``python benchmarks/<script>`` with the flags of ``settings`` that differ from the parser's defaults (settings
+    it has no flag for, ``--smoke`` and ``--report`` left out)."""
+    defaults = vars(parser.parse_args([]))
+    flags = []
+    for key, value in settings.items():
+        if key in ("smoke", "report") or key not in defaults or value == defaults[key]:
+            continue
+        flags += [f"--{key}", *([] if value is True else value if isinstance(value, list) else [value])]
+    return shlex.join(["python", f"benchmarks/{script}", *map(str, flags)])
+
+
+# ----------------------------------------------------------------------------------------------------------- runs
 
 
 class RunStore:
@@ -97,6 +205,75 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def load_runs(path: Path) -> list[dict]:
+    """The runs saved in ``path``: JSON lines (a `RunStore`'s), or one JSON document ``{"args": ..., "runs": [...]}``
+    (how studies saved their runs before the run store), whose arguments become each run's ``settings``."""
+    if path.suffix == ".jsonl":
+        return RunStore(path, ()).runs()
+    document = json.loads(path.read_text())
+    return [{**run, "settings": document["args"]} for run in document["runs"]]
+
+
+def measure(store: RunStore, planned: Iterable[tuple], run: Callable[..., dict], settings: dict, smoke: bool):
+    """Every planned run (its key, the values of ``store.key``) measured by ``run(*key)``, and the measurement's runs.
+
+    Smoke mode measures them all and saves none. Otherwise a run already saved is not measured again (an interrupted
+    measurement goes on where it stopped), a run is claimed while measured (processes can share the plan), and each
+    is saved as it ends with ``settings`` and `environment`; a store holding runs of other settings is refused.
+    """
+    if not smoke:
+        if store.path.with_suffix(".json").exists():
+            raise SystemExit(f"{store.path.with_suffix('.json')} holds an earlier measurement: give another --tag.")
+        other = [run["settings"] for run in store.runs() if run.get("settings") != settings]
+        if other:
+            raise SystemExit(f"{store.path} holds runs of other settings ({other[0]}): give another --tag.")
+    runs = []
+    for key in planned:
+        if smoke:
+            runs.append({**run(*key), "settings": settings})
+            continue
+        with store.claim(key) as mine:
+            if mine:
+                store.append({**run(*key), "settings": settings, "environment": environment()})
+    return runs if smoke else store.runs()
+
+
+def mean_logged(history: list[dict], key: str, default: float | None = None) -> float:
+    """Mean of a metric over the trainer's log entries that hold it (``default`` when none does)."""
+    values = [entry[key] for entry in history if key in entry]
+    return statistics.mean(values) if values or default is None else default
+
+
+def interleaved(jobs: Sequence[T], rounds: int) -> Iterator[tuple[int, T]]:
+    """(round, job): every job once a round, the order rotated by one each round, so that a change in the machine's
+    load spreads over all jobs."""
+    for round_ in range(rounds):
+        shift = round_ % len(jobs)
+        for job in [*jobs[shift:], *jobs[:shift]]:
+            yield round_, job
+
+
+# ----------------------------------------------------------------------------------------------------- statistics
+
+
+def spread(values: Sequence[float], digits: int = 2, center: Callable = statistics.mean) -> str:
+    """``center (min–max)`` of ``values``, the value alone when there is one, '–' when none."""
+    if not values:
+        return "–"
+    middle = f"{center(values):.{digits}f}"
+    return middle if len(values) == 1 else f"{middle} ({min(values):.{digits}f}–{max(values):.{digits}f})"
+
+
+def mean_of(values: Sequence[float], digits: int) -> str:
+    """The mean of ``values`` with ``digits`` decimals, '–' when there are none."""
+    return f"{statistics.mean(values):.{digits}f}" if values else "–"
+
+
+def first_reaching(curve: Sequence[Sequence[float]], target: float, accuracy: int = 2) -> Sequence[float] | None:
+    """The first point of ``curve`` whose entry ``accuracy`` is at or above ``target``, or None."""
+    return next((point for point in curve if point[accuracy] >= target), None)
+
+
 def bootstrap_ratio_ci(
     numerator: Sequence[float], denominator: Sequence[float], level: float = 0.9, draws: int = 10_000, seed: int = 0
 ) -> tuple[float, float]:
@@ -126,3 +303,70 @@ def permutation_p(first: Sequence[float], second: Sequence[float]) -> float:
         extreme += difference >= observed - 1e-12
         total += 1
     return extreme / total
+
+
+def ratio_ci(arm: Sequence[float], baseline: Sequence[float]) -> str:
+    """``mean(arm) / mean(baseline)`` with its bootstrap 90% interval over seeds and the exact permutation p."""
+    low, high = bootstrap_ratio_ci(arm, baseline)
+    ratio = statistics.fmean(arm) / statistics.fmean(baseline)
+    return f"{ratio:.2f}× ({low:.2f}–{high:.2f}), p {permutation_p(arm, baseline):.2f}"
+
+
+# -------------------------------------------------------------------------------------------------------- machine
+
+
+def cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown CPU"
+
+
+def versions(packages: tuple[str, ...] = ("torch", "trl", "transformers")) -> dict[str, str]:
+    """Each package's installed version, or '(not installed)'."""
+    found = {}
+    for package in packages:
+        try:
+            found[package] = version(package)
+        except PackageNotFoundError:
+            found[package] = "(not installed)"
+    return found
+
+
+def environment() -> str:
+    """Markdown lines with the versions and the machine."""
+    installed = ", ".join(f"{package} {v}" for package, v in versions().items())
+    return (
+        f"- Versions: Python {platform.python_version()}, {installed}.\n"
+        f"- Machine: {cpu_model()} ({os.cpu_count()} logical cores visible, shared with other jobs while measured), "
+        f"{platform.system()} {platform.machine()}; no GPU, everything runs on the CPU."
+    )
+
+
+# -------------------------------------------------------------------------------------------------------- figures
+
+
+def plot_accuracy_curves(runs: list[dict], path: Path, ylabel: str, minutes_label: str, marker: str | None) -> None:
+    """Mean accuracy per method (thin lines: each seed) against optimizer steps and training minutes. A run's
+    ``curve`` holds (step, minutes, accuracy, ...) points at the same steps for every seed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for i, method in enumerate(dict.fromkeys(r["method"] for r in runs)):
+        curves = [r["curve"] for r in runs if r["method"] == method]
+        steps = [point[0] for point in curves[0]]
+        mean_accuracy = [statistics.mean(c[k][2] for c in curves) for k in range(len(steps))]
+        mean_minutes = [statistics.mean(c[k][1] for c in curves) for k in range(len(steps))]
+        for axis, xs, x in ((axes[0], steps, 0), (axes[1], mean_minutes, 1)):
+            axis.plot(xs, mean_accuracy, marker=marker, color=f"C{i}", label=method)
+            for c in curves:
+                axis.plot([p[x] for p in c], [p[2] for p in c], color=f"C{i}", alpha=0.2)
+    axes[0].set(xlabel="optimizer step", ylabel=ylabel, ylim=(0, 1))
+    axes[1].set(xlabel=minutes_label, ylim=(0, 1))
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -6,6 +6,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_DISABLED", "true")
 
 import gc  # noqa: E402
+import shutil  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -16,6 +17,18 @@ from tiny_model import build_tiny_model  # noqa: E402
 def tiny_model_path(tmp_path_factory):
     """A real tiny Qwen2 model + BPE tokenizer saved to disk, built once per test session."""
     return build_tiny_model(tmp_path_factory.mktemp("tiny-qwen2"))
+
+
+@pytest.fixture
+def smollm2_cache(tiny_model_path, tmp_path):
+    """A SmolLM2 cache (``TRL_PODS_CACHE``) holding the tiny test model, so that `trl_pods.smollm2.fetch_smollm2`
+    returns it instead of building the 135M model."""
+    from trl_pods import smollm2
+
+    folder = tmp_path / "cache" / smollm2.MODEL_NAME
+    shutil.copytree(tiny_model_path, folder)
+    (folder / smollm2._MARKER).write_text("the tiny test model, standing in for SmolLM2\n")
+    return tmp_path / "cache"
 
 
 @pytest.fixture(scope="session")

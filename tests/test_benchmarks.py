@@ -1,45 +1,117 @@
-"""Benchmark scripts' smoke modes: the same code path as a full run, on tiny sizes, so the scripts do not rot.
+"""The benchmarks (`benchmarks/`): every generated page is its script's rendering of the committed data, each page's
+command gives its measurement back, the harness measures every planned run once and resumes, and each study's smoke
+mode runs the code path of a full run on tiny sizes and writes nothing (the scripts run for real only on a GPU or for
+hours, so this keeps them from rotting)."""
 
-The GPU benchmarks cannot run here for real; the reward-throughput one takes minutes at full size.
-"""
-
+import importlib
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
 REPO = Path(__file__).parent.parent
-REPORT = REPO / "docs" / "benchmarks.md"
+BENCHMARKS = REPO / "benchmarks"
+DOCS = REPO / "docs"
+GENERATED = re.compile(r"<!-- Written by `python benchmarks/(\w+)\.py --report` from docs/benchmarks/data/\S+\*;")
+PAGES = sorted(page for page in (DOCS / "benchmarks").glob("*.md") if GENERATED.search(page.read_text()))
 
 
-def _run_smoke(script: str, *options: str) -> str:
-    """Run ``benchmarks/<script> --smoke``; assert it succeeds and leaves docs/benchmarks.md untouched; its stdout."""
-    before = REPORT.read_text()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join([str(REPO), *sys.path])}
+def _module(name: str):
+    """``benchmarks/<name>.py``, imported as the scripts import each other (benchmarks/ on the path)."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
+def test_every_generated_page_is_its_script_rendering_of_the_committed_data(page):
+    """A page whose marker names its script is exactly what that script's `render` writes from the committed data in
+    docs/benchmarks/data/ and the notes beside it: a table edited by hand, data changed without ``--report``, or a
+    report that needs anything but the data (the machine it runs on, a training run) fails here."""
+    script = GENERATED.search(page.read_text()).group(1)
+    assert _module(script).render() == page.read_text(), f"run: python benchmarks/{script}.py --report"
+
+
+@pytest.mark.parametrize("script", ["learning_efficiency", "dynamic_sampling"])
+def test_each_measurement_command_asks_for_its_runs_settings_and_data_file(script):
+    """The command a page gives for a measurement, read by the script's own command line, measures the methods and
+    seeds saved, with the settings they were measured with (flags left at their defaults included), into the same
+    data file: a command that dropped a flag, or a renamed data file, would measure something else."""
+    study = _module(script)
+    for path, runs in study.STUDY.measurements().items():
+        command = re.search(r"Command: `(.*?)`", study.section(runs, path)).group(1)
+        args = study.PARSER.parse_args(shlex.split(command)[2:])
+        assert args.methods == [m for m in study.METHODS if any(r["method"] == m for r in runs)]
+        assert set(range(args.seeds)) == {r["seed"] for r in runs}
+        saved = {**study.DEFAULTS, **runs[0].get("settings", {})}
+        assert {key: getattr(args, key) for key in study.SETTINGS} == {key: saved[key] for key in study.SETTINGS}
+        assert study.data_file(args).stem == path.stem
+
+
+def test_measure_saves_each_planned_run_once_with_its_settings_and_resumes(tmp_path):
+    """`harness.measure` measures the planned runs not saved yet and saves each with the measurement's settings and
+    machine, so a measurement started again after a stop measures only what is missing; smoke mode measures every
+    run and saves none; runs of other settings, or an earlier measurement under the same name, are refused."""
+    harness = _module("harness")
+    store, planned, measured = harness.RunStore(tmp_path / "runs.jsonl", ("method", "seed")), [("a", 0), ("b", 0)], []
+
+    def run(method: str, seed: int) -> dict:
+        measured.append((method, seed))
+        return {"method": method, "seed": seed}
+
+    smoke = harness.measure(store, planned, run, {"steps": 2}, smoke=True)
+    assert [(r["method"], r["seed"]) for r in smoke] == planned and not store.path.exists()
+    measured.clear()
+    harness.measure(store, planned[:1], run, {"steps": 2}, smoke=False)  # stopped after its first run
+    runs = harness.measure(store, planned, run, {"steps": 2}, smoke=False)
+    assert measured == planned
+    assert [(r["method"], r["seed"], r["settings"]) for r in runs] == [("a", 0, {"steps": 2}), ("b", 0, {"steps": 2})]
+    assert all(r["environment"].startswith("- Versions: Python ") for r in runs)
+    with pytest.raises(SystemExit, match="other settings"):
+        harness.measure(store, planned, run, {"steps": 3}, smoke=False)
+    (tmp_path / "earlier.json").write_text('{"args": {}, "runs": []}')
+    with pytest.raises(SystemExit, match="earlier measurement"):
+        harness.measure(harness.RunStore(tmp_path / "earlier.jsonl", ("method", "seed")), planned, run, {}, False)
+
+
+def _files(folder: Path) -> dict[Path, bytes]:
+    return {path: path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def _run_smoke(script: str, *options: str, env: dict[str, str] | None = None) -> str:
+    """Run ``benchmarks/<script> --smoke``; assert that it succeeds and leaves docs/ untouched; its stdout."""
+    before = _files(DOCS)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join([str(REPO), *sys.path]), **(env or {})}
     result = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / script), "--smoke", *options],
+        [sys.executable, str(BENCHMARKS / script), "--smoke", *options],
         env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "nothing written" in result.stdout
-    assert REPORT.read_text() == before
+    assert "smoke run: nothing written" in result.stdout
+    assert _files(DOCS) == before
     return result.stdout
 
 
-def test_gpu_step_benchmark_smoke_mode_runs_and_writes_nothing():
-    """`benchmarks/gpu_step.py --smoke` trains all three variants on a tiny model and leaves docs/ untouched."""
-    assert "GRPO-GA" in _run_smoke("gpu_step.py")
+def _first_table(out: str) -> dict[str, dict[str, str]]:
+    """The first markdown table of ``out``: each row's cells by column header, by the row's first cell."""
+    lines = re.search(r"^(\|.*\|\n)+", out, re.MULTILINE).group(0).splitlines()
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
+    return {row[0]: dict(zip(header, row, strict=True)) for row in rows}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", [[], ["--shape", "SmolLM2-135M", "--lora"]], ids=["qwen2-full", "llama-lora"])
 def test_gpu_cost_curve_smoke_mode_times_every_size_and_fits_both_phases(model):
     """`benchmarks/gpu_cost_curve.py --smoke` times a generate call per rollout count and an optimizer step per row
-    count on a tiny model (a fully trained Qwen2, or a Llama trained through the demo's LoRA adapters), fits both
-    phases, and leaves docs/ untouched."""
+    count on a tiny model (a fully trained Qwen2, or a Llama trained through the demo's LoRA adapters), in rounds,
+    fits both phases, and leaves docs/ untouched."""
     out = _run_smoke("gpu_cost_curve.py", "--rounds", "1", "--rollouts", "2", "8", "--rows", "2", "4", *model)
     trained = re.search(r"\(([\d,]+) parameters, ([\d,]+) trained;", out).groups()
     parameters, trainable = (int(n.replace(",", "")) for n in trained)
@@ -50,61 +122,36 @@ def test_gpu_cost_curve_smoke_mode_times_every_size_and_fits_both_phases(model):
         "update | 2 rows",
         "update | 4 rows",
     ]
+    assert len(re.findall(r"^round 1 ", out, re.M)) == 4, "one measured round of every size, after the warm-up"
     assert re.search(r"Fits: generation = .* ms × rollouts \+ .* s per call; update = .* ms × rows", out)
 
 
-def test_reward_throughput_smoke_mode_reports_every_reward_size_ending_and_recipe():
-    """`benchmarks/reward_throughput.py --smoke` scores both rewards at its tiny batch sizes on 1 and on 2 workers and
-    renders the whole section (throughput, per ending, share of the paper's step per recipe, load) without writing
-    it."""
-    out = _run_smoke("reward_throughput.py")
-    assert "## Scoring at N: reward throughput" in out
-    assert re.search(r"`os\.getloadavg\(\)` \(1 / 5 / 15 min\) [\d.]+ / [\d.]+ / [\d.]+ before", out)
-
-    rate, time_ = r"([\d,]+)", r"[\d.]+ [mµn]?s"
-    throughput_row = rf"^\| `(\w+)` \| (GSM8K|MATH) \| (\d+) \| {time_} \| {rate} \| [^|]+ \| {time_} \| {rate} \| "
-    throughput = re.findall(throughput_row + r"[\d.]+× \|$", out, re.MULTILINE)
-    measured = [(reward, data, int(size)) for reward, data, size, *_ in throughput]
-    assert measured == [
-        (r, d, n) for r, d in (("gsm8k_reward", "GSM8K"), ("accuracy_reward", "MATH")) for n in (4, 32)
-    ]
-    assert all(float(v.replace(",", "")) > 0 for *_, serial, parallel in throughput for v in (serial, parallel))
-    assert "2 workers: completions/s" in out
-
-    endings = re.findall(r"^\| (\w+) \| \d+% \| [\d,]+ \| [\d,]+ \|$", out, re.MULTILINE)
-    assert endings == ["correct", "wrong", "unparsable", "truncated", "untagged"]
-
-    share = r"[\d.]+%"
-    recipe_row = rf"^\| [^|]+ \| `\w+` \| (\d+) \| 10\.1 s \(\S+\) \| {time_} \| {share} \| {share} \| {share} "
-    recipes = re.findall(recipe_row + rf"\| {time_} \| {share} \|$", out, re.MULTILINE)
-    assert recipes == ["64", "32", "256", "256", "128"]
-    assert re.search(
-        rf"Largest share with 1 worker \(.+\): {share} of the step in wall time \((below|above) the\s+5%", out
-    )
+@pytest.mark.slow
+def test_dynamic_sampling_smoke_mode_trains_every_kind_of_method_from_scratch():
+    """`benchmarks/dynamic_sampling.py --smoke` trains GRPO, PODS, refill, screened and budgeted generation a few
+    steps from scratch (8 prompts per step), counts the rollouts each generates (screened: its pilot for twice the
+    prompts and the rest for half of them; budgeted: within its budget), and leaves docs/ untouched."""
+    methods = ["GRPO 4", "GRPO 4 + refill", "budgeted 4-16 (mean 8)", "PODS 16->4", "screened 2x4->16->4"]
+    out = _run_smoke("dynamic_sampling.py", "--seeds", "1", "--steps", "4", "--eval_every", "2", "--methods", *methods)
+    rows = _first_table(out)
+    assert list(rows) == methods
+    rollouts = {method: float(row["rollouts / step"]) for method, row in rows.items()}
+    assert rollouts["GRPO 4"] == 8 * 4 and rollouts["PODS 16->4"] == 8 * 16
+    assert rollouts["screened 2x4->16->4"] == 2 * 8 * 4 + 8 * 12
+    assert rollouts["budgeted 4-16 (mean 8)"] <= 8 * 8 and rollouts["GRPO 4 + refill"] >= 8 * 4
+    assert all(row["rollouts to 0.4"] for row in rows.values())
 
 
-def test_budgeted_generation_benchmark_smoke_mode_trains_every_method():
-    """`benchmarks/budgeted_generation.py --smoke` trains each method a few steps from scratch, including budgeted
-    generation (rollouts per step within its budget), and leaves docs/ untouched."""
-    methods = ["GRPO 4", "PODS 8->4", "budgeted 4-16 (mean 8)", "PODS 16->4", "GRPO 8"]
+@pytest.mark.slow
+def test_learning_efficiency_smoke_mode_trains_the_demo_model_and_renders_its_section(smollm2_cache):
+    """`benchmarks/learning_efficiency.py --smoke` evaluates the base model, trains GRPO 4 and PODS 8 -> 4 on the
+    demo's arguments (the tiny model standing in for SmolLM2), evaluates every checkpoint, and renders the section a
+    full run writes, with the rollouts each method generated, leaving docs/ untouched."""
     out = _run_smoke(
-        "budgeted_generation.py", "--seeds", "1", "--steps", "6", "--eval_every", "3", "--methods", *methods
-    )
-    rows = {line.split("|")[1].strip(): line.split("|") for line in out.splitlines() if line.startswith("| ")}
-    assert set(rows) == set(methods)
-    assert float(rows["budgeted 4-16 (mean 8)"][7]) <= 8 * 8, "rollouts per step: at most 8 prompts x 8"
-    assert float(rows["PODS 16->4"][7]) == 16 * 8
-
-
-def test_agent_modes_benchmark_smoke_mode_trains_every_method_with_the_tool():
-    """`benchmarks/agent_modes.py --smoke` trains each method a few steps with TRL's tool loop: GRPO generates its 4
-    rollouts per prompt, PODS its 8, refill at least PODS's and screened its pilot plus top-up; every method makes
-    tool calls; docs/ is untouched."""
-    out = _run_smoke("agent_modes.py", "--seeds", "1", "--steps", "2", "--eval_every", "2")
-    summary = [line.split("|") for line in out.splitlines() if line.startswith("| ") and line.count("|") == 11]
-    rows = {row[1].strip(): row for row in summary}
-    rollouts = {method: float(row[5]) for method, row in rows.items() if method in ("GRPO 4", "PODS 8->4")}
-    assert rollouts == {"GRPO 4": 4 * 4, "PODS 8->4": 4 * 8}
-    assert float(rows["PODS 8->4 + refill"][5]) >= 4 * 8
-    assert float(rows["screened 2x4->8->4"][5]) == 2 * 4 * 4 + 4 * 4
-    assert all(float(rows[method][6]) > 0 for method in rollouts), "tool calls per step"
+        "learning_efficiency.py", "--seeds", "1", "--steps", "2", "--eval_every", "1", "--methods", "GRPO 4",
+        "PODS 8->4", env={"TRL_PODS_CACHE": str(smollm2_cache), "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert "## add1: GRPO 4 vs PODS 8->4\n" in out
+    rows = _first_table(out)
+    assert {method: row["rollouts / step"] for method, row in rows.items()} == {"GRPO 4": "4.0", "PODS 8->4": "8.0"}
+    assert {row["runs reaching 0.75"][-2:] for row in rows.values()} == {"/1"}

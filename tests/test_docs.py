@@ -1,18 +1,31 @@
 """The README and the docs pages stay exact and navigable: the configuration reference is the one generated from
 `PODSConfig`, no page repeats a heading, every relative link (and its anchor) resolves, the README stays a short
-front door linking every page, and its Tests section gives the exact commands CI runs."""
+front door linking every page, and its Tests section gives the exact commands CI runs; the benchmarks open with what to
+choose, and every study page says which script writes it or where its retired script lives."""
 
 from __future__ import annotations
 
 import importlib.util
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).parent.parent
 README = ROOT / "README.md"
-PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+BENCHMARKS = ROOT / "docs" / "benchmarks.md"
+STUDIES = sorted((ROOT / "docs" / "benchmarks").glob("*.md"))
+PAGES = [README, *DOCS, *STUDIES]
+GENERATED = re.compile(
+    r"<!-- Written by `python benchmarks/(\w+\.py) --report` from docs/benchmarks/data/(\S+); do not edit\. -->"
+)
+RETIRED = re.compile(
+    r"<!-- Retired: benchmarks/(\w+\.py) last lived at commit ([0-9a-f]{7,40}); this page is kept by hand\. -->"
+)
+PENDING = {ROOT / "docs" / "benchmarks" / "time-to-target.md": ROOT / "benchmarks" / "time_to_target.py"}
+"""Pages a measurement under way will write, each with its script: links to them may come before they exist."""
 TEST_COMMANDS = [
     "python -m pytest tests                                   # the main suite (the real-vLLM tests skip here)",
     "bash scripts/build_vllm_cpu_env.sh .venv-vllm           "
@@ -67,12 +80,16 @@ def test_no_page_repeats_a_heading(page):
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_relative_links_and_anchors_resolve(page):
-    """Links to files of the repository point at existing files, and their #anchors at existing headings."""
+    """Links to files of the repository point at existing files, and their #anchors at existing headings; a page
+    still to be written by a measurement under way (`PENDING`) may be linked to when its script says it writes it."""
     for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
         if re.match(r"[a-z]+:", target):
             continue
         path, _, anchor = target.partition("#")
         linked = (page.parent / path).resolve() if path else page
+        if not linked.exists() and linked in PENDING:
+            assert f"{linked.parent.name}/{linked.name}" in PENDING[linked].read_text(), target
+            continue
         assert linked.exists(), target
         if anchor:
             assert anchor in {_anchor(h) for h in _headings(linked)}, target
@@ -83,7 +100,7 @@ def test_readme_is_a_short_front_door_to_every_page():
     tests/test_readme.py runs), linking every docs page."""
     text = README.read_text()
     assert len(text) <= 13_500
-    for page in PAGES[1:]:
+    for page in DOCS:
         assert f"](docs/{page.name})" in text, page.name
 
 
@@ -107,15 +124,53 @@ def test_readme_demo_paragraph_states_what_the_demo_does():
     assert "(about 520 MB)" in section and "once training ends" in section and "`./pods-demo-2`" in section
 
 
-def test_benchmarks_open_with_what_to_choose():
-    """docs/benchmarks.md was 62k characters of experiments in the order they were run. It opens with the intro the
-    benchmark scripts know (`benchmarks/_report.INTRO`), then one table of what the sections settled, each row
-    linking to a section of the page (the anchors are checked above)."""
-    spec = importlib.util.spec_from_file_location("_report", ROOT / "benchmarks" / "_report.py")
-    report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(report)
-    page = (ROOT / "docs" / "benchmarks.md").read_text()
-    assert page.startswith(report.INTRO + "\n## What to choose\n")
-    table = page.split("## What to choose\n", 1)[1].split("\n<!-- ", 1)[0]
+def test_benchmarks_front_page_opens_with_what_to_choose():
+    """docs/benchmarks.md was 107k characters: 24 sections in the order they were measured, the What-to-choose table
+    buried above them. It is a front page of at most 15,000 characters: the table first, one question a row, each row
+    linking to a study page (time to target to the page its measurement under way writes), then the headline
+    results; every study page is linked from it."""
+    page = BENCHMARKS.read_text()
+    assert len(page) <= 15_000
+    assert _headings(BENCHMARKS)[:3] == ["Benchmarks", "What to choose", "Headline results"]
+    table = page.split("## What to choose\n", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| question")]
-    assert len(rows) >= 10 and all(re.search(r"\]\(#[\w-]+\)", row) for row in rows)
+    assert len(rows) >= 15 and all(re.search(r"\]\(benchmarks/[\w-]+\.md(#[\w-]+)?\)", row) for row in rows)
+    fastest = next(row for row in rows if row.startswith("| Fastest to a target in minutes? |"))
+    assert "](benchmarks/time-to-target.md)" in fastest
+    for study in [*STUDIES, *PENDING]:
+        assert f"](benchmarks/{study.name}" in page, study.name
+
+
+@pytest.mark.parametrize("page", STUDIES, ids=lambda page: page.name)
+def test_each_study_page_says_which_script_writes_it_or_where_its_retired_script_lives(page):
+    """A study page opens with its title and one marker: written by a script of benchmarks/ that exists, from data
+    files that exist; or retired, its script gone from benchmarks/ (or its name taken by a new study, which writes
+    another page) and, in a checkout with the history, present at the commit the page names."""
+    lines = page.read_text().splitlines()
+    assert lines[0].startswith("# ") and lines[1] == ""
+    generated, retired = GENERATED.fullmatch(lines[2]), RETIRED.fullmatch(lines[2])
+    assert generated or retired, lines[2]
+    if generated:
+        script, data = generated.groups()
+        assert (ROOT / "benchmarks" / script).exists() and list((ROOT / "docs" / "benchmarks" / "data").glob(data))
+        return
+    script, commit = retired.groups()
+    assert not (ROOT / "benchmarks" / script).exists() or script in _writers()
+    shallow = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=ROOT, capture_output=True, text=True)
+    if shallow.stdout.strip() == "false":
+        kept = subprocess.run(
+            ["git", "cat-file", "-e", f"{commit}:benchmarks/{script}"], cwd=ROOT, capture_output=True
+        )
+        assert kept.returncode == 0, f"commit {commit} holds no benchmarks/{script}"
+
+
+def _writers() -> set[str]:
+    """The scripts that write a study page: the generated pages' and the pending ones'."""
+    written = {match.group(1) for page in STUDIES if (match := GENERATED.search(page.read_text()))}
+    return written | {script.name for script in PENDING.values()}
+
+
+def test_every_study_script_writes_a_page():
+    """Every script of benchmarks/ but the shared ones writes a study page: one that exists, or one a measurement
+    under way will write (`PENDING`)."""
+    assert {path.name for path in (ROOT / "benchmarks").glob("*.py")} - {"harness.py", "_report.py"} == _writers()

@@ -13,8 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from trl_pods import smollm2
-
 README = (Path(__file__).parent.parent / "README.md").read_text()
 
 
@@ -25,17 +23,14 @@ def _block(section: str, language: str) -> str:
 
 
 @pytest.fixture
-def readme_env(tiny_model_path, tmp_path) -> dict[str, str]:
+def readme_env(smollm2_cache) -> dict[str, str]:
     """The environment of a user's shell: this interpreter's `python` and `trl-pods` first on PATH, offline, and the
     tiny model built in the SmolLM2 cache."""
-    folder = tmp_path / "cache" / smollm2.MODEL_NAME
-    shutil.copytree(tiny_model_path, folder)
-    (folder / smollm2._MARKER).write_text("the tiny test model, standing in for SmolLM2\n")
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     if shutil.which("trl-pods", path=path) is None:
         pytest.fail("`trl-pods` is not installed beside this interpreter: pip install the package")
     return {
-        **os.environ, "PATH": path, "TRL_PODS_CACHE": str(tmp_path / "cache"), "PYTHONPATH": os.pathsep.join(sys.path),
+        **os.environ, "PATH": path, "TRL_PODS_CACHE": str(smollm2_cache), "PYTHONPATH": os.pathsep.join(sys.path),
         "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
     }  # fmt: skip
 

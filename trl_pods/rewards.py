@@ -23,8 +23,8 @@ a C call and fails outside the main thread (TRL runs async reward functions on a
    start-up, ~1 s); a normal item takes one to a few milliseconds.
 3. PODS scores N rollouts per prompt, hundreds per process and generation, so a call of at least
    2 * `MIN_ITEMS_PER_WORKER` items is split into interleaved shards over up to `reward_workers()` workers, each
-   driven by its own thread, and the answers are put back in the caller's order (docs/benchmarks.md, "Scoring at
-   N", has the measurements behind this). Workers are independent, so a hanging item stalls and restarts only its
+   driven by its own thread, and the answers are put back in the caller's order (the measurements behind this:
+   docs/benchmarks/reward-throughput.md). Workers are independent, so a hanging item stalls and restarts only its
    own worker.
 4. Processes never outlive the interpreter: ``atexit`` kills the workers; an idle worker exits when its pipe closes
    (e.g. the trainer was killed); a busy one also caps its own CPU time per item (``RLIMIT_CPU``, timeout + 2 s),

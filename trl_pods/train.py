@@ -291,7 +291,7 @@ def cpu_threads() -> int:
 
     Leaving a core free keeps another busy process from stalling the OpenMP threads of every matrix product: beside
     one busy process, 2 threads made the demo's step 2.5x slower than 1 thread on 2 cores, while 1 thread on the idle
-    machine cost 1.2x (docs/benchmarks.md, "CPU threads").
+    machine cost 1.2x (docs/benchmarks/cpu-threads.md).
     """
     if os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
         return int(os.environ["OMP_NUM_THREADS"])
