@@ -40,8 +40,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _report import DOCS, cpu_model, versions
-from harness import RunStore, bootstrap_ratio_ci, permutation_p
+from harness import DATA, PAGES, RunStore, bootstrap_ratio_ci, cpu_model, interleaved, ratio_ci, spread, versions
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer, ModelConfig
 
@@ -52,11 +51,10 @@ from trl_pods.train import ScriptArguments, train
 from trl_pods.vllm_engine import check_cpu_vllm, cpu_weights_in_place
 
 NAME = "time_to_target"
-DATA = DOCS / "benchmarks" / "data"
 H200 = dict(call=1.031, rollout=0.000116, row=0.01279, update=0.1165)
 """Seconds per generation call, per rollout, per trained row and per update on an NVIDIA H200 (HF `generate`, the
 runs' model shape with LoRA, their prompt and completion lengths): the least-squares fits of
-``docs/gpu_cost_curve_SmolLM2-135M_lora.json`` (`gpu_cost_curve.py`), rounded."""
+``docs/benchmarks/data/gpu_cost_curve_SmolLM2-135M_lora.json`` (`gpu_cost_curve.py`), rounded."""
 H200_PLAN_COSTS = f"call={H200['call']},rollout={H200['rollout']},step={H200['update'] + 16 * H200['row']:.3f}"
 """`H200` as ``pods_auto_costs``: a step trains 16 rows (4 prompts x 4), so the rest of a generation costs an
 update and 16 rows."""
@@ -116,7 +114,8 @@ PLAN = {
     "timing run's few steps are auto's exploration, so each step is priced by what it did, as in the H200 pricing",
 }
 """The measurement, fixed before its runs (the git history shows the order); `--report` refuses runs made otherwise.
-The targets were chosen from the earlier 50-problem measurement (``docs/time_to_target.jsonl``): where the arms' curves
+The targets were chosen from the earlier 50-problem measurement (``docs/benchmarks/data/time_to_target_2026-11.jsonl``,
+retired: docs/benchmarks/time-to-target-earlier.md): where the arms' curves
 still rise, so that a step count resolves them, and every arm's earlier runs reached it within 100 steps."""
 STEP_FIELDS = ("step", "step_time", "rollouts", "rows", "calls", "frac_zero_std", "reward", "completion_length")
 """Per optimizer step of a run: TRL's ``step_time`` (s), rollouts generated, rows trained, generation calls, the
@@ -303,18 +302,16 @@ def measure(model: Path, args: argparse.Namespace) -> Iterator[dict]:
 
 def timing(model: Path, args: argparse.Namespace) -> Iterator[dict]:
     """Every arm ``--timing_steps`` steps per round, round robin over ``--timing_rounds`` rounds in this process (the
-    order rotated each round; round r trains from seed r), on the first of ``--tasks``; the load average before,
-    after every run and after. Yields the measurement so far after each round, so a cut-short one keeps its rounds."""
-    task, arms = args.tasks[0], args.arms
-    loads, records = [os.getloadavg()], []
-    for round_ in range(args.timing_rounds):
-        shift = round_ % len(arms)
-        for arm in arms[shift:] + arms[:shift]:
-            with tempfile.TemporaryDirectory() as out:
-                steps = train_arm(arm, (model, out, task, round_, args.timing_steps, None))
-            records += [[arm, round_, *record] for record in steps[1:]]  # the first step warms the engine up
-            loads.append(os.getloadavg())
-            print(f"timing round {round_} {arm}: " + ", ".join(f"{r[1]:.2f}" for r in steps) + " s", flush=True)
+    order rotated each round, `harness.interleaved`; round r trains from seed r), on the first of ``--tasks``; the
+    load average before and after every run. Yields the measurement so far after each run, so a cut-short one keeps
+    what it measured."""
+    task, loads, records = args.tasks[0], [os.getloadavg()], []
+    for round_, arm in interleaved(args.arms, args.timing_rounds):
+        with tempfile.TemporaryDirectory() as out:
+            steps = train_arm(arm, (model, out, task, round_, args.timing_steps, None))
+        records += [[arm, round_, *record] for record in steps[1:]]  # the first step warms the engine up
+        loads.append(os.getloadavg())
+        print(f"timing round {round_} {arm}: " + ", ".join(f"{r[1]:.2f}" for r in steps) + " s", flush=True)
         yield {
             "device": cpu_model(), "engine": "the vLLM CPU engine (colocate)",
             "versions": versions(("torch", "transformers", "trl", "peft", "vllm")), "task": task,
@@ -394,14 +391,10 @@ def baseline(found: dict[str, list[float]], task: str, plan: dict = PLAN) -> str
 
 
 def comparison(found: dict[str, list[float]], arm: str, base: str | None) -> str:
-    """``ratio [90% CI], p`` of ``arm``'s mean minutes to ``base``'s, or a dash."""
+    """``ratio (90% CI), p`` of ``arm``'s mean minutes to ``base``'s (`harness.ratio_ci`), or a dash."""
     if base is None or arm not in found:
         return "–"
-    if arm == base:
-        return "1 (baseline)"
-    ratio = statistics.mean(found[arm]) / statistics.mean(found[base])
-    low, high = bootstrap_ratio_ci(found[arm], found[base])
-    return f"{ratio:.2f}× [{low:.2f}–{high:.2f}], p {permutation_p(found[arm], found[base]):.3f}"
+    return "1 (baseline)" if arm == base else ratio_ci(found[arm], found[base])
 
 
 def task_table(runs: list[dict], task: str, cpu_costs: dict[str, float] | None, plan: dict = PLAN) -> str:
@@ -430,14 +423,6 @@ def task_table(runs: list[dict], task: str, cpu_costs: dict[str, float] | None, 
         "÷ best trl.GRPOTrainer (H200) |\n" + "|---" * 11 + "|"
     )
     return header + "\n" + "\n".join(rows)
-
-
-def spread(values: list[float], digits: int) -> str:
-    """``mean (min–max)``; the value alone when there is one; a dash when none."""
-    if not values:
-        return "–"
-    mean = f"{statistics.mean(values):.{digits}f}"
-    return mean if len(values) == 1 else f"{mean} ({min(values):.{digits}f}–{max(values):.{digits}f})"
 
 
 def plot(runs: list[dict], path: Path, plan: dict = PLAN) -> None:
@@ -555,14 +540,16 @@ def provenance(runs: list[dict]) -> str:
     return "\n".join(lines) or "- No runs yet."
 
 
-def write_report() -> Path:
-    """docs/benchmarks/time-to-target.md and its figure, from the saved runs and timing run (`check_against_plan`)."""
+PAGE = PAGES / "time-to-target.md"
+
+
+def render() -> str:
+    """The study's page, a function of the committed runs and timing run alone (`check_against_plan`)."""
     runs = store().runs()
     check_against_plan(runs)
     timing_file = DATA / f"{NAME}_timing.json"
     timing_run = json.loads(timing_file.read_text()) if timing_file.exists() else None
     cpu_costs = fit_cpu_costs(timing_run) if timing_run else None
-    plot(runs, DATA / f"{NAME}.png")
     planned = planned_runs()
     tables = "\n\n".join(
         f"**{task}** (target {target}):\n\n{task_table(runs, task, cpu_costs)}"
@@ -573,7 +560,7 @@ def write_report() -> Path:
                            if key != "seeds")  # fmt: skip
     seeds = "; ".join(f"{task}: " + ", ".join(f"{arm} {n}" for arm, n in arms.items())
                       for task, arms in PLAN["seeds"].items())  # fmt: skip
-    body = f"""# Time to target against trl.GRPOTrainer
+    return f"""# Time to target against trl.GRPOTrainer
 
 <!-- Written by `python benchmarks/time_to_target.py --report` from docs/benchmarks/data/{NAME}*; do not edit. -->
 
@@ -627,10 +614,13 @@ python benchmarks/time_to_target.py --report   # this page
 
 {provenance(runs)}
 """
-    page = DOCS / "benchmarks" / "time-to-target.md"
-    page.write_text(body)
-    print(f"wrote {page.relative_to(DOCS.parent)}")
-    return page
+
+
+def write_report() -> None:
+    """docs/benchmarks/time-to-target.md (`render`) and its figure."""
+    PAGE.write_text(render())
+    plot(store().runs(), DATA / f"{NAME}.png")
+    print(f"wrote {PAGE} and its figure")
 
 
 def free_port() -> int:

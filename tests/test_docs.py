@@ -24,8 +24,6 @@ GENERATED = re.compile(
 RETIRED = re.compile(
     r"<!-- Retired: benchmarks/(\w+\.py) last lived at commit ([0-9a-f]{7,40}); this page is kept by hand\. -->"
 )
-PENDING = {ROOT / "docs" / "benchmarks" / "time-to-target.md": ROOT / "benchmarks" / "time_to_target.py"}
-"""Pages a measurement under way will write, each with its script: links to them may come before they exist."""
 TEST_COMMANDS = [
     "python -m pytest tests                                   # the main suite (the real-vLLM tests skip here)",
     "bash scripts/build_vllm_cpu_env.sh .venv-vllm           "
@@ -80,16 +78,12 @@ def test_no_page_repeats_a_heading(page):
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_relative_links_and_anchors_resolve(page):
-    """Links to files of the repository point at existing files, and their #anchors at existing headings; a page
-    still to be written by a measurement under way (`PENDING`) may be linked to when its script says it writes it."""
+    """Links to files of the repository point at existing files, and their #anchors at existing headings."""
     for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
         if re.match(r"[a-z]+:", target):
             continue
         path, _, anchor = target.partition("#")
         linked = (page.parent / path).resolve() if path else page
-        if not linked.exists() and linked in PENDING:
-            assert f"{linked.parent.name}/{linked.name}" in PENDING[linked].read_text(), target
-            continue
         assert linked.exists(), target
         if anchor:
             assert anchor in {_anchor(h) for h in _headings(linked)}, target
@@ -137,7 +131,7 @@ def test_benchmarks_front_page_opens_with_what_to_choose():
     assert len(rows) >= 15 and all(re.search(r"\]\(benchmarks/[\w-]+\.md(#[\w-]+)?\)", row) for row in rows)
     fastest = next(row for row in rows if row.startswith("| Fastest to a target in minutes? |"))
     assert "](benchmarks/time-to-target.md)" in fastest
-    for study in [*STUDIES, *PENDING]:
+    for study in STUDIES:
         assert f"](benchmarks/{study.name}" in page, study.name
 
 
@@ -165,12 +159,10 @@ def test_each_study_page_says_which_script_writes_it_or_where_its_retired_script
 
 
 def _writers() -> set[str]:
-    """The scripts that write a study page: the generated pages' and the pending ones'."""
-    written = {match.group(1) for page in STUDIES if (match := GENERATED.search(page.read_text()))}
-    return written | {script.name for script in PENDING.values()}
+    """The scripts that write a study page."""
+    return {match.group(1) for page in STUDIES if (match := GENERATED.search(page.read_text()))}
 
 
 def test_every_study_script_writes_a_page():
-    """Every script of benchmarks/ but the shared ones writes a study page: one that exists, or one a measurement
-    under way will write (`PENDING`)."""
-    assert {path.name for path in (ROOT / "benchmarks").glob("*.py")} - {"harness.py", "_report.py"} == _writers()
+    """Every script of benchmarks/ but the shared harness writes a study page."""
+    assert {path.name for path in (ROOT / "benchmarks").glob("*.py")} - {"harness.py"} == _writers()

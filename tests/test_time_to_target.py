@@ -63,8 +63,7 @@ def test_baseline_is_trl_grpo_trainer_on_the_same_arguments(study):
 def test_the_plan_lists_its_runs_seed_by_seed_with_trl_16_last(study):
     """Every (task, arm, seed) the plan asks for is taken exactly once, seed by seed (so a cut measurement has whole
     seeds of most arms), add2 before add2x1, trl.GRPOTrainer 16 after every other run; the H200 costs the GPU-regime
-    arm plans with are those measured (`docs/gpu_cost_curve_SmolLM2-135M_lora.json`)."""
-    import json
+    arm plans with are those measured (`docs/benchmarks/data/gpu_cost_curve_SmolLM2-135M_lora.json`)."""
 
     runs = study.planned_runs()
     assert len(runs) == len(set(runs)) == sum(n for arms in study.PLAN["seeds"].values() for n in arms.values())
@@ -75,10 +74,10 @@ def test_the_plan_lists_its_runs_seed_by_seed_with_trl_16_last(study):
     assert first[:2] == [("add2", "trl.GRPOTrainer 4", 0), ("add2", "trl.GRPOTrainer 8", 0)]
     sys.path.insert(0, str(REPO / "benchmarks"))
     try:
-        from gpu_cost_curve import summary
+        from gpu_cost_curve import measurement, summary
     finally:
         sys.path.remove(str(REPO / "benchmarks"))
-    fits = summary(json.loads((REPO / "docs" / "gpu_cost_curve_SmolLM2-135M_lora.json").read_text()))
+    fits = summary(measurement("SmolLM2-135M_lora"))
     (rollout, call), (row, update) = fits["generation"], fits["update"]
     measured = dict(call=call, rollout=rollout, row=row, update=update)
     assert study.H200 == pytest.approx(measured, rel=0.01)
@@ -143,7 +142,8 @@ def test_minutes_in_both_pricings_and_the_baseline(study):
     assert study.minutes(runs, h200)["PODS 16->4"] == pytest.approx([5 * step / 60] * 5)
     assert study.minutes(runs, None) == {}
     ratio = cpu["PODS 16->4"][0] / cpu["trl.GRPOTrainer 4"][0]
-    assert study.comparison(cpu, "PODS 16->4", "trl.GRPOTrainer 4").startswith(f"{ratio:.2f}× [{ratio:.2f}–")
+    assert study.comparison(cpu, "PODS 16->4", "trl.GRPOTrainer 4").startswith(f"{ratio:.2f}× ({ratio:.2f}–")
+    assert study.comparison(cpu, "trl.GRPOTrainer 4", "trl.GRPOTrainer 4") == "1 (baseline)"
 
 
 def test_the_report_refuses_runs_the_plan_did_not_ask_for(study):
