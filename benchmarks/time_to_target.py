@@ -40,7 +40,18 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from harness import DATA, PAGES, RunStore, bootstrap_ratio_ci, cpu_model, interleaved, ratio_ci, spread, versions
+from harness import (
+    DATA,
+    PAGES,
+    RunStore,
+    bootstrap_ratio_ci,
+    cpu_model,
+    interleaved,
+    mean_of,
+    ratio_ci,
+    spread,
+    versions,
+)
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer, ModelConfig
 
@@ -409,12 +420,12 @@ def task_table(runs: list[dict], task: str, cpu_costs: dict[str, float] | None, 
         arm_runs = [r for r in mine if r["arm"] == arm]
         points = [p for p in (endpoint(r) for r in arm_runs) if p is not None]
         records = [s for r in arm_runs for s in r["steps"]]
-        calls = statistics.mean(s[field["calls"]] for s in records) if records else float("nan")
-        contrast = 1 - statistics.mean(s[field["frac_zero_std"]] for s in records) if records else float("nan")
+        calls = mean_of([s[field["calls"]] for s in records], 2)
+        contrast = mean_of([1 - s[field["frac_zero_std"]] for s in records], 2)
         rows.append(
             f"| {arm} | {len(arm_runs)}/{plan['seeds'][task][arm]} | {len(points)} | "
-            f"{spread([p[0] for p in points], 0)} | {spread([p[2] for p in points], 0)} | {calls:.2f} | "
-            f"{contrast:.2f} | {spread(cpu.get(arm, []), 1)} | {comparison(cpu, arm, cpu_base)} | "
+            f"{spread([p[0] for p in points], 0)} | {spread([p[2] for p in points], 0)} | {calls} | "
+            f"{contrast} | {spread(cpu.get(arm, []), 1)} | {comparison(cpu, arm, cpu_base)} | "
             f"{spread(gpu.get(arm, []), 2)} | {comparison(gpu, arm, gpu_base)} |"
         )
     header = (
