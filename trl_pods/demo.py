@@ -205,9 +205,11 @@ def _plot(output_dir: Path, accuracy: list[tuple[int, float]]) -> Path:
 
 def model_card(trainer, accuracy: list[tuple[int, float]]) -> Path:
     """Write the run's model card: the PODS card (`trl_pods.model_card`: method, paper, base model, usage), with a
-    section on how the run was built and what it scored."""
+    section on how the run was built and what it scored (none if the card could not be written: a warning said so)."""
     trainer.create_model_card(model_name=Path(trainer.args.output_dir).name, tags=["arithmetic", "lora"])
     card = Path(trainer.args.output_dir) / "README.md"
+    if not card.is_file():
+        return card
     by_step = ", ".join(f"{step}: {value:.2f}" for step, value in accuracy)
     section = (
         f"A LoRA adapter trained by `trl-pods demo` ({SETUP}; 16-token completions, one prompt per step, on CPU). "
