@@ -376,7 +376,7 @@ class PODSRolloutLoop(_AsyncRolloutLoop):
         self.down_sampler = get_down_sampler(pods_down_sampler)
         self.advantage_scope = pods_advantage_scope
         self.generator = torch.Generator().manual_seed(pods_seed)
-        self.stream = PromptStream(pods_mode, pods_n, pods_m, pods_window, pods_seed, key=_row_key)
+        self.stream = PromptStream(pods_mode, pods_n, pods_m, pods_window, pods_seed, key=prompt_key)
         self.dropped_groups = dropped_groups
 
     def _repeat_iterator(self) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -462,11 +462,6 @@ class PODSRolloutWorker(AsyncRolloutWorker):
         # TRL test-pickles the loop's keyword arguments before spawning the child, and a queue pickles only while a
         # process is spawned: the channel reaches the loop bound to its class, which only the spawn pickles.
         self._loop_cls = functools.partial(PODSRolloutLoop, dropped_groups=self.dropped_groups)
-
-
-def _row_key(row: dict[str, Any]) -> int:
-    """A digest of a dataset row's prompt (budgeted generation's history is keyed by it)."""
-    return prompt_key(row["prompt"])
 
 
 class PODSAsyncGRPOTrainer(AsyncGRPOTrainer):
