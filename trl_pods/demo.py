@@ -20,7 +20,7 @@ The console shows a progress bar, the accuracy lines and where the run was saved
 print (warnings, per-step metrics, loading bars) goes to ``demo_log.txt`` in the output folder, or to the console
 with ``--verbose``.
 
-CPU threads: all the cores this process may use but one (`trl_pods.train.cpu_threads`, as `trl-pods train` on a
+CPU threads: all the cores this process may use but one (`trl_pods.cpu.cpu_threads`, as `trl-pods train` on a
 CPU), unless ``OMP_NUM_THREADS`` is set.
 """
 
@@ -42,9 +42,10 @@ from transformers import TrainerCallback
 from trl import ModelConfig
 
 from .config import PODSConfig
+from .cpu import cpu_threads
 from .evaluate import EvalArguments, evaluate, plot_results
 from .smollm2 import HUB_NAME, fetch_smollm2, is_built
-from .train import ScriptArguments, cpu_threads, train
+from .train import ScriptArguments, train
 
 SEED = 42
 HELD_OUT = 50

@@ -31,10 +31,11 @@ import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from .cpu import set_up_cpu
 from .parsing import CommandParser
 from .rewards import get_reward_func
 from .tasks import TASK_COMPLETION_LENGTHS, TASK_REWARDS, TASKS, load_task
-from .train import check_data_file, check_model, check_task, set_up_cpu
+from .train import check_data_file, check_model, check_task
 
 __all__ = ["EvalArguments", "check_arguments", "evaluate", "format_table", "main", "pass_at_k", "plot_results"]
 

@@ -9,8 +9,8 @@ Arguments are those of `ScriptArguments` (data and rewards), `trl_pods.PODSConfi
 down-sampler, allocation rule, arithmetic difficulty), the model folder and the other user inputs are checked before
 any download or model load; a user error prints one ``error:`` line. The task chooses the reward functions and the
 completion length the user does not set (`trl_pods.tasks.TASK_REWARDS`, ``TASK_COMPLETION_LENGTHS``). Without a GPU
-the run trains in float32 on the CPU, on the threads `cpu_threads` chooses, and the command says so in one line. The
-run saves the model, ``run_args.json`` (all arguments, and the device and precision that really ran),
+the run trains in float32 on the CPU, on the threads `trl_pods.cpu.cpu_threads` chooses, and the command says so in
+one line. The run saves the model, ``run_args.json`` (all arguments, and the device and precision that really ran),
 ``train_results.json`` and ``trainer_state.json`` (every logged metric) in ``output_dir``;
 ``--resume_from_checkpoint PATH`` (or ``last``) continues a run.
 """
@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from transformers.trainer_utils import get_last_checkpoint
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, get_peft_config, get_quantization_config
 
 from .config import PODSConfig
+from .cpu import quiet_trl_deprecations, set_up_cpu
 from .parsing import CommandParser
 from .rewards import get_reward_func
 from .tasks import TASK_COMPLETION_LENGTHS, TASK_REWARDS, TASKS, load_task
@@ -285,34 +285,6 @@ def device_defaults() -> dict[str, bool]:
     return {} if torch.accelerator.is_available() else {"dataloader_pin_memory": False}
 
 
-def cpu_threads() -> int:
-    """Intra-op CPU threads of this process: ``OMP_NUM_THREADS`` when set, else every core this process may use but
-    one (at least 1), shared among the processes of a multi-process launch on this host (``LOCAL_WORLD_SIZE``).
-
-    Leaving a core free keeps another busy process from stalling the OpenMP threads of every matrix product: beside
-    one busy process, 2 threads made the demo's step 2.5x slower than 1 thread on 2 cores, while 1 thread on the idle
-    machine cost 1.2x (docs/benchmarks.md, "CPU threads").
-    """
-    if os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
-        return int(os.environ["OMP_NUM_THREADS"])
-    processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    return max(1, (len(os.sched_getaffinity(0)) - 1) // processes)
-
-
-def set_up_cpu() -> None:
-    """Without an accelerator: `cpu_threads` intra-op threads, and DeepSpeed told that it runs on the CPU
-    (``DS_ACCELERATOR=cpu`` unless set), which it would otherwise find out with a warning on every run."""
-    if torch.accelerator.is_available():
-        return
-    torch.set_num_threads(cpu_threads())
-    os.environ.setdefault("DS_ACCELERATOR", "cpu")
-
-
-TRL_DEPRECATIONS = r"`(is_)?gradient_checkpointing(_enable|_disable)?` is deprecated"
-"""transformers' FutureWarnings about names that TRL 1.16 uses on every run (`GRPOConfig.gradient_checkpointing`, and
-the checkpointing switches around each generation): nothing a user of the command can change."""
-
-
 def device_line(training_args: PODSConfig, model_args: ModelConfig) -> str:
     """The one line that says how a run without a GPU trains: on the CPU, its threads, weights' dtype and precision."""
     precision = "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else None
@@ -333,7 +305,7 @@ def parse_arguments(command: CommandParser, argv: Sequence[str] | None) -> tuple
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Parse and check the arguments (a user error: one line, exit status 2), then `train`."""
-    warnings.filterwarnings("ignore", TRL_DEPRECATIONS, FutureWarning)
+    quiet_trl_deprecations()
     set_up_cpu()
     command = parser()
     command.set_defaults(**device_defaults())
