@@ -230,3 +230,28 @@ def test_cli_help_names_the_command_and_says_what_it_does(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("usage: trl-pods eval ") and lines[2].startswith("Accuracy and pass@k of a model")
     assert any(line.lstrip().startswith("--num_samples") for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--model_name_or_path", "Qwen/Qwen2.5-0.5B-Instruct", "--task", "arithmetic"], "needs the Hub model"),
+        (["--run_dir", "RUN", "--base_model", "Qwen/Qwen2.5-0.5B-Instruct", "--task", "arithmetic"], "--base_model"),
+        (["--model_name_or_path", "RUN"], "--task gsm8k needs the Hub dataset openai/gsm8k"),
+    ],
+)
+def test_offline_a_hub_model_or_dataset_is_one_line(flags, message, tmp_path, monkeypatch, capsys):
+    """Offline, a Hub model name or the default task's Hub dataset ended in a long traceback after the retries; now
+    one `trl-pods eval: error:` line saying what to give instead, before any model loads."""
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("evaluated before checking the arguments")
+
+    monkeypatch.setattr("trl_pods.evaluate.evaluate", must_not_run)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setattr("datasets.config.HF_DATASETS_CACHE", str(tmp_path / "empty-cache"))
+    with pytest.raises(SystemExit) as exit_:
+        main([str(tmp_path) if flag == "RUN" else flag for flag in flags])
+    assert exit_.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("trl-pods eval: error: ") and message in line and "HF_HUB_OFFLINE=1" in line, line

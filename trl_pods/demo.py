@@ -279,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--output_dir", default="pods-demo",
         help="Where the run is saved (default: ./pods-demo); if it holds files, the first free NAME-2, NAME-3, ...",
     )  # fmt: skip
-    parser.add_argument("--max_steps", type=int, default=40, help="Optimizer steps (one prompt each).")
+    parser.add_argument("--max_steps", type=int, default=40, help="Optimizer steps (one prompt each; at least 1).")
     parser.add_argument(
         "--max_train_minutes", type=float, default=MAX_TRAIN_MINUTES,
         help=f"Stop training after this long (default: {MAX_TRAIN_MINUTES:g}).",
@@ -289,6 +289,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="Print everything the libraries print (warnings, per-step metrics) instead of saving it in demo_log.txt.",
     )  # fmt: skip
     options = parser.parse_args(argv)
+    if options.max_steps < 1:  # transformers would still train one step
+        parser.exit(
+            2, f"trl-pods demo: error: --max_steps {options.max_steps}: give the steps to train (at least 1).\n"
+        )
     torch.set_num_threads(cpu_threads())
     output_dir = fresh_folder(Path(options.output_dir))
     output_dir.mkdir(parents=True, exist_ok=True)

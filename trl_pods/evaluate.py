@@ -35,7 +35,7 @@ from .cpu import set_up_cpu
 from .parsing import CommandParser
 from .rewards import get_reward_func
 from .tasks import TASK_COMPLETION_LENGTHS, TASK_REWARDS, TASKS, load_task
-from .train import check_data_file, check_model, check_task
+from .train import check_data_file, check_hub_inputs, check_model, check_task
 
 __all__ = ["EvalArguments", "check_arguments", "evaluate", "format_table", "main", "pass_at_k", "plot_results"]
 
@@ -167,8 +167,9 @@ class EvalArguments:
 
 
 def check_arguments(args: EvalArguments) -> None:
-    """Refuse what the user can fix before any download or model load: the reward, the model folders, the run folder
-    and a local data file (the task and its difficulty are checked when `EvalArguments` is built).
+    """Refuse what the user can fix before any download or model load: the reward, the model folders, the run folder,
+    a local data file (the task and its difficulty are checked when `EvalArguments` is built), and last a model or
+    dataset that needs the Hub where it cannot be reached (`trl_pods.train.check_hub_inputs`).
 
     Raises:
         ValueError: what is wrong and which flag to change.
@@ -180,6 +181,8 @@ def check_arguments(args: EvalArguments) -> None:
     if args.run_dir is not None and not Path(args.run_dir).is_dir():
         raise ValueError(f"--run_dir {args.run_dir}: no such folder.")
     check_data_file("dataset_path", args.dataset_path, args.task)
+    models = {flag: getattr(args, flag) for flag in ("model_name_or_path", "base_model")}
+    check_hub_inputs(models, args.task, {args.split: args.dataset_path}, None)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

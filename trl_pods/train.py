@@ -33,9 +33,10 @@ from trl import GRPOConfig, GRPOTrainer, ModelConfig, get_peft_config, get_quant
 
 from .config import PODSConfig
 from .cpu import quiet_trl_deprecations, set_up_cpu
+from .hub import check_on_hub
 from .parsing import CommandParser
 from .rewards import get_reward_func
-from .tasks import TASK_COMPLETION_LENGTHS, TASK_REWARDS, TASKS, load_task
+from .tasks import TASK_COMPLETION_LENGTHS, TASK_REWARDS, TASKS, hub_dataset, load_task
 from .trainer import PODSGRPOTrainer
 
 DESCRIPTION = (
@@ -143,10 +144,33 @@ def check_data_file(flag: str, path: str | None, task: str) -> None:
         raise ValueError(f"--{flag} {path}: no such file.")
 
 
+def check_hub_inputs(models: dict[str, str | None], task: str, data: dict[str, str | None], revision: str | None):
+    """Raise ValueError for a model or dataset that must come from the Hub while the Hub is offline or unreachable
+    and it is not in the local cache (`trl_pods.hub.check_on_hub`): a 30-80 s wait and a long traceback otherwise.
+
+    Args:
+        models: ``{flag: model}`` (a local folder needs no Hub; None: not given).
+        task: the task, whose Hub dataset is read without a data file.
+        data: ``{split: data path or None}`` of the task the command reads.
+        revision: the models' revision.
+    """
+    local_model = 'give a local model folder, such as the demo\'s: "$(python -m trl_pods.smollm2)"'
+    for flag, name in models.items():
+        if name is not None and not Path(name).is_dir():
+            check_on_hub(f"--{flag} {name}", name, "model", local_model, revision)
+    for split, path in data.items():
+        dataset = hub_dataset(task, split, path)
+        if dataset is not None:
+            flag = f"--dataset_path {path}" if path is not None else f"--task {task}"
+            instead = "give --dataset_path FILE.jsonl (a local file with the task's columns), or --task arithmetic"
+            check_on_hub(flag, dataset, "dataset", f"{instead} (made offline)")
+
+
 def check_arguments(script_args: ScriptArguments, training_args: PODSConfig, model_args: ModelConfig) -> None:
     """Refuse what the user can fix before any download or model load: the model folder, every name (reward
     functions; `ScriptArguments` checks the task and arithmetic difficulty, `PODSConfig` its down-sampler and
-    allocation rule), the reward weights, a local data file and ``--resume_from_checkpoint last``.
+    allocation rule), the reward weights, a local data file, ``--max_steps 0``, ``--resume_from_checkpoint last``,
+    and last a model or dataset that needs the Hub where it cannot be reached (`check_hub_inputs`).
 
     Raises:
         ValueError: what is wrong and which flag to change.
@@ -164,7 +188,17 @@ def check_arguments(script_args: ScriptArguments, training_args: PODSConfig, mod
         )
     for flag in ("dataset_path", "eval_dataset_path"):
         check_data_file(flag, getattr(script_args, flag), script_args.task)
+    if training_args.max_steps == 0:
+        raise ValueError(
+            "--max_steps 0 would still train one step (transformers checks the count after a step): give the steps "
+            "to train (at least 1), or leave --max_steps unset to train --num_train_epochs epochs."
+        )
     _resume_checkpoint(training_args)
+    evaluation = script_args.eval_dataset_path or script_args.eval_split
+    data = {"train": script_args.dataset_path, **({script_args.eval_split or "test": script_args.eval_dataset_path}
+                                                  if evaluation else {})}  # fmt: skip
+    check_hub_inputs({"model_name_or_path": model_args.model_name_or_path}, script_args.task, data,
+                     model_args.model_revision)  # fmt: skip
 
 
 def load_datasets(script_args: ScriptArguments, seed: int):
