@@ -119,3 +119,43 @@ def test_benchmarks_open_with_what_to_choose():
     table = page.split("## What to choose\n", 1)[1].split("\n<!-- ", 1)[0]
     rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| question")]
     assert len(rows) >= 10 and all(re.search(r"\]\(#[\w-]+\)", row) for row in rows)
+
+
+def test_agents_page_says_which_padding_rows_are_scored():
+    """The agents page said padding rows are never scored; a process with no real row in a wave scores one, so that
+    every process calls the reward functions (`test_a_process_without_real_rows_scores_one_padding_row_and_drops_it`
+    pins that behaviour). The page now says so, and what a reward source with side effects sees."""
+    page = " ".join((ROOT / "docs" / "agents-and-vision.md").read_text().split())
+    assert "never scored" not in page
+    assert "a process with no real row in a wave scores one of them" in page
+    assert "A reward source with side effects" in page
+
+
+def test_a_process_without_real_rows_scores_one_padding_row_and_drops_it():
+    """What the agents page describes: with no real row in a call, a process still calls the reward functions, on its
+    first padding row only; the rewards it gathers for its rows are all NaN (discarded) and a `log_metric` value the
+    call logged counts for no rollout."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from trl_pods.rollout_fields import RolloutRows
+    from trl_pods.trainer_steps import score_own_rows
+
+    calls = []
+
+    def calculate_rewards(inputs, prompts, completions, completion_ids):
+        calls.append(len(inputs))
+        trainer._pending_metrics["score"].append(1.0)
+        return torch.ones(len(inputs), 1)
+
+    trainer = SimpleNamespace(
+        _pending_extra_logs={}, _pending_metrics={"score": []}, _calculate_rewards=calculate_rewards,
+        accelerator=SimpleNamespace(gather=lambda tensor: tensor),
+    )  # fmt: skip
+    rows = [{"prompt": "p"}] * 3
+    generation = (None, [[1], [2], [3]], None, ["a", "b", "c"], None, {}, None, None)
+    rewards, _ = score_own_rows(trainer, rows, RolloutRows(["p"] * 3, generation, None), real=0)
+    assert calls == [1], "one padding row scored"
+    assert rewards.shape == (3, 1) and rewards.isnan().all(), "its reward discarded"
+    assert trainer._pending_metrics["score"] == [], "its log_metric value counts for no rollout"
