@@ -299,6 +299,11 @@ class PODSGRPOTrainer(PODSModelCard, GRPOTrainer):  # PODSModelCard: the model c
 
     # ---------------------------------------------------------------- resume: the position in the generation cycle
 
+    def _save_checkpoint(self, model, trial) -> None:
+        if self.pods_n is not None and self.args.save_only_model:  # Trainer saves no RNG state, where PODS's goes
+            resume.save_model_only_state(self, trial)
+        super()._save_checkpoint(model, trial)
+
     def _save_rng_state(self, output_dir: str) -> None:
         super()._save_rng_state(output_dir)
         if self.pods_n is not None:
