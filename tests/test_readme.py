@@ -83,7 +83,7 @@ def test_install_starts_with_a_virtual_environment_and_names_the_python_version(
     """A newcomer got no virtual-environment step and no Python version (TRL 1.16 needs 3.11): Install now starts
     with both, and the package declares the same minimum."""
     install = README.split("\n## Install\n", 1)[1].split("\n## ", 1)[0]
-    assert "python3 -m venv .venv && source .venv/bin/activate" in _block("Install", "bash")
+    assert "`python3 -m venv .venv && source .venv/bin/activate`" in install.split("```")[0]
     assert "Python 3.11 or newer" in install
     setup = (Path(__file__).parent.parent / "setup.cfg").read_text()
     assert "python_requires = >=3.11" in setup
@@ -95,9 +95,9 @@ def test_the_readme_says_how_to_start_before_its_table_and_defines_its_terms_at_
     assert README.index("**Start here:**") < README.index("| question |")
     definitions = {
         "D3S": "D3S (Dynamic Dual-Level Down-Sampling",
-        "DAPO": "DAPO,\n[arXiv 2503.14476]",
-        "add2": "add2 (two-digit addition)",
-        "add2x1": "add2x1 (two-digit plus one-digit)",
+        "DAPO": "DAPO, a GRPO variant",
+        "add2": "add2 is two-digit addition",
+        "add2x1": "add2x1\ntwo-digit plus one-digit",
         "GA": "gradient accumulation (GA)",
     }
     for term, definition in definitions.items():
