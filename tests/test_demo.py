@@ -124,6 +124,7 @@ def test_model_card_names_pods_its_paper_and_the_base_model(tiny_model_path, tmp
         train_dataset=prompts_dataset(),
         processing_class=tokenizer,
     )
+    trainer.save_model()  # as the demo's training does before the card: a card goes only where the model is
     card = demo.model_card(trainer, [(0, 0.46), (40, 0.88)]).read_text()
     assert "trained with PODS (Policy Optimization with Down-Sampling, [Not All Rollouts are Useful" in card
     assert "https://huggingface.co/papers/2504.13818" in card and "Xu, Yixuan Even" in card
