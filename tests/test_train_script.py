@@ -374,7 +374,7 @@ def test_a_model_in_the_hub_cache_needs_no_hub(tmp_path, monkeypatch):
     (tmp_path / "datasets" / "openai___gsm8k").mkdir(parents=True)
     assert in_cache("owner/model", "model") and not in_cache("owner/other", "model")
     assert in_cache("openai/gsm8k", "dataset") and not in_cache("openai/other", "dataset")
-    train_module.check_hub_inputs({"model_name_or_path": "owner/model"}, "gsm8k", {"train": None}, None)
+    train_module.check_hub_inputs({"model_name_or_path": "owner/model"}, "gsm8k", [("train", None)], None)
 
     class Refusing(http.server.BaseHTTPRequestHandler):
         def do_HEAD(self):

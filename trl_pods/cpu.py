@@ -2,8 +2,9 @@
 on. `trl-pods train`, `eval` and `demo` set up a CPU run here, and so does `PODSGRPOTrainer` itself, so that a run
 from Python behaves as one from the command line.
 
-Threads matter most: beside one busy process, torch's default of one thread per core made the README's Python quick
-start (SmolLM2-135M, 2 cores) take 61 s a step against 8.4 s with one thread (docs/benchmarks.md, "CPU threads").
+Threads matter most: beside a busy process on 2 cores, torch's default of one thread per core made the README's
+Python quick start (SmolLM2-135M) take 61 s a step against 8.4 s with one thread, and 694 s against 12.8 s beside two
+(README, Quick start; docs/benchmarks.md, "CPU threads", for the demo).
 """
 
 from __future__ import annotations

@@ -200,7 +200,7 @@ def check_arguments(args: EvalArguments) -> None:
         raise ValueError(f"--run_dir {args.run_dir}: no such folder.")
     check_data_file("dataset_path", args.dataset_path, args.task)
     models = {flag: getattr(args, flag) for flag in ("model_name_or_path", "base_model")}
-    check_hub_inputs(models, args.task, {args.split: args.dataset_path}, None)
+    check_hub_inputs(models, args.task, [(args.split, args.dataset_path)], None)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

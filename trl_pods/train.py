@@ -144,21 +144,23 @@ def check_data_file(flag: str, path: str | None, task: str) -> None:
         raise ValueError(f"--{flag} {path}: no such file.")
 
 
-def check_hub_inputs(models: dict[str, str | None], task: str, data: dict[str, str | None], revision: str | None):
+def check_hub_inputs(
+    models: dict[str, str | None], task: str, data: list[tuple[str, str | None]], revision: str | None
+) -> None:
     """Raise ValueError for a model or dataset that must come from the Hub while the Hub is offline or unreachable
     and it is not in the local cache (`trl_pods.hub.check_on_hub`): a 30-80 s wait and a long traceback otherwise.
 
     Args:
         models: ``{flag: model}`` (a local folder needs no Hub; None: not given).
         task: the task, whose Hub dataset is read without a data file.
-        data: ``{split: data path or None}`` of the task the command reads.
+        data: ``(split, data path or None)`` of each split of the task the command reads.
         revision: the models' revision.
     """
     local_model = 'give a local model folder, such as the demo\'s: "$(python -m trl_pods.smollm2)"'
     for flag, name in models.items():
         if name is not None and not Path(name).is_dir():
             check_on_hub(f"--{flag} {name}", name, "model", local_model, revision)
-    for split, path in data.items():
+    for split, path in data:
         dataset = hub_dataset(task, split, path)
         if dataset is not None:
             flag = f"--dataset_path {path}" if path is not None else f"--task {task}"
@@ -194,11 +196,11 @@ def check_arguments(script_args: ScriptArguments, training_args: PODSConfig, mod
             "to train (at least 1), or leave --max_steps unset to train --num_train_epochs epochs."
         )
     _resume_checkpoint(training_args)
-    evaluation = script_args.eval_dataset_path or script_args.eval_split
-    data = {"train": script_args.dataset_path, **({script_args.eval_split or "test": script_args.eval_dataset_path}
-                                                  if evaluation else {})}  # fmt: skip
-    check_hub_inputs({"model_name_or_path": model_args.model_name_or_path}, script_args.task, data,
-                     model_args.model_revision)  # fmt: skip
+    data = [("train", script_args.dataset_path)]
+    if script_args.eval_dataset_path or script_args.eval_split:
+        data.append((script_args.eval_split or "test", script_args.eval_dataset_path))
+    models = {"model_name_or_path": model_args.model_name_or_path}
+    check_hub_inputs(models, script_args.task, data, model_args.model_revision)
 
 
 def load_datasets(script_args: ScriptArguments, seed: int):
