@@ -212,6 +212,23 @@ def test_all_rollouts_table_shows_the_prompts_the_environments_produced(tool_mod
     assert list(trainer._logs["extra"]["kept"]).count(True) == 4
 
 
+def test_budgeted_generation_with_an_environment_dataset_without_prompts(tool_model_path, tmp_path):
+    """Budgeted generation keyed each prompt's history on its ``prompt`` column: an environment's dataset without one
+    (TRL allows it: each reset supplies the prompt) raised KeyError: 'prompt' at step 1. Each row now keys a history
+    of its own."""
+    model, tokenizer = load(tool_model_path)
+    dataset = Dataset.from_dict({"a": [1, 3], "b": [2, 4]})
+    config = pods_config(
+        tmp_path, pods_n=4, pods_m=2, per_device_train_batch_size=4, max_steps=1, max_completion_length=48,
+        pods_generation="budgeted", pods_budget=3,
+    )  # fmt: skip
+    trainer = PODSGRPOTrainer(
+        model, None, config, train_dataset=dataset, processing_class=tokenizer, environment_factory=AskingEnv
+    )
+    trainer.train()
+    assert len(trainer._pods_mode.allocation.history) == 2
+
+
 class CountingRollouts:
     """A `rollout_func`: random completions (4-6 tokens then EOS), each numbered; extra fields `rollout_index` (one
     per row), `source` (shared) and `env_mask` (the last token masked as environment feedback)."""

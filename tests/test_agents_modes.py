@@ -359,6 +359,11 @@ def test_rollout_func_in_every_mode(tiny_model_path, tmp_path, mode):
 # ---------------------------------------------------------------- vision
 
 
+def _visited_rows(trainer: PhaseSpy) -> list[dict]:
+    """The dataset rows of every group generated (one each)."""
+    return [row for record in trainer.records for row in record["phase1"]["rollouts"].rows[::N] if row is not None]
+
+
 def color_dataset() -> Dataset:
     return Dataset.from_dict(
         {
@@ -384,11 +389,15 @@ def color_reward(completion_ids, image, **kwargs) -> list[float]:
 def test_vision_in_every_mode(tmp_path, mode):
     """A vision-language model (tiny LLaVA) in each mode: every generated rollout is generated with its own row's
     image and scored once with it; phase 2's pixel values are the image processor's output for the kept rows' images,
-    in order, one image per kept row."""
+    in order, one image per kept row. Budgeted: the rows share one question, and each image has a history of its own
+    (keyed on the question alone, they shared one, and the allocation became an even split)."""
     PhaseSpy.events = Events()
     model, processor = build("llava")
     trainer = train(mode, tmp_path, model, processor, color_reward, color_dataset(), {})
     check_common(mode, trainer, processor.tokenizer.pad_token_id)
+    if mode == "budgeted":  # every row asks the same question of another image: each has a history of its own
+        assert len(trainer._pods_mode.allocation.history) == len({row["image"].getpixel((0, 0)) for row in
+                                                                   _visited_rows(trainer)}) == 2 * B  # fmt: skip
     for record in trainer.records:
         phase1 = record["phase1"]
         rollouts, local, output = phase1["rollouts"], phase1["local"], record["output"]

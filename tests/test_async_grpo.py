@@ -10,21 +10,45 @@ import dataclasses
 import importlib.util
 import inspect
 import itertools
+import json
 import queue
 import re
 import shlex
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
-from async_worker import ScriptedTRLLoop, pods_loop, prompts, pushed_metrics, reports, rollout_loop, run_until
-from trl.experimental.async_grpo.async_rollout_worker import RolloutGroup, TrainingSequence, _AsyncRolloutLoop
+from async_worker import (
+    ScriptedTRLLoop,
+    first_token_reward,
+    pods_loop,
+    prompts,
+    pushed_metrics,
+    reports,
+    rollout_loop,
+    run_until,
+)
+from datasets import Dataset
+from trl.experimental.async_grpo import async_rollout_worker
+from trl.experimental.async_grpo.async_rollout_worker import (
+    RolloutGroup,
+    RolloutSample,
+    TrainingSequence,
+    _AsyncRolloutLoop,
+)
 from vllm_real import async_tokenizer
 
 from trl_pods.advantages import population_group_advantages
-from trl_pods.async_cpu import varlen_attention
-from trl_pods.async_grpo import PODSAsyncGRPOConfig, resume_position, select_rollouts
+from trl_pods.async_cpu import use_async_trainer_on_cpu, varlen_attention
+from trl_pods.async_grpo import (
+    ROLLOUT_STATE,
+    PODSAsyncGRPOConfig,
+    PODSAsyncGRPOTrainer,
+    resume_position,
+    select_rollouts,
+)
 from trl_pods.down_sampling import get_down_sampler
 from trl_pods.generation_modes import GENERATION_MODES
 from trl_pods.waves import FixedMode
@@ -207,6 +231,77 @@ def test_dropped_groups_reach_the_trainer_past_full_queues(tiny_model_path):
         loop._tool_pool.shutdown()
 
 
+class NoWeightTransfer:
+    """No server here: TRL's trainer probes none when given a weight transfer of its own."""
+
+    def init_weight_transfer(self) -> None:
+        pass
+
+    def destroy(self) -> None:
+        pass
+
+
+def _rollout_row(group: int, version: int) -> RolloutSample:
+    return RolloutSample(
+        prompt=[], completion=[], input_ids=np.array([1, 2, 3, 4]), completion_mask=np.array([0, 0, 1, 1]),
+        old_log_probs=np.zeros(4), advantage=1.0, model_version=version, group_id=group, metrics={"reward": 1.0},
+    )  # fmt: skip
+
+
+STALE = (0, 2)  # groups whose rows are 5 versions old when taken, with max_staleness 1
+
+
+@pytest.fixture(scope="module")
+def consumed(tiny_model_path, tmp_path_factory):
+    """A `PODSAsyncGRPOTrainer` (save_only_model, its worker built but not started: no vLLM, no server) whose
+    rollout queue holds 2 rows of each of groups 0-6, groups 0 and 2 of policy version 0, the others of version 5,
+    the trainer's. TRL's own data loader (its `RolloutQueueDataset`, batcher, collator and accelerate's dispatcher)
+    takes two micro-batches: it discards groups 0 and 2 as stale and collates 1, 3 and, one micro-batch ahead, 4."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(async_rollout_worker, "is_vllm_available", lambda: True)  # needed only once it starts
+        patch.setattr(async_rollout_worker, "is_aiohttp_available", lambda: True)
+        use_async_trainer_on_cpu(patch.setattr)
+        data = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"prompt {i}"}] for i in range(8)]})
+        config = PODSAsyncGRPOConfig(
+            str(tmp_path_factory.mktemp("async-run")), pods_n=4, pods_m=2, use_cpu=True, max_steps=2, report_to=[],
+            save_only_model=True, token_budget=0, per_device_train_batch_size=2, max_staleness=1,
+        )  # fmt: skip
+        trainer = PODSAsyncGRPOTrainer(
+            str(tiny_model_path), first_token_reward, config, data, processing_class=async_tokenizer(tiny_model_path),
+            weight_transfer=NoWeightTransfer(),
+        )  # fmt: skip
+        for group in range(7):
+            for _ in range(2):
+                trainer.rollout_worker.rollout_buffer.put(_rollout_row(group, 0 if group in STALE else 5))
+        trainer.model_version = 5
+        batches = iter(trainer.get_train_dataloader())
+        next(batches), next(batches)
+        yield trainer
+
+
+def test_a_group_discarded_as_stale_does_not_pin_the_resume_position(consumed, tmp_path):
+    """TRL's queue discards a row more than `max_staleness` versions old, and PODS stamps all of a prompt's rows with
+    its oldest rollout's version, so a whole group can go: neither trained nor reported dropped, it pinned every later
+    checkpoint's resume position at it (here group 0). The trainer now notes the groups TRL discards as stale, and the
+    position passes them: groups 0-4 were each trained or discarded, 3 of them trained."""
+    (tmp_path / ROLLOUT_STATE).write_text(json.dumps({"prompt_index": 0, "model_version": 5}))  # TRL's, first
+    consumed._save_rng_state(str(tmp_path))
+    state = json.loads((tmp_path / ROLLOUT_STATE).read_text())
+    assert (state["prompt_index"], state["groups_trained"]) == (5, 3)
+    assert consumed._trained_groups == {1, 3, 4} and consumed.rollout_queue.groups == set(STALE)
+
+
+def test_a_save_only_model_checkpoint_holds_the_pods_resume_position(consumed):
+    """Transformers resumes a `save_only_model` checkpoint (the docs said it could not), but saves no RNG state in it,
+    where PODS wrote its resume position: such a checkpoint held TRL's position, the first untrained prompt (here 0,
+    discarded as stale) and no count of trained prompts. It now holds PODS's."""
+    consumed._save_checkpoint(consumed.model, None)
+    checkpoint = Path(consumed.args.output_dir) / "checkpoint-0"
+    assert not (checkpoint / "rng_state.pth").exists() and (checkpoint / "model.safetensors").exists()
+    state = json.loads((checkpoint / ROLLOUT_STATE).read_text())
+    assert (state["prompt_index"], state["groups_trained"]) == (5, 3)
+
+
 def test_varlen_attention_equals_causal_attention_of_each_sample():
     """TRL's tree layout of two samples sharing a 3-token prefix (segments: the prefix, each tail; each segment's
     keys: its root-to-segment path): the CPU kernel gives every token what plain causal attention over its own
@@ -305,9 +400,11 @@ def test_trl_async_seams_that_pods_relies_on():
     group, once ``num_generations`` rollouts of its id are back; a group holds per-rollout lists (and keyword lists)
     and three scalars, which PODS joins; metrics go through `_counters` and `_rates`; the trainer builds TRL's worker
     itself, writes `rollout_state.json` before Trainer's checkpoint, reads it back into the worker's start and the
-    epoch count, and looks up the attention kernel and the peak FLOPs by module-level name. Trainer saves the RNG
-    state before what completes a checkpoint, and restores it once before the first step of a resumed run (TRL skips
-    no data)."""
+    epoch count, and looks up the attention kernel and the peak FLOPs by module-level name; its data loader takes
+    rows from the trainer's `rollout_queue` and discards one more than `max_staleness` versions behind right after
+    taking it. Trainer saves the RNG state before what completes a checkpoint (and the model before it, the only
+    thing saved with `save_only_model`), and restores it once before the first step of a resumed run (TRL skips no
+    data)."""
     from transformers import Trainer
     from trl.experimental.async_grpo import async_grpo_trainer, async_rollout_worker, packing
     from trl.experimental.async_grpo.async_grpo_trainer import AsyncGRPOTrainer
@@ -345,6 +442,15 @@ def test_trl_async_seams_that_pods_relies_on():
     checkpoint = inspect.getsource(Trainer._save_checkpoint)
     completion = ("self.state.save_to_json(", "self._push_from_checkpoint(", "rotate_checkpoints(")
     assert _in_order(checkpoint, "self._save_rng_state(output_dir)", *completion)
+    model_only = ("self.save_model(output_dir, _internal_call=True)", "if not self.args.save_only_model:")
+    assert _in_order(checkpoint, *model_only, "self._save_rng_state(output_dir)")
+    stale = inspect.getsource(async_grpo_trainer.RolloutQueueDataset.__iter__)
+    taken = ("sample = self.queue.get(timeout=self.poll_interval_s)", "version = self.model_version_fn()")
+    assert _in_order(stale, *taken, "if staleness > self.max_staleness:")
+    loader = inspect.getsource(AsyncGRPOTrainer.get_train_dataloader)
+    for argument in ("rollout_queue=self.rollout_queue,", "model_version_fn=lambda: self.model_version,"):
+        assert argument in loader, argument
+    assert "max_staleness=self.args.max_staleness," in loader
     epoch = inspect.getsource(Trainer._run_epoch)
     assert _in_order(
         epoch, "elif steps_trained_in_current_epoch == 0:", "self._load_rng_state(resume_from_checkpoint)"

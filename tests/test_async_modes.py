@@ -152,6 +152,25 @@ def test_budgeted_spends_each_windows_budget_from_the_prompts_history(tokenizer)
     assert metrics["pods/allocation_max"][: len(counts)] == [float(max(window)) for window in counts]
 
 
+class AskingEnvironment:
+    """An environment that owns the data: its reset asks "prompt i" for the row's ``i`` (the dataset has no prompt)."""
+
+    def reset(self, i: int, **row) -> str:
+        return f"prompt {i}"
+
+
+def test_budgeted_keys_each_prompt_on_its_whole_row(tokenizer):
+    """Budgeted generation keyed a prompt's history on its ``prompt`` column: an environment's dataset without one
+    (TRL allows it) raised KeyError at the first window, and rows sharing a question but differing in another column
+    shared one history. Each row now has its own: 4 rows, two questions, two variants each, 4 histories."""
+    dataset = [{"i": i, "variant": variant} for i in (0, 1) for variant in ("a", "b")]
+    loop = pods_loop(tokenizer, dataset, pods_n=N, pods_m=M, pods_generation="budgeted", pods_budget=4.0,
+                     pods_window=4, environment_factory=AskingEnvironment)  # fmt: skip
+    run_until(loop, lambda: len(loop.windows) >= 2)
+    assert len(loop.stream.mode.allocation.history) == 4
+    assert all(sum(len(g.rollouts) for g in window.groups) == 16 for window in loop.windows)
+
+
 class CountingEnvironment:
     """An environment whose every reset hands out the next observation " obs<k>" (k counting resets)."""
 

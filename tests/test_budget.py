@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+from PIL import Image
 
 from trl_pods.budget import (
     MAX_LEVELS,
@@ -286,6 +287,27 @@ def test_prompt_key_is_a_content_digest():
     assert prompt_key(chat) == prompt_key([dict(reversed(list(chat[0].items())))])
     assert prompt_key(chat) != prompt_key([{"role": "user", "content": "What is 2 + 4?"}])
     assert 0 <= prompt_key("x") < 2**63
+
+
+def test_prompt_key_is_a_digest_of_the_whole_row():
+    """Budgeted generation keyed a prompt's history on its text alone: rows sharing a question and differing in an
+    image (TRL's vision layout) or another column shared one history, and a row without a ``prompt`` column (an
+    environment's dataset) raised KeyError. The key is now the whole row's: images by their pixels, not their
+    ``repr`` (which holds a memory address), so equal content gives equal keys on every visit and process."""
+    question = [{"role": "user", "content": "What color is this picture?"}]
+    red, green = (Image.new("RGB", (8, 8), color) for color in ((250, 0, 0), (0, 250, 0)))
+    keys = {
+        "red": prompt_key({"prompt": question, "image": red}),
+        "red again": prompt_key({"prompt": question, "image": Image.new("RGB", (8, 8), (250, 0, 0))}),
+        "green": prompt_key({"prompt": question, "image": green}),
+        "red, another answer": prompt_key({"prompt": question, "image": red, "answer": "blue"}),
+        "pixels as a tensor": prompt_key({"prompt": question, "image": torch.ones(2, 2)}),
+        "other pixels": prompt_key({"prompt": question, "image": torch.zeros(2, 2)}),
+        "no prompt column": prompt_key({"a": 1, "b": 2}),
+        "no prompt column, other values": prompt_key({"a": 3, "b": 4}),
+    }
+    assert keys["red"] == keys["red again"]
+    assert len(set(keys.values())) == len(keys) - 1
 
 
 def test_allocation_rules_are_pluggable():

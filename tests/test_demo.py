@@ -124,6 +124,7 @@ def test_model_card_names_pods_its_paper_and_the_base_model(tiny_model_path, tmp
         train_dataset=prompts_dataset(),
         processing_class=tokenizer,
     )
+    trainer.save_model()  # as the demo's training does before the card: a card goes only where the model is
     card = demo.model_card(trainer, [(0, 0.46), (40, 0.88)]).read_text()
     assert "trained with PODS (Policy Optimization with Down-Sampling, [Not All Rollouts are Useful" in card
     assert "https://huggingface.co/papers/2504.13818" in card and "Xu, Yixuan Even" in card
@@ -133,3 +134,20 @@ def test_model_card_names_pods_its_paper_and_the_base_model(tiny_model_path, tmp
     assert f"AutoModelForCausalLM.from_pretrained('{tmp_path / 'pods-demo'}')" in card
     assert "4-bit (Q4_1) GGUF" in card and "0: 0.46, 40: 0.88" in card
     assert trainer.model.config._name_or_path == str(base)
+
+
+@pytest.mark.parametrize("steps", ["0", "-3"])
+def test_max_steps_below_1_is_refused_before_anything_runs(steps, tmp_path, monkeypatch, capsys):
+    """`trl-pods demo --max_steps 0` built the model, measured it and trained one step. It is now one `error:` line
+    (exit status 2) before any folder is made or anything is built."""
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("the demo ran")
+
+    monkeypatch.setattr(demo, "run", must_not_run)
+    with pytest.raises(SystemExit) as exit_:
+        demo.main(["--max_steps", steps, "--output_dir", str(tmp_path / "demo")])
+    assert exit_.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == f"trl-pods demo: error: --max_steps {steps}: give the steps to train (at least 1)."
+    assert not (tmp_path / "demo").exists()

@@ -6,14 +6,25 @@ what they drew and trained. A refill epoch generates for every prompt once."""
 
 from __future__ import annotations
 
+import json
+import logging
 from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers import RoleReward, load, pods_config, prompt_index, prompts_dataset, record_generate_sizes
+from helpers import (
+    RoleReward,
+    constant_for_even_prompts,
+    load,
+    pods_config,
+    prompt_index,
+    prompts_dataset,
+    record_generate_sizes,
+)
 from test_trainer import SpyTrainer
 from vllm_standin import FakeVLLMGeneration, install
 
+from trl_pods import PODSGRPOTrainer
 from trl_pods.adaptive import has_contrast
 from trl_pods.loss_seams import use_full_group_advantages
 
@@ -214,3 +225,34 @@ def test_full_group_advantages_leave_untrained_groups_out_of_the_batch_std():
     expected = (trained - trained.mean(dim=1, keepdim=True)) / (trained.std() + 1e-4)
     assert torch.allclose(output["advantages"], expected[kept[[0, 2]]])
     assert trainer._logs["advantages"] == output["advantages"].tolist()
+
+
+def test_a_save_only_model_checkpoint_resumes_refill_at_its_position(tiny_model_path, tmp_path, caplog):
+    """Transformers resumes a `save_only_model` checkpoint, but Trainer saves no RNG state in it, beside which the PODS
+    state went: a refill run resumed from one trained 0 of its 2 remaining steps on the uninterrupted run's prompts.
+    The PODS state is now saved there too, so the resumed run draws and trains the same prompts, and one warning says
+    that the checkpoint holds no optimizer, schedule or random state."""
+
+    def run(out, resume=None) -> list[dict]:
+        model, tokenizer = load(tiny_model_path)
+        config = pods_config(
+            out, pods_n=N, pods_m=M, pods_generation="refill", pods_max_draws=3, per_device_train_batch_size=B * M,
+            max_steps=4, save_strategy="steps", save_steps=2, save_only_model=True,
+        )  # fmt: skip
+        data = prompts_dataset(PROMPTS)
+        trainer = PODSGRPOTrainer(
+            model, constant_for_even_prompts, config, train_dataset=data, processing_class=tokenizer
+        )
+        trainer.train(resume_from_checkpoint=resume)
+        records = [json.loads(line) for line in (out / "pods_selections.jsonl").read_text().splitlines()]
+        return [{key: record[key] for key in ("global_step", "prompts", "generated")} for record in records]
+
+    uninterrupted = run(tmp_path / "a")
+    assert not (tmp_path / "a" / "checkpoint-2" / "optimizer.pt").exists(), "a save_only_model checkpoint"
+    with caplog.at_level(logging.WARNING, logger="trl_pods.resume"):
+        resumed = run(tmp_path / "b", resume=str(tmp_path / "a" / "checkpoint-2"))
+    assert [r["global_step"] for r in resumed] == [2, 3]
+    assert [r["prompts"] for r in resumed] == [r["prompts"] for r in uninterrupted[2:]], "the same prompts"
+    assert any(sum(count > 0 for count in r["generated"]) > B for r in uninterrupted[2:]), "no prompt drawn: no test"
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == "trl_pods.resume"]
+    assert "save_only_model" in warning and "new optimizer" in warning

@@ -230,3 +230,60 @@ def test_cli_help_names_the_command_and_says_what_it_does(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("usage: trl-pods eval ") and lines[2].startswith("Accuracy and pass@k of a model")
     assert any(line.lstrip().startswith("--num_samples") for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--model_name_or_path", "Qwen/Qwen2.5-0.5B-Instruct", "--task", "arithmetic"], "needs the Hub model"),
+        (["--run_dir", "RUN", "--base_model", "Qwen/Qwen2.5-0.5B-Instruct", "--task", "arithmetic"], "--base_model"),
+        (["--model_name_or_path", "RUN"], "--task gsm8k needs the Hub dataset openai/gsm8k"),
+    ],
+)
+def test_offline_a_hub_model_or_dataset_is_one_line(flags, message, tmp_path, monkeypatch, capsys):
+    """Offline, a Hub model name or the default task's Hub dataset ended in a long traceback after the retries; now
+    one `trl-pods eval: error:` line saying what to give instead, before any model loads."""
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("evaluated before checking the arguments")
+
+    monkeypatch.setattr("trl_pods.evaluate.evaluate", must_not_run)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setattr("datasets.config.HF_DATASETS_CACHE", str(tmp_path / "empty-cache"))
+    with pytest.raises(SystemExit) as exit_:
+        main([str(tmp_path) if flag == "RUN" else flag for flag in flags])
+    assert exit_.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("trl-pods eval: error: ") and message in line and "HF_HUB_OFFLINE=1" in line, line
+
+
+def test_default_sampling_is_greedy_for_one_sample_and_the_papers_for_several():
+    """`trl-pods eval` sampled at temperature 0.9 unless told, so a single sample's "accuracy" was a draw. Without
+    `--temperature`, one sample per problem is greedy; several (pass@k) are drawn at the paper's 0.9; a temperature
+    given is kept."""
+    assert EvalArguments(model_name_or_path="m").temperature == 0.0
+    assert EvalArguments(model_name_or_path="m", num_samples=4).temperature == 0.9
+    assert EvalArguments(model_name_or_path="m", temperature=0.7).temperature == 0.7
+
+
+def test_the_command_says_how_it_sampled_and_where_it_wrote_and_drops_a_stale_plot(tiny_model_path, tmp_path, capsys):
+    """The command printed no temperature and not where it wrote, and a rerun on one model rewrote the JSON but kept
+    the earlier run's plot, so the folder contradicted itself. It now prints the task, samples and temperature first
+    and the files last, and a rerun that draws no plot removes the stale one."""
+    run = tmp_path / "run"
+    for step in (1, 2):
+        _fake_checkpoint(tiny_model_path, run / f"checkpoint-{step}", step, [])
+    flags = ["--task", "arithmetic", "--max_problems", "2", "--max_new_tokens", "4", "--device", "cpu"]
+    main(["--run_dir", str(run), *flags])
+    out = capsys.readouterr().out.splitlines()
+    json_path, png = run / "eval_arithmetic.json", run / "eval_arithmetic.png"
+    assert (
+        out[0] == "trl-pods eval: task arithmetic (generated offline), 1 sample(s) per problem, greedy (temperature 0)"
+    )
+    assert out[-1] == f"trl-pods eval: wrote {json_path} and {png}" and png.is_file()
+    main(["--model_name_or_path", str(run / "checkpoint-2"), "--output", str(json_path), *flags, "--num_samples", "2"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith("2 sample(s) per problem, sampled at temperature 0.9, top_p 1, seed 42")
+    assert out[-1] == f"trl-pods eval: wrote {json_path}"
+    assert not png.exists(), "the plot of the earlier evaluation, which the new JSON contradicts"
+    assert [r["step"] for r in json.loads(json_path.read_text())["results"]] == [None]

@@ -2,20 +2,25 @@
 without a GPU; the task's own reward and completion length; its help; and its one-line errors for user mistakes,
 raised before any download or model load."""
 
+import http.server
 import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
+from helpers import free_port
 from transformers.utils import is_torch_bf16_gpu_available
 
 from trl_pods import train as train_module
+from trl_pods.hub import hub_reachable, in_cache
 from trl_pods.train import device_defaults, main, parse_arguments, parser
 
+DATA = Path(__file__).parent / "data"
 CPU = [
     "--use_cpu",
     "true",
@@ -184,7 +189,9 @@ def test_device_defaults(monkeypatch, accelerator, expected):
         ("arithmetic", ["--config", "RECIPE"], ["arithmetic"], 64),
     ],
 )
-def test_the_task_sets_the_reward_and_completion_length_the_user_did_not(tmp_path, task, flags, reward_funcs, length):
+def test_the_task_sets_the_reward_and_completion_length_the_user_did_not(
+    tmp_path, monkeypatch, task, flags, reward_funcs, length
+):
     """`--task arithmetic` trained with the `gsm8k` reward and TRL's 512-token completions (0 of 2 CPU steps done
     after 400 s) unless both were given. The task's reward and completion length are the defaults now; a flag or a
     YAML recipe (here max_completion_length: 64) still sets them."""
@@ -192,6 +199,7 @@ def test_the_task_sets_the_reward_and_completion_length_the_user_did_not(tmp_pat
     recipe.write_text("max_completion_length: 64\n")
     flags = [str(recipe) if flag == "RECIPE" else flag for flag in flags]
     argv = ["--model_name_or_path", "Qwen/Qwen2.5-0.5B-Instruct", "--output_dir", str(tmp_path), "--task", task]
+    monkeypatch.setattr(train_module, "check_on_hub", lambda *args: None)  # offline here; tested apart below
     script_args, training_args, _ = parse_arguments(parser(), [*argv, *flags])
     assert (script_args.reward_funcs, training_args.max_completion_length) == (reward_funcs, length)
 
@@ -248,6 +256,7 @@ BAD_FLAGS = {
     "data file": (["--dataset_path", "missing.jsonl"], "--dataset_path missing.jsonl: no such file"),
     "config file": (["--config", "missing.yaml"], "No such file or directory: missing.yaml"),
     "resume": (["--resume_from_checkpoint", "last"], "no checkpoint in"),
+    "max_steps 0": (["--max_steps", "0"], "--max_steps 0 would still train one step"),
 }
 
 
@@ -279,3 +288,118 @@ def test_user_error_through_the_console_script_has_no_traceback(tmp_path):
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("trl-pods train: error: Unknown reward function 'gsm8kk'")
+
+
+def test_max_steps_0_trains_nothing_it_is_refused(tiny_model_path, tmp_path, capsys):
+    """`--max_steps 0` trained one step (transformers checks the count after a step); it is refused with what to
+    give instead, and the output folder stays empty."""
+    with pytest.raises(SystemExit) as exit_:
+        main(_flags(tiny_model_path, tmp_path / "run", "--max_steps", "0"))
+    assert exit_.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("trl-pods train: error: --max_steps 0") and "at least 1" in line, line
+    assert not (tmp_path / "run").exists()
+
+
+HUB_MISTAKES = {
+    "Hub model": (
+        ["--model_name_or_path", "Qwen/Qwen2.5-0.5B-Instruct", "--task", "arithmetic"],
+        "--model_name_or_path Qwen/Qwen2.5-0.5B-Instruct needs the Hub model Qwen/Qwen2.5-0.5B-Instruct, which is "
+        "not in the local cache, and the Hub is offline here (HF_HUB_OFFLINE=1): give a local model folder",
+    ),
+    "forgotten --task": (
+        ["--model_name_or_path", "TINY"],
+        "--task gsm8k needs the Hub dataset openai/gsm8k, which is not in the local cache, and the Hub is offline "
+        "here (HF_HUB_OFFLINE=1): give --dataset_path FILE.jsonl",
+    ),
+    "Hub dataset": (
+        ["--model_name_or_path", "TINY", "--dataset_path", "someone/gsm8k-copy"],
+        "--dataset_path someone/gsm8k-copy needs the Hub dataset someone/gsm8k-copy",
+    ),
+    "evaluation split": (
+        ["--model_name_or_path", "TINY", "--task", "math", "--dataset_path", "DATA", "--eval_split", "test"],
+        "--task math needs the Hub dataset HuggingFaceH4/MATH-500",
+    ),
+}
+
+
+@pytest.mark.parametrize("mistake", HUB_MISTAKES)
+def test_offline_a_model_or_dataset_that_needs_the_hub_is_one_line(
+    mistake, tiny_model_path, tmp_path, monkeypatch, capsys
+):
+    """Offline, a Hub model name or a forgotten ``--task`` (default gsm8k, a Hub dataset) ended in a 43-81 line
+    traceback after 30-56 s of retries. A model or dataset that is neither local nor in the cache, with the Hub
+    offline, is now one `error:` line saying what to give instead, before anything loads."""
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("loaded data before checking the arguments")
+
+    monkeypatch.setattr(train_module, "load_datasets", must_not_run)
+    monkeypatch.setattr(train_module, "PODSGRPOTrainer", must_not_run)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setattr("datasets.config.HF_DATASETS_CACHE", str(tmp_path / "empty-cache"))
+    flags, message = HUB_MISTAKES[mistake]
+    flags = [{"TINY": str(tiny_model_path), "DATA": str(DATA / "math_sample.jsonl")}.get(f, f) for f in flags]
+    with pytest.raises(SystemExit) as exit_:
+        main(["--output_dir", str(tmp_path / "run"), *flags])
+    assert exit_.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("trl-pods train: error: ") and message in line, line
+
+
+def test_an_unreachable_hub_is_found_out_at_once(tiny_model_path, tmp_path, monkeypatch, capsys):
+    """Online but without a network, the same mistakes took 77 s of retries: the Hub is asked once (a few seconds at
+    most; here a port nobody listens on), and a model it would have to download is one `error:` line."""
+    monkeypatch.setattr("huggingface_hub.constants.is_offline_mode", lambda: False)
+    monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    assert not hub_reachable()
+    with pytest.raises(SystemExit):
+        main(["--output_dir", str(tmp_path / "run"), "--model_name_or_path", "owner/model", "--task", "arithmetic"])
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "needs the Hub model owner/model" in line and "cannot be reached" in line, line
+
+
+def test_a_model_in_the_hub_cache_needs_no_hub(tmp_path, monkeypatch):
+    """A Hub name whose snapshot is in the local cache passes the check offline (transformers loads it from there),
+    as does a dataset that `datasets` has cached; a Hub that answers, even with an error status, is reachable."""
+    cache = tmp_path / "hub"
+    snapshot = cache / "models--owner--model" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (cache / "models--owner--model" / "refs").mkdir()
+    (cache / "models--owner--model" / "refs" / "main").write_text("abc123")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr("datasets.config.HF_DATASETS_CACHE", str(tmp_path / "datasets"))
+    (tmp_path / "datasets" / "openai___gsm8k").mkdir(parents=True)
+    assert in_cache("owner/model", "model") and not in_cache("owner/other", "model")
+    assert in_cache("openai/gsm8k", "dataset") and not in_cache("openai/other", "dataset")
+    train_module.check_hub_inputs({"model_name_or_path": "owner/model"}, "gsm8k", [("train", None)], None)
+
+    class Refusing(http.server.BaseHTTPRequestHandler):
+        def do_HEAD(self):
+            self.send_error(403)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Refusing)
+    threading.Thread(target=server.handle_request, daemon=True).start()
+    monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", f"http://127.0.0.1:{server.server_port}")
+    try:
+        assert hub_reachable()
+    finally:
+        server.server_close()
+
+
+def test_offline_mistake_through_the_console_script_is_one_line_at_once(tiny_model_path, tmp_path):
+    """Through `trl-pods` as a user runs it offline, a forgotten ``--task`` with a local model: one line, status 2,
+    no traceback, and no model or data loaded."""
+    command = [sys.executable, "-m", "trl_pods.cli", "train", "--model_name_or_path", str(tiny_model_path)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "empty-cache"),
+           "HF_DATASETS_CACHE": str(tmp_path / "empty-cache")}  # fmt: skip
+    result = subprocess.run([*command, "--output_dir", str(tmp_path / "run")], capture_output=True, text=True,
+                            timeout=300, env=env)  # fmt: skip
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("trl-pods train: error: --task gsm8k needs the Hub dataset openai/gsm8k"), line

@@ -1,6 +1,9 @@
 """trl_pods: PODS (Policy Optimization with Down-Sampling) for Hugging Face TRL."""
 
+from .cpu import quiet_trl_deprecations
 from .down_sampling import get_down_sampler, list_down_samplers, register_down_sampler
+
+quiet_trl_deprecations()  # TRL 1.16 uses names transformers deprecates: a warning on every run, nobody can act on it
 
 __version__ = "0.1.0"
 

@@ -22,7 +22,8 @@ Only what the worker queues reaches the trainer, so the trainer's batch sizes co
 never costs it a forward pass. A multi-turn conversation that forked into several rows is kept or dropped whole.
 
 The trainer side adds what dropping changes (`docs/async.md`). A checkpoint's resume position (TRL's `prompt_index`
-in `rollout_state.json`) counts dropped prompts as visited: TRL counts trained ones only, and would regenerate every
+in `rollout_state.json`, also in a `save_only_model` checkpoint) counts dropped prompts as visited, and so those whose
+rows TRL's queue discarded as stale (`StaleGroupWatch`): TRL counts trained ones only, and would regenerate every
 prompt after the first dropped one. The worker reports its dropped groups through `DroppedGroupReports`, which no lost
 message holds back. The checkpoint also keeps the number of prompts trained before its position, which an epoch-driven
 run resumes its count from: an epoch is, as in TRL, `len(train_dataset)` trained prompts.
@@ -242,12 +243,39 @@ class DroppedGroupReports:
         return groups
 
 
+class StaleGroupWatch:
+    """The rollout queue as TRL's trainer reads it (`RolloutQueueDataset`), noting the groups whose rows TRL discards
+    as stale: a row more than `max_staleness` policy versions behind the trainer's when it is taken from the queue.
+    All of a prompt's rows carry one version, so such a group is never trained; unnoted, it would be neither trained
+    nor dropped, and every later checkpoint would resume at it.
+
+    Args:
+        rollout_queue: the worker's queue of scored rows.
+        trainer: its `model_version` and ``args.max_staleness`` are read as TRL's dataset reads them, right after
+            each row is taken (in the same thread).
+    """
+
+    def __init__(self, rollout_queue: Any, trainer: Any):
+        self._queue, self._trainer = rollout_queue, trainer
+        self.groups: set[int] = set()
+
+    def get(self, *args: Any, **kwargs: Any) -> RolloutSample:
+        sample = self._queue.get(*args, **kwargs)
+        if self._trainer.model_version - sample.model_version > self._trainer.args.max_staleness:  # TRL's drop
+            self.groups.add(sample.group_id)
+        return sample
+
+    def __getattr__(self, name: str) -> Any:  # the rest (qsize, ...) is the queue's
+        return getattr(self._queue, name)
+
+
 def resume_position(trained: set[int], dropped: set[int]) -> tuple[int, int]:
     """Where a run would resume among its groups, and how many of them it trained before that point.
 
     Args:
         trained: ids of the groups trained on (TRL's, counted when a first row of the group is collated).
-        dropped: ids of the groups dropped without contrast (never trained).
+        dropped: ids of the groups never to be trained: dropped by the worker (e.g. without contrast), or discarded
+            by TRL's queue as stale.
 
     Returns:
         The first group id that is neither trained nor dropped (so every group below it is one or the other), and the
@@ -298,7 +326,7 @@ class PODSRolloutLoop(_AsyncRolloutLoop):
         self.down_sampler = get_down_sampler(pods_down_sampler)
         self.advantage_scope = pods_advantage_scope
         self.generator = torch.Generator().manual_seed(pods_seed)
-        self.stream = PromptStream(pods_mode, pods_n, pods_m, pods_window, pods_seed, key=_row_key)
+        self.stream = PromptStream(pods_mode, pods_n, pods_m, pods_window, pods_seed, key=prompt_key)
         self.dropped_groups = dropped_groups
 
     def _repeat_iterator(self) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -386,11 +414,6 @@ class PODSRolloutWorker(AsyncRolloutWorker):
         self._loop_cls = functools.partial(PODSRolloutLoop, dropped_groups=self.dropped_groups)
 
 
-def _row_key(row: dict[str, Any]) -> int:
-    """A digest of a dataset row's prompt (budgeted generation's history is keyed by it)."""
-    return prompt_key(row["prompt"])
-
-
 class PODSAsyncGRPOTrainer(AsyncGRPOTrainer):
     """TRL's `AsyncGRPOTrainer` with PODS in its rollout worker: takes a [`PODSAsyncGRPOConfig`], and every other
     argument, positional or named, as TRL's trainer takes it. An injected ``rollout_worker`` is used as given (it does
@@ -419,7 +442,7 @@ class PODSAsyncGRPOTrainer(AsyncGRPOTrainer):
             self.args.max_inflight_tasks = math.ceil(self.args.max_inflight_tasks * args.pods_n / args.pods_m)
         if self.accelerator.is_main_process and trl_arguments.arguments.get("rollout_worker") is None:
             self.rollout_worker = self._pods_worker(self.rollout_worker)
-            self.rollout_queue = self.rollout_worker.rollout_buffer
+            self.rollout_queue = StaleGroupWatch(self.rollout_worker.rollout_buffer, self)
 
     def _pods_worker(self, worker: AsyncRolloutWorker) -> PODSRolloutWorker:
         """The worker TRL built (not started yet), as a `PODSRolloutWorker` with the same settings."""
@@ -453,18 +476,27 @@ class PODSAsyncGRPOTrainer(AsyncGRPOTrainer):
         super()._log_step_metrics()
 
     def _save_rng_state(self, output_dir: str) -> None:
-        """Trainer's RNG state, then PODS's resume position in the checkpoint's `rollout_state.json`, which TRL wrote
-        first: the first prompt neither trained nor dropped, and the prompts trained before it (`groups_trained`).
-
-        Trainer saves the RNG state after the model and the optimizer, and before what completes the checkpoint: the
-        trainer state, the Hub push and the rotation of older checkpoints. So no complete checkpoint holds TRL's
-        position (with `save_only_model`, which Trainer cannot resume from, it does).
-        """
+        """Trainer's RNG state, then PODS's resume position (`_write_resume_position`). Trainer saves the RNG state
+        after the model and the optimizer, and before what completes the checkpoint: the trainer state, the Hub push
+        and the rotation of older checkpoints. So no complete checkpoint holds TRL's position."""
         super()._save_rng_state(output_dir)
+        self._write_resume_position(output_dir)
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """Trainer's, and in a `save_only_model` checkpoint (one that TRL wrote its position to) PODS's resume
+        position: Trainer saves no RNG state there, and resumes from it all the same."""
+        super().save_model(output_dir, _internal_call)
+        if self.args.save_only_model and output_dir and os.path.isfile(os.path.join(output_dir, ROLLOUT_STATE)):
+            self._write_resume_position(output_dir)
+
+    def _write_resume_position(self, output_dir: str) -> None:
+        """PODS's resume position in the checkpoint's `rollout_state.json`, which TRL wrote first: the first prompt
+        neither trained nor dropped (by the worker, or as stale by TRL's queue: `StaleGroupWatch`), and the prompts
+        trained before it (`groups_trained`)."""
         if not (self.accelerator.is_main_process and isinstance(self.rollout_worker, PODSRolloutWorker)):
             return
         self._receive_dropped_groups()
-        first_open, trained = resume_position(self._trained_groups, self._dropped_groups)
+        first_open, trained = resume_position(self._trained_groups, self._dropped_groups | self.rollout_queue.groups)
         path = os.path.join(output_dir, ROLLOUT_STATE)
         with open(path) as f:
             rollout_state = json.load(f)

@@ -5,7 +5,8 @@ getting between ``m`` (the rollouts it keeps) and ``n_max``. Training revisits i
 last visits tell how a prompt behaves: one the policy always solves gains nothing from more rollouts, one it solves
 half the time shows contrast with a few, one it rarely solves needs many to show a single success.
 
-**History** (`PromptHistory`). Per prompt, keyed by a digest of its content, the (decayed) count of its rollouts'
+**History** (`PromptHistory`). Per prompt, keyed by a digest of its dataset row (`prompt_key`: its text, other
+columns and images), the (decayed) count of its rollouts'
 rewards at each reward *level*. While the rewards take at most `MAX_LEVELS` distinct values (0/1 correctness, graded
 or partial credit), the levels are those values. Beyond that (a reward model, a continuous score) the levels are
 `MAX_LEVELS` quantile bins of the last `RECENT_REWARDS` rewards, each represented by the mean of its rewards, and
@@ -74,10 +75,31 @@ PRIOR_STRENGTH = 2.0  # rollouts' worth of population prior in each prompt's pos
 AllocationRule = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
 
 
-def prompt_key(prompt: Any) -> int:
-    """A 63-bit digest of a prompt's content (a string or a list of chat messages): the same on every process."""
-    text = json.dumps(prompt, sort_keys=True, ensure_ascii=False, default=str)
+def prompt_key(row: Any) -> int:
+    """A 63-bit digest of a prompt: its whole dataset row (the text, every other column, images by their pixels), the
+    same on every process and in every run. Rows that share a question and differ in an image (TRL's vision layout) or
+    another column are different prompts with histories of their own; a row needs no ``prompt`` column (an
+    environment's dataset)."""
+    text = json.dumps(_content(row), sort_keys=True, ensure_ascii=False, default=str)
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") >> 1
+
+
+def _content(value: Any) -> Any:
+    """``value`` as JSON data that depends on its content only: containers item by item; bytes, tensors, arrays and
+    images (anything with ``tobytes``) by a digest of their bytes with their type and layout, never by their
+    ``repr`` (a PIL image's holds its memory address)."""
+    if isinstance(value, dict):
+        return {str(key): _content(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_content(item) for item in value]
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().numpy()
+    data = bytes(value) if isinstance(value, bytes | bytearray) else None
+    if data is None and callable(getattr(value, "tobytes", None)):
+        layout = getattr(value, "shape", None) or getattr(value, "size", None)
+        kind = getattr(value, "mode", None) or getattr(value, "dtype", None)
+        data = f"{type(value).__name__}:{kind}:{layout}:".encode() + value.tobytes()
+    return value if data is None else {"bytes": hashlib.blake2b(data, digest_size=16).hexdigest()}
 
 
 class PromptHistory:

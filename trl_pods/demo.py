@@ -20,7 +20,7 @@ The console shows a progress bar, the accuracy lines and where the run was saved
 print (warnings, per-step metrics, loading bars) goes to ``demo_log.txt`` in the output folder, or to the console
 with ``--verbose``.
 
-CPU threads: all the cores this process may use but one (`trl_pods.train.cpu_threads`, as `trl-pods train` on a
+CPU threads: all the cores this process may use but one (`trl_pods.cpu.cpu_threads`, as `trl-pods train` on a
 CPU), unless ``OMP_NUM_THREADS`` is set.
 """
 
@@ -42,9 +42,10 @@ from transformers import TrainerCallback
 from trl import ModelConfig
 
 from .config import PODSConfig
+from .cpu import cpu_threads
 from .evaluate import EvalArguments, evaluate, plot_results
 from .smollm2 import HUB_NAME, fetch_smollm2, is_built
-from .train import ScriptArguments, cpu_threads, train
+from .train import ScriptArguments, train
 
 SEED = 42
 HELD_OUT = 50
@@ -205,9 +206,11 @@ def _plot(output_dir: Path, accuracy: list[tuple[int, float]]) -> Path:
 
 def model_card(trainer, accuracy: list[tuple[int, float]]) -> Path:
     """Write the run's model card: the PODS card (`trl_pods.model_card`: method, paper, base model, usage), with a
-    section on how the run was built and what it scored."""
+    section on how the run was built and what it scored (none if the card could not be written: a warning said so)."""
     trainer.create_model_card(model_name=Path(trainer.args.output_dir).name, tags=["arithmetic", "lora"])
     card = Path(trainer.args.output_dir) / "README.md"
+    if not card.is_file():
+        return card
     by_step = ", ".join(f"{step}: {value:.2f}" for step, value in accuracy)
     section = (
         f"A LoRA adapter trained by `trl-pods demo` ({SETUP}; 16-token completions, one prompt per step, on CPU). "
@@ -276,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--output_dir", default="pods-demo",
         help="Where the run is saved (default: ./pods-demo); if it holds files, the first free NAME-2, NAME-3, ...",
     )  # fmt: skip
-    parser.add_argument("--max_steps", type=int, default=40, help="Optimizer steps (one prompt each).")
+    parser.add_argument("--max_steps", type=int, default=40, help="Optimizer steps (one prompt each; at least 1).")
     parser.add_argument(
         "--max_train_minutes", type=float, default=MAX_TRAIN_MINUTES,
         help=f"Stop training after this long (default: {MAX_TRAIN_MINUTES:g}).",
@@ -286,6 +289,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="Print everything the libraries print (warnings, per-step metrics) instead of saving it in demo_log.txt.",
     )  # fmt: skip
     options = parser.parse_args(argv)
+    if options.max_steps < 1:  # transformers would still train one step
+        parser.exit(
+            2, f"trl-pods demo: error: --max_steps {options.max_steps}: give the steps to train (at least 1).\n"
+        )
     torch.set_num_threads(cpu_threads())
     output_dir = fresh_folder(Path(options.output_dir))
     output_dir.mkdir(parents=True, exist_ok=True)

@@ -10,10 +10,12 @@ fraction of correct samples, and ``pass@j`` for j = 1, 2, 4, ... and k, with the
 
 Sampling uses only the knobs given here (``temperature``, ``top_p``; no top-k, no repetition penalty), not the
 model's ``generation_config``, and is seeded, so the same arguments give the same completions on the same hardware.
+Unless ``--temperature`` is given, one sample per problem is greedy (the accuracy one expects) and several are drawn
+at the paper's 0.9. The command prints what it measures (task, samples, temperature) and where it wrote.
 With ``--run_dir`` every ``checkpoint-<step>`` folder and the final model (unless a checkpoint has its step, and so
 its weights) are evaluated, each with the training wall-clock it took to reach it (TRL's logged ``step_time``); the
 JSON results go next to the run and, for more than one model, a plot of accuracy against step and against training
-minutes.
+minutes; a rerun that draws no plot removes the earlier one, which its results would contradict.
 """
 
 from __future__ import annotations
@@ -31,12 +33,23 @@ import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from .cpu import set_up_cpu
 from .parsing import CommandParser
 from .rewards import get_reward_func
 from .tasks import TASK_COMPLETION_LENGTHS, TASK_REWARDS, TASKS, load_task
-from .train import check_data_file, check_model, check_task, set_up_cpu
+from .train import check_data_file, check_hub_inputs, check_model, check_task
 
-__all__ = ["EvalArguments", "check_arguments", "evaluate", "format_table", "main", "pass_at_k", "plot_results"]
+__all__ = [
+    "EvalArguments",
+    "check_arguments",
+    "describe",
+    "evaluate",
+    "format_table",
+    "main",
+    "output_paths",
+    "pass_at_k",
+    "plot_results",
+]
 
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)")
 _MODEL_FILES = ("config.json", "adapter_config.json")
@@ -97,8 +110,12 @@ class EvalArguments:
         },
     )
     num_samples: int = field(default=1, metadata={"help": "Completions per problem (k of pass@k)."})
-    temperature: float = field(
-        default=0.9, metadata={"help": "Sampling temperature (the paper's 0.9); 0 is greedy and needs num_samples 1."}
+    temperature: float | None = field(
+        default=None,
+        metadata={
+            "help": "Sampling temperature; 0 is greedy and needs num_samples 1. None: greedy (0) with one sample per "
+            "problem, the accuracy one expects; the paper's 0.9 with several (pass@k needs samples that differ)."
+        },
     )
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling probability mass (1.0: off)."})
     max_new_tokens: int | None = field(
@@ -149,6 +166,8 @@ class EvalArguments:
             raise ValueError("Give exactly one of --model_name_or_path (one model) and --run_dir (a training run).")
         if self.num_samples < 1:
             raise ValueError(f"--num_samples must be at least 1, got {self.num_samples}.")
+        if self.temperature is None:
+            self.temperature = 0.0 if self.num_samples == 1 else 0.9
         if self.temperature < 0:
             raise ValueError(f"--temperature must be >= 0, got {self.temperature}.")
         if self.temperature == 0 and self.num_samples > 1:
@@ -166,8 +185,9 @@ class EvalArguments:
 
 
 def check_arguments(args: EvalArguments) -> None:
-    """Refuse what the user can fix before any download or model load: the reward, the model folders, the run folder
-    and a local data file (the task and its difficulty are checked when `EvalArguments` is built).
+    """Refuse what the user can fix before any download or model load: the reward, the model folders, the run folder,
+    a local data file (the task and its difficulty are checked when `EvalArguments` is built), and last a model or
+    dataset that needs the Hub where it cannot be reached (`trl_pods.train.check_hub_inputs`).
 
     Raises:
         ValueError: what is wrong and which flag to change.
@@ -179,6 +199,8 @@ def check_arguments(args: EvalArguments) -> None:
     if args.run_dir is not None and not Path(args.run_dir).is_dir():
         raise ValueError(f"--run_dir {args.run_dir}: no such folder.")
     check_data_file("dataset_path", args.dataset_path, args.task)
+    models = {flag: getattr(args, flag) for flag in ("model_name_or_path", "base_model")}
+    check_hub_inputs(models, args.task, [(args.split, args.dataset_path)], None)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -444,16 +466,36 @@ def evaluate(args: EvalArguments) -> dict:
         "temperature": args.temperature,
         "results": results,
     }
+    output, plot = output_paths(args)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(report, indent=2) + "\n")
+    if args.plot is not None or len(results) > 1:
+        plot_results(report, plot)
+    elif plot.exists():  # an earlier evaluation's curve, which this one's JSON would contradict
+        plot.unlink()
+    return report
+
+
+def output_paths(args: EvalArguments) -> tuple[Path, Path]:
+    """Where `evaluate` writes the JSON results and the plot (drawn for a ``--plot`` or for more than one model;
+    otherwise a plot of an earlier evaluation at its default path is removed)."""
     if args.output is not None:
         output = Path(args.output)
     else:
         folder = Path(args.run_dir or args.model_name_or_path)
         output = (folder if folder.is_dir() else Path(".")) / f"eval_{args.task}.json"
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(report, indent=2) + "\n")
-    if args.plot is not None or len(results) > 1:
-        plot_results(report, args.plot or output.with_suffix(".png"))
-    return report
+    return output, Path(args.plot) if args.plot is not None else output.with_suffix(".png")
+
+
+def describe(args: EvalArguments) -> str:
+    """What an evaluation measures, in one line: the task and data, samples per problem and how they are drawn."""
+    data = args.dataset_path or ("generated offline" if args.task == "arithmetic" else f"split {args.split}")
+    sampling = (
+        "greedy (temperature 0)"
+        if args.temperature == 0
+        else f"sampled at temperature {args.temperature:g}, top_p {args.top_p:g}, seed {args.seed}"
+    )
+    return f"task {args.task} ({data}), {args.num_samples} sample(s) per problem, {sampling}"
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -463,7 +505,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = CommandParser((EvalArguments,), "trl-pods eval", DESCRIPTION, [("evaluation", names, True)])
     (args,) = parser.parse_checked(argv, check_arguments)
     set_up_cpu()
+    print(f"trl-pods eval: {describe(args)}", flush=True)
     print(format_table(evaluate(args)))
+    output, plot = output_paths(args)
+    print(f"trl-pods eval: wrote {output}" + (f" and {plot}" if plot.exists() else ""))
 
 
 if __name__ == "__main__":

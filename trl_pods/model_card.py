@@ -9,12 +9,15 @@ template instead, its ``base_model`` a local path. The PODS card names
   as its ``base_model`` (as `trl_pods.smollm2` writes for SmolLM2);
 * how to load this run: the adapter on its base model (LoRA), or the model itself;
 
-and the framework versions and the PODS citation. `PODSModelCard` puts it where TRL and transformers write theirs.
+and the framework versions and the PODS citation. `PODSModelCard` puts it where TRL and transformers write theirs,
+in a folder that holds the model (so that its usage example runs), and never ends a run over it: a card that cannot be
+written is a warning.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -26,7 +29,16 @@ from trl.trainer.utils import get_config_model_id
 
 from .paper import PODS_PAPER
 
-__all__ = ["PODSModelCard", "hub_base_model", "model_card", "write_model_card"]
+__all__ = [
+    "PODSModelCard",
+    "holds_model",
+    "hub_base_model",
+    "model_card",
+    "write_model_card",
+    "write_model_card_or_warn",
+]
+
+logger = logging.getLogger(__name__)
 
 EXAMPLE = [{"role": "user", "content": "What is 7 + 4?"}]
 """The usage example's conversation when the training set's first prompt is not a plain conversation."""
@@ -34,12 +46,15 @@ EXAMPLE = [{"role": "user", "content": "What is 7 + 4?"}]
 
 def hub_base_model(name_or_path: str) -> str | None:
     """The Hub model that ``name_or_path`` is: itself unless it is a local folder; for a folder, the ``base_model``
-    that its own card (``README.md``) names, or None."""
+    that its own card (``README.md``) names, or None (no card, a card without metadata). A model built from its
+    config (``""``) has none: its name is not the current folder."""
+    if not name_or_path:
+        return None
     folder = Path(name_or_path)
     if not folder.is_dir():
-        return name_or_path or None
+        return name_or_path
     card = folder / "README.md"
-    base = metadata_load(card).get("base_model") if card.is_file() else None
+    base = (metadata_load(card) or {}).get("base_model") if card.is_file() else None
     return ", ".join(base) if isinstance(base, list) else base
 
 
@@ -57,8 +72,10 @@ def _example_messages(dataset: Any) -> list[dict[str, str]]:
 
 def _usage(base: str, run: str, adapter: bool, messages: list[dict[str, str]], max_new_tokens: int) -> str:
     """Python that loads the run (``adapter``: on the ``base`` model) and answers ``messages``."""
+    unnamed = "...  # the model built from its config in training"
+    base_load = f"AutoModelForCausalLM.from_pretrained({base!r})" if base else unnamed
     load = (
-        f"base = AutoModelForCausalLM.from_pretrained({base!r})\nmodel = PeftModel.from_pretrained(base, {run!r})"
+        f"base = {base_load}\nmodel = PeftModel.from_pretrained(base, {run!r})"
         if adapter
         else f"model = AutoModelForCausalLM.from_pretrained({run!r})"
     )
@@ -81,7 +98,10 @@ def _hub_link(name: str) -> str:
 
 
 def _base_model(base: str, hub: str | None) -> str:
-    """The base model in words: a Hub link, or a local folder by its path and the Hub model its card names."""
+    """The base model in words: a Hub link, a local folder by its path and the Hub model its card names, or none (a
+    model built from its config)."""
+    if not base:
+        return "none (a model built from its config, not loaded from a folder or the Hub)"
     if not Path(base).is_dir():
         return _hub_link(base)
     named = f"; its card names {_hub_link(hub)} as its base model" if hub else ""
@@ -156,18 +176,36 @@ def write_model_card(trainer: Any, folder: Path, **card: Any) -> Path:
     return path
 
 
+def holds_model(folder: Path, adapter: bool) -> bool:
+    """Whether ``folder`` holds a saved model (``adapter``: a PEFT adapter), which a card's usage example loads."""
+    return (folder / ("adapter_config.json" if adapter else "config.json")).is_file()
+
+
+def write_model_card_or_warn(trainer: Any, folder: Path, **card: Any) -> Path | None:
+    """`write_model_card`, or one warning when it fails: a card is cosmetic, and must never end a training run."""
+    try:
+        return write_model_card(trainer, folder, **card)
+    except Exception as error:  # noqa: BLE001 - whatever went wrong, training goes on without the card
+        logger.warning("PODS model card not written in %s (%s: %s); training goes on.", folder, type(error).__name__,
+                       error)  # fmt: skip
+        return None
+
+
 class PODSModelCard:
     """The trainer's seams that write the PODS card: TRL's ``create_model_card`` (the output folder's card, written
     at every checkpoint and before a push to the Hub) and transformers' ``_save`` (after the model of the output
-    folder or of a checkpoint is saved, which with PEFT leaves PEFT's blank card there)."""
+    folder or of a checkpoint is saved, which with PEFT leaves PEFT's blank card there). The card goes only where the
+    model is: TRL writes the output folder's card at every checkpoint, before any model is saved there, and its usage
+    example then loaded a folder without a model (`holds_model`). A card that cannot be written is a warning
+    (`write_model_card_or_warn`)."""
 
     def create_model_card(self, model_name: str | None = None, dataset_name: str | None = None, tags: Any = None):
-        if self.is_world_process_zero():
-            write_model_card(
+        if self.is_world_process_zero() and holds_model(Path(self.args.output_dir), is_peft_model(self.model)):
+            write_model_card_or_warn(
                 self, Path(self.args.output_dir), model_name=model_name, dataset_name=dataset_name, tags=tags
             )
 
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
         super()._save(output_dir, state_dict)
         if self.args.should_save:
-            write_model_card(self, Path(output_dir if output_dir is not None else self.args.output_dir))
+            write_model_card_or_warn(self, Path(output_dir if output_dir is not None else self.args.output_dir))

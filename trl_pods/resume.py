@@ -9,6 +9,10 @@ generate, a resumed run then generates the same rollouts
 as an uninterrupted one; with vLLM the engine's sampling state is not in the checkpoint, so a resumed run continues
 correctly but re-samples.
 
+A ``save_only_model`` checkpoint, for which Trainer saves no RNG state, gets the PODS state too
+(`save_model_only_state`), so a run resumed from it continues at its position; it has no optimizer, scheduler or RNG
+state, and the resume says so in one warning.
+
 A checkpoint is complete only with every process's state: Trainer marks it complete when process 0 writes
 ``trainer_state.json``, so every process waits for the others after saving its own (`save_state`), and a resume that
 finds the state of some processes but not of others refuses the checkpoint rather than letting the processes take
@@ -28,6 +32,7 @@ from typing import Any
 
 import torch
 from accelerate.utils import gather_object
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from .prompt_order import DrawingSampler
 
@@ -46,23 +51,33 @@ def cycle_layout(trainer: Any) -> list[int]:
     ]
 
 
-def save_state(trainer: Any, output_dir: str) -> None:
+def save_state(trainer: Any, output_dir: str, model_only: bool = False) -> None:
     """Save this process's PODS state into the checkpoint folder ``output_dir`` (whole or not at all), then wait for
-    every process to have saved its own, before Trainer completes the checkpoint."""
+    every process to have saved its own, before Trainer completes the checkpoint. ``model_only``: a
+    ``save_only_model`` checkpoint, which holds no optimizer, scheduler or RNG state (`load_state` says so)."""
     state = {
         "layout": cycle_layout(trainer),
         "step": trainer._step,
         "buffered_inputs": trainer._buffered_inputs,
         "tokens_generated": trainer._tokens_generated,
+        "model_only": model_only,
     }
     if trainer._pods_mode is not None:
         state["mode"] = trainer._pods_mode.state_dict()
     if isinstance(trainer._epoch_replay, DrawingSampler):
         state["draws"] = trainer._epoch_replay.state()
+    os.makedirs(output_dir, exist_ok=True)
     path = os.path.join(output_dir, RESUME_STATE.format(trainer.accelerator.process_index))
     torch.save(state, f"{path}.partial")
     os.replace(f"{path}.partial", path)
     trainer.accelerator.wait_for_everyone()
+
+
+def save_model_only_state(trainer: Any, trial: Any) -> None:
+    """`save_state` for a ``save_only_model`` checkpoint, where Trainer saves no RNG state (beside which PODS's state
+    goes): into the checkpoint's folder, before Trainer saves the model and completes the checkpoint there."""
+    folder = os.path.join(trainer._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{trainer.state.global_step}")
+    save_state(trainer, folder, model_only=True)
 
 
 def state_source(found: list[bool], saved_by: int | None, checkpoint: str) -> list[int | None]:
@@ -117,6 +132,13 @@ def load_state(trainer: Any, checkpoint: str) -> None:
     state = _read(trainer, checkpoint)
     if state is None:
         return
+    if state.get("model_only") and trainer.accelerator.is_main_process:
+        logger.warning(
+            "Resuming from %s, a save_only_model checkpoint: the run continues at its step and prompts, but with a "
+            "new optimizer, learning-rate schedule and random state (none is in it), so it trains differently from "
+            "the uninterrupted run.",
+            checkpoint,
+        )
     trainer._tokens_generated = state["tokens_generated"]
     if trainer._pods_mode is not None and state.get("mode"):
         trainer._pods_mode.load_state_dict(state["mode"])

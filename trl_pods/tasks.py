@@ -28,6 +28,7 @@ __all__ = [
     "TASKS",
     "TASK_COMPLETION_LENGTHS",
     "TASK_REWARDS",
+    "hub_dataset",
     "load_arithmetic",
     "load_gsm8k",
     "load_math",
@@ -73,6 +74,22 @@ MATH_SUBJECTS = (
 
 _FILE_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 
+GSM8K_HUB, MATH_TRAIN_HUB, MATH_TEST_HUB = "openai/gsm8k", "EleutherAI/hendrycks_math", "HuggingFaceH4/MATH-500"
+"""The Hub datasets of the tasks without a data file: GSM8K (both splits), MATH's training and test sets."""
+
+
+def hub_dataset(task: str, split: str, path: str | Path | None = None) -> str | None:
+    """The Hub dataset `load_task` reads for ``task``, ``split`` and ``path``: ``path`` when it names no local file,
+    else the task's own; None when it reads none (the arithmetic task, a local file, a split the task lacks)."""
+    if task == "arithmetic":
+        return None
+    if path is not None:
+        return None if Path(path).suffix.lower() in _FILE_FORMATS or Path(path).exists() else str(path)
+    return {
+        "gsm8k": {"train": GSM8K_HUB, "test": GSM8K_HUB},
+        "math": {"train": MATH_TRAIN_HUB, "test": MATH_TEST_HUB},
+    }[task].get(split)
+
 
 def _load_file(path: str | Path, split: str) -> Dataset:
     """A local ``.jsonl``/``.json``/``.parquet`` file, or else the ``split`` of the Hub dataset named ``path``."""
@@ -111,7 +128,7 @@ def load_gsm8k(
     Returns:
         Rows ``{"prompt": [system, user question], "answer": "<reasoning> #### <number>"}``.
     """
-    dataset = _load_file(path, split) if path is not None else load_dataset("openai/gsm8k", "main", split=split)
+    dataset = _load_file(path, split) if path is not None else load_dataset(GSM8K_HUB, "main", split=split)
     return _to_prompts(dataset, "question", ("answer",), system_prompt)
 
 
@@ -140,10 +157,10 @@ def load_math(
         dataset = _load_file(path, split)
     elif split == "train":
         dataset = concatenate_datasets(
-            [load_dataset("EleutherAI/hendrycks_math", subject, split="train") for subject in MATH_SUBJECTS]
+            [load_dataset(MATH_TRAIN_HUB, subject, split="train") for subject in MATH_SUBJECTS]
         )
     elif split == "test":
-        dataset = load_dataset("HuggingFaceH4/MATH-500", split="test")
+        dataset = load_dataset(MATH_TEST_HUB, split="test")
     else:
         raise ValueError(f"MATH has the splits 'train' and 'test', not {split!r}.")
     return _to_prompts(dataset, "problem", ("solution", "answer"), system_prompt)

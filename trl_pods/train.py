@@ -9,8 +9,8 @@ Arguments are those of `ScriptArguments` (data and rewards), `trl_pods.PODSConfi
 down-sampler, allocation rule, arithmetic difficulty), the model folder and the other user inputs are checked before
 any download or model load; a user error prints one ``error:`` line. The task chooses the reward functions and the
 completion length the user does not set (`trl_pods.tasks.TASK_REWARDS`, ``TASK_COMPLETION_LENGTHS``). Without a GPU
-the run trains in float32 on the CPU, on the threads `cpu_threads` chooses, and the command says so in one line. The
-run saves the model, ``run_args.json`` (all arguments, and the device and precision that really ran),
+the run trains in float32 on the CPU, on the threads `trl_pods.cpu.cpu_threads` chooses, and the command says so in
+one line. The run saves the model, ``run_args.json`` (all arguments, and the device and precision that really ran),
 ``train_results.json`` and ``trainer_state.json`` (every logged metric) in ``output_dir``;
 ``--resume_from_checkpoint PATH`` (or ``last``) continues a run.
 """
@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,9 +32,11 @@ from transformers.trainer_utils import get_last_checkpoint
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, get_peft_config, get_quantization_config
 
 from .config import PODSConfig
+from .cpu import quiet_trl_deprecations, set_up_cpu
+from .hub import check_on_hub
 from .parsing import CommandParser
 from .rewards import get_reward_func
-from .tasks import TASK_COMPLETION_LENGTHS, TASK_REWARDS, TASKS, load_task
+from .tasks import TASK_COMPLETION_LENGTHS, TASK_REWARDS, TASKS, hub_dataset, load_task
 from .trainer import PODSGRPOTrainer
 
 DESCRIPTION = (
@@ -143,10 +144,35 @@ def check_data_file(flag: str, path: str | None, task: str) -> None:
         raise ValueError(f"--{flag} {path}: no such file.")
 
 
+def check_hub_inputs(
+    models: dict[str, str | None], task: str, data: list[tuple[str, str | None]], revision: str | None
+) -> None:
+    """Raise ValueError for a model or dataset that must come from the Hub while the Hub is offline or unreachable
+    and it is not in the local cache (`trl_pods.hub.check_on_hub`): a 30-80 s wait and a long traceback otherwise.
+
+    Args:
+        models: ``{flag: model}`` (a local folder needs no Hub; None: not given).
+        task: the task, whose Hub dataset is read without a data file.
+        data: ``(split, data path or None)`` of each split of the task the command reads.
+        revision: the models' revision.
+    """
+    local_model = 'give a local model folder, such as the demo\'s: "$(python -m trl_pods.smollm2)"'
+    for flag, name in models.items():
+        if name is not None and not Path(name).is_dir():
+            check_on_hub(f"--{flag} {name}", name, "model", local_model, revision)
+    for split, path in data:
+        dataset = hub_dataset(task, split, path)
+        if dataset is not None:
+            flag = f"--dataset_path {path}" if path is not None else f"--task {task}"
+            instead = "give --dataset_path FILE.jsonl (a local file with the task's columns), or --task arithmetic"
+            check_on_hub(flag, dataset, "dataset", f"{instead} (made offline)")
+
+
 def check_arguments(script_args: ScriptArguments, training_args: PODSConfig, model_args: ModelConfig) -> None:
     """Refuse what the user can fix before any download or model load: the model folder, every name (reward
     functions; `ScriptArguments` checks the task and arithmetic difficulty, `PODSConfig` its down-sampler and
-    allocation rule), the reward weights, a local data file and ``--resume_from_checkpoint last``.
+    allocation rule), the reward weights, a local data file, ``--max_steps 0``, ``--resume_from_checkpoint last``,
+    and last a model or dataset that needs the Hub where it cannot be reached (`check_hub_inputs`).
 
     Raises:
         ValueError: what is wrong and which flag to change.
@@ -164,7 +190,17 @@ def check_arguments(script_args: ScriptArguments, training_args: PODSConfig, mod
         )
     for flag in ("dataset_path", "eval_dataset_path"):
         check_data_file(flag, getattr(script_args, flag), script_args.task)
+    if training_args.max_steps == 0:
+        raise ValueError(
+            "--max_steps 0 would still train one step (transformers checks the count after a step): give the steps "
+            "to train (at least 1), or leave --max_steps unset to train --num_train_epochs epochs."
+        )
     _resume_checkpoint(training_args)
+    data = [("train", script_args.dataset_path)]
+    if script_args.eval_dataset_path or script_args.eval_split:
+        data.append((script_args.eval_split or "test", script_args.eval_dataset_path))
+    models = {"model_name_or_path": model_args.model_name_or_path}
+    check_hub_inputs(models, script_args.task, data, model_args.model_revision)
 
 
 def load_datasets(script_args: ScriptArguments, seed: int):
@@ -285,34 +321,6 @@ def device_defaults() -> dict[str, bool]:
     return {} if torch.accelerator.is_available() else {"dataloader_pin_memory": False}
 
 
-def cpu_threads() -> int:
-    """Intra-op CPU threads of this process: ``OMP_NUM_THREADS`` when set, else every core this process may use but
-    one (at least 1), shared among the processes of a multi-process launch on this host (``LOCAL_WORLD_SIZE``).
-
-    Leaving a core free keeps another busy process from stalling the OpenMP threads of every matrix product: beside
-    one busy process, 2 threads made the demo's step 2.5x slower than 1 thread on 2 cores, while 1 thread on the idle
-    machine cost 1.2x (docs/benchmarks/cpu-threads.md).
-    """
-    if os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
-        return int(os.environ["OMP_NUM_THREADS"])
-    processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    return max(1, (len(os.sched_getaffinity(0)) - 1) // processes)
-
-
-def set_up_cpu() -> None:
-    """Without an accelerator: `cpu_threads` intra-op threads, and DeepSpeed told that it runs on the CPU
-    (``DS_ACCELERATOR=cpu`` unless set), which it would otherwise find out with a warning on every run."""
-    if torch.accelerator.is_available():
-        return
-    torch.set_num_threads(cpu_threads())
-    os.environ.setdefault("DS_ACCELERATOR", "cpu")
-
-
-TRL_DEPRECATIONS = r"`(is_)?gradient_checkpointing(_enable|_disable)?` is deprecated"
-"""transformers' FutureWarnings about names that TRL 1.16 uses on every run (`GRPOConfig.gradient_checkpointing`, and
-the checkpointing switches around each generation): nothing a user of the command can change."""
-
-
 def device_line(training_args: PODSConfig, model_args: ModelConfig) -> str:
     """The one line that says how a run without a GPU trains: on the CPU, its threads, weights' dtype and precision."""
     precision = "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else None
@@ -333,7 +341,7 @@ def parse_arguments(command: CommandParser, argv: Sequence[str] | None) -> tuple
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Parse and check the arguments (a user error: one line, exit status 2), then `train`."""
-    warnings.filterwarnings("ignore", TRL_DEPRECATIONS, FutureWarning)
+    quiet_trl_deprecations()
     set_up_cpu()
     command = parser()
     command.set_defaults(**device_defaults())

@@ -36,6 +36,7 @@ from trl.trainer.utils import get_config_model_id
 
 from . import loss_seams, phase1, reporting, resume, rollout_fields, selection, trainer_steps
 from .config import PODSConfig
+from .cpu import set_up_cpu
 from .down_sampling import get_down_sampler
 from .generation_modes import build_generation_mode
 from .losses import SEQUENCE_AVERAGE_LOSSES
@@ -82,6 +83,7 @@ class PODSGRPOTrainer(PODSModelCard, GRPOTrainer):  # PODSModelCard: the model c
                 f"PODSGRPOTrainer needs `args=trl_pods.PODSConfig(...)`, got {type(args).__name__}. PODSConfig takes "
                 "every GRPOConfig parameter plus pods_n, pods_m, pods_down_sampler and pods_advantage_scope."
             )
+        set_up_cpu()  # without a GPU, as `trl-pods train` does: threads, DeepSpeed on the CPU, no pin-memory warning
         with colocate_engine(args, grpo_trainer_module):
             super().__init__(model, reward_funcs, args, *trainer_args, **trainer_kwargs)
         columns = self.train_dataset.column_names if isinstance(self.train_dataset, Dataset) else []
@@ -299,6 +301,11 @@ class PODSGRPOTrainer(PODSModelCard, GRPOTrainer):  # PODSModelCard: the model c
         return weights
 
     # ---------------------------------------------------------------- resume: the position in the generation cycle
+
+    def _save_checkpoint(self, model, trial) -> None:
+        if self.pods_n is not None and self.args.save_only_model:  # Trainer saves no RNG state, where PODS's goes
+            resume.save_model_only_state(self, trial)
+        super()._save_checkpoint(model, trial)
 
     def _save_rng_state(self, output_dir: str) -> None:
         super()._save_rng_state(output_dir)

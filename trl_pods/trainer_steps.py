@@ -111,9 +111,9 @@ def score_own_rows(trainer: Any, rows: list[dict], generated: RolloutRows, real:
 
 
 def group_keys(trainer: Any, rows: list[dict[str, Any]]) -> list[int]:
-    """Budgeted generation: digests of this process's groups' prompts (one row each), gathered over processes, so
-    that every process allocates alike."""
-    keys = [prompt_key(row["prompt"]) for row in rows]
+    """Budgeted generation: digests of this process's groups' rows (one each; `prompt_key`), gathered over
+    processes, so that every process allocates alike."""
+    keys = [prompt_key(row) for row in rows]
     return trainer.accelerator.gather(torch.tensor(keys, device=trainer.accelerator.device)).tolist()
 
 

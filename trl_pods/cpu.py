@@ -1,0 +1,61 @@
+"""Training without a GPU: the CPU threads, DeepSpeed told it runs on the CPU, and the library warnings nobody can act
+on. `trl-pods train`, `eval` and `demo` set up a CPU run here, and so does `PODSGRPOTrainer` itself, so that a run
+from Python behaves as one from the command line.
+
+Threads matter most: beside a busy process on 2 cores, torch's default of one thread per core made the README's
+Python quick start (SmolLM2-135M) take 61 s a step against 8.4 s with one thread, and 694 s against 12.8 s beside two
+(README, Quick start; docs/benchmarks/cpu-threads.md, for the demo).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+
+import torch
+
+__all__ = ["TRL_DEPRECATIONS", "cpu_threads", "quiet_trl_deprecations", "set_up_cpu"]
+
+logger = logging.getLogger(__name__)
+
+TRL_DEPRECATIONS = r"`(is_)?gradient_checkpointing(_enable|_disable)?` is deprecated"
+"""transformers' FutureWarnings about names that TRL 1.16 uses on every run (`GRPOConfig.gradient_checkpointing`, and
+the checkpointing switches around each generation): nothing a user of `trl_pods` can change."""
+
+PIN_MEMORY_WITHOUT_ACCELERATOR = r"'pin_memory' argument is set as true but no accelerator is found"
+"""torch's UserWarning for TrainingArguments' default ``dataloader_pin_memory=True`` on a CPU, where pinning does
+nothing."""
+
+
+def quiet_trl_deprecations() -> None:
+    """Hide `TRL_DEPRECATIONS` (on every machine: TRL's own use of deprecated names)."""
+    warnings.filterwarnings("ignore", TRL_DEPRECATIONS, FutureWarning)
+
+
+def cpu_threads() -> int:
+    """Intra-op CPU threads of this process: ``OMP_NUM_THREADS`` when set, else every core this process may use but
+    one (at least 1), shared among the processes of a multi-process launch on this host (``LOCAL_WORLD_SIZE``).
+
+    Leaving a core free keeps another busy process from stalling the OpenMP threads of every matrix product: beside
+    one busy process, 2 threads made the demo's step 2.5x slower than 1 thread on 2 cores, while 1 thread on the idle
+    machine cost 1.2x (docs/benchmarks/cpu-threads.md).
+    """
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
+        return int(os.environ["OMP_NUM_THREADS"])
+    processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return max(1, (len(os.sched_getaffinity(0)) - 1) // processes)
+
+
+def set_up_cpu() -> None:
+    """Without an accelerator: `cpu_threads` intra-op threads, DeepSpeed told that it runs on the CPU
+    (``DS_ACCELERATOR=cpu`` unless set), which it would otherwise find out with a warning on every run, and no
+    warning that pinned memory does nothing here. With an accelerator: nothing."""
+    if torch.accelerator.is_available():
+        return
+    threads = cpu_threads()
+    if torch.get_num_threads() != threads:
+        logger.info("No GPU: training on the CPU with %d thread(s) (set OMP_NUM_THREADS to choose).", threads)
+        torch.set_num_threads(threads)
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    warnings.filterwarnings("ignore", PIN_MEMORY_WITHOUT_ACCELERATOR, UserWarning)
