@@ -161,7 +161,7 @@ def test_documented_commands_are_valid_launches(tmp_path, monkeypatch):
     commands after it)."""
     headers = [launch_commands(_header(recipe)) for recipe in TRAINING]
     pages = {page.name: _launches(page.read_text()) for page in [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]}
-    assert len(pages["README.md"]) >= 6 and sum(len(launches) for launches in pages.values()) >= 9
+    assert len(pages["README.md"]) >= 1 and sum(len(launches) for launches in pages.values()) >= 9
     for name, launches in pages.items():
         for training, serve in launches:
             check_launch(training, serve, tmp_path / name / str(len(training)), monkeypatch)
