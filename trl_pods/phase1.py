@@ -83,7 +83,8 @@ class Rollouts:
         generated: Rollouts generated over all processes, padding included.
         padding: Of those, rollouts generated only to keep the processes in step, then discarded.
         call_rows: Rollouts of each generation call over all processes, padding included.
-        call_seconds: Wall seconds of each generation call on this process (generating and scoring).
+        call_seconds: Wall seconds of each generation call on this process (generating and scoring; the first also
+            loading the weights the calls share).
         chosen: ``[G]`` bool, the groups to train on (None: all).
         metrics: What the mode reports (`pods/<name>`), the same on every process.
     """
@@ -267,6 +268,7 @@ class SlotFiller:
             group_keys=None if steps.group_keys is None else lambda: steps.group_keys(self.rows[::n]),
             timing=steps.timing() if mode.timed and steps.timing is not None else None,
         )
+        self.began = time.perf_counter()  # the first call is timed from here, its weight load included
 
     def draw(self, wave: Wave) -> Wave:
         """Read the wave's further prompts into each process's next empty groups; the wave of its own groups and
@@ -296,7 +298,7 @@ class SlotFiller:
         rows = [self.rows[group * n] for group, size, _ in own for _ in range(size)]
         targets = [group * n + first + j for group, size, first in own for j in range(size)]
         rows += [self.rows[own[0][0] * n if own else 0]] * (lockstep - len(rows))
-        began = time.perf_counter()
+        began = time.perf_counter() if self.call_seconds else self.began
         generated = self.steps.generate(rows, wave.request)
         self.layout.add(generated, targets + [None] * (len(rows) - len(targets)))
         call_rewards, extra = self.steps.score(rows, generated, len(targets))  # [P * rows, F]
