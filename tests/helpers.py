@@ -15,6 +15,7 @@ from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 from trl import GRPOTrainer
 
 from trl_pods import PODSConfig, PODSGRPOTrainer
+from trl_pods.cpu import leave_distributed_run
 
 QUIET = dict(
     use_cpu=True,
@@ -68,11 +69,9 @@ def torchrun(processes: int) -> list[str]:
 
 
 def exit_together() -> None:
-    """End a launched worker whose results are written: the ranks leave together and without interpreter teardown. A
-    rank that tears down its gloo process group while another still works can abort ("terminate called without an
-    active exception", seen on a loaded 2-core machine), which would fail a run whose results are complete."""
-    if torch.distributed.is_initialized():
-        torch.distributed.barrier()
+    """End a launched worker whose results are written: the ranks leave together and without interpreter teardown
+    (`trl_pods.cpu.leave_distributed_run`; a one-process worker leaves the same way, its results written too)."""
+    leave_distributed_run()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

@@ -105,3 +105,29 @@ def test_python_api_on_a_cpu_behaves_as_the_command_line(tiny_model_path, tmp_pa
     assert threads == expected
     output = result.stdout + result.stderr
     assert not re.search(r"Warning|\[WARNING\]", output), output[-3000:]
+
+
+LEAVER = """
+import atexit, os, sys, torch
+from trl_pods.cpu import leave_distributed_run
+torch.distributed.init_process_group("gloo")
+rank = torch.distributed.get_rank()
+atexit.register(lambda: open(os.path.join(sys.argv[1], f"exit-handler-{rank}"), "w").close())
+leave_distributed_run()
+print("still running after leave_distributed_run", flush=True)
+"""
+
+
+def test_a_finished_cpu_run_of_two_processes_leaves_after_its_exit_handlers(tmp_path):
+    """`trl-pods train` ends a multi-process CPU run with `leave_distributed_run`: both ranks leave with status 0
+    without the interpreter's teardown (where a native backend thread aborted finished ZeRO-3 runs), and the exit
+    handlers (trackers, logging) still run on each rank first."""
+    from helpers import torchrun, worker_env
+
+    script = tmp_path / "leaver.py"
+    script.write_text(LEAVER)
+    result = subprocess.run([*torchrun(2), str(script), str(tmp_path)], env=worker_env(), capture_output=True,
+                            text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "still running" not in result.stdout
+    assert sorted(p.name for p in tmp_path.glob("exit-handler-*")) == ["exit-handler-0", "exit-handler-1"]

@@ -32,7 +32,7 @@ from transformers.trainer_utils import get_last_checkpoint
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, get_peft_config, get_quantization_config
 
 from .config import PODSConfig
-from .cpu import quiet_trl_deprecations, set_up_cpu
+from .cpu import leave_distributed_run, quiet_trl_deprecations, set_up_cpu
 from .hub import check_on_hub
 from .parsing import CommandParser
 from .rewards import get_reward_func
@@ -349,8 +349,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not torch.accelerator.is_available() and os.environ.get("RANK", "0") == "0":
         print(device_line(training_args, model_args), flush=True)
     train(script_args, training_args, model_args)
-    if torch.distributed.is_initialized():  # while the interpreter is alive: gloo's threads can abort in its teardown
-        torch.distributed.destroy_process_group()
+    leave_distributed_run()
 
 
 if __name__ == "__main__":
