@@ -222,6 +222,23 @@ def test_auto_measures_costs_then_plans_and_says_why():
     assert restored.history.beta == mode.history.beta
 
 
+def test_auto_says_a_plan_once_and_again_only_when_it_changes_what_it_is():
+    """A run's log gets a line when auto's plan changes its rollouts per prompt or its calls, or its first call's
+    prompts by more than a quarter; the prompt count moving by one or two as the contrast rate moves (nearly every
+    step of the benchmark's runs) is no new line."""
+    mode = _auto()
+    for plan in [DrawPlan(8, 12, 2, 0.9), DrawPlan(8, 13, 2, 0.9), DrawPlan(8, 11, 2, 0.9), DrawPlan(8, 16, 2, 0.9),
+                 DrawPlan(16, 16, 2, 0.9), DrawPlan(16, 16, 1, 0.9), DrawPlan(16, 16, 1, 0.9)]:  # fmt: skip
+        mode._announce(plan, "why")
+    said = [line.split(":")[1] for line in mode.notes()]
+    assert said == [
+        " 8 rollouts per prompt, 12 prompts per process in the first call, at most 2 calls",
+        " 8 rollouts per prompt, 16 prompts per process in the first call, at most 2 calls",
+        " 16 rollouts per prompt, 16 prompts per process in the first call, at most 2 calls",
+        " 16 rollouts per prompt, 16 prompts per process in the first call, at most 1 call",
+    ]
+
+
 def test_auto_with_given_costs_plans_from_the_first_generation():
     """With pods_auto_costs auto needs no timing: it plans at once (the H200's costs: the most rollouts per prompt in
     one call) and asks for no timing."""

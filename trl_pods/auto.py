@@ -23,8 +23,9 @@ calls, then the fewest prompts.
 Until the costs can be told apart, auto measures them with plans it would also train well with: the run's first two
 generations are plain refill at ``n = pods_m`` (calls of different sizes), the third one call of ``pods_n`` rollouts
 per prompt. The first generation a process times (the engine warming up) is left out. Each change of plan is logged in
-one line with its reason. With measured costs, choices follow the machine's timings, so two runs can differ; with
-``pods_auto_costs`` every choice is a function of the rewards, reproducible and the same on every machine.
+one line with its reason (`AutoMode._announce`). With measured costs, choices follow the machine's timings, so two runs
+can differ; with ``pods_auto_costs`` every choice is a function of the rewards, reproducible and the same on every
+machine.
 
 Several processes: each generation's timing is the most any process measured, and every process plans alike; the
 expected calls are a single process's (processes that miss more draw in the same calls).
@@ -210,7 +211,15 @@ class AutoMode(RefillMode):
         self.calls, self.gaps = self.calls[-KEPT_CALLS:], self.gaps[-KEPT_GAPS:]
 
     def _announce(self, plan: DrawPlan, reason: str) -> None:
-        if plan != self.announced:
+        """One line when the plan changes what it is: its rollouts per prompt or its calls, or its first call's
+        prompts by more than a quarter of the last line's (the contrast rate moves them by one or two nearly every
+        step of a run)."""
+        last = self.announced
+        if (
+            last is None
+            or (plan.n, plan.calls) != (last.n, last.calls)
+            or abs(plan.first - last.first) > last.first / 4
+        ):
             self.announced = plan
             self.lines.append(
                 f"pods_generation='auto': {plan.n} rollouts per prompt, {plan.first} prompts per process in the first "
