@@ -68,7 +68,7 @@ def leave_distributed_run() -> None:
     is no accelerator the process then exits without the interpreter's teardown, after its exit handlers (trackers,
     logging) have run. In that teardown a native thread of the CPU backend aborted a rank ("terminate called without
     an active exception", exit -6) after the run had trained and saved everything: 2 of 16 two-process ZeRO-3 LoRA
-    runs beside one busy process on 2 cores, after `main` had returned on both ranks."""
+    runs beside one or two busy processes on 2 cores, after `main` had returned on both ranks (0 of 16 since)."""
     if not torch.distributed.is_initialized():
         return
     torch.distributed.barrier()
