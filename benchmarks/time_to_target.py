@@ -56,6 +56,7 @@ from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer, ModelConfig
 
 from trl_pods import PODSConfig, PODSGRPOTrainer
+from trl_pods.config import DEFAULT_PROMPT_RATIO
 from trl_pods.demo import demo_arguments, held_out
 from trl_pods.smollm2 import fetch_smollm2
 from trl_pods.train import ScriptArguments, train
@@ -477,13 +478,17 @@ GOALS = {"cpu": ("auto 16->4", 0.5, 0.7), "h200": ("auto 16->4, H200 costs", 0.7
 the upper bound of that ratio's 90% CI."""
 
 
-def bounded(step: list[float]) -> bool:
-    """Whether a step of `SIZED_REFILL` reached one of its bounds (the most prompts, 4 per trained prompt at 4
-    rollouts each, or the most calls, 3), so that the data within them may not have held a group with contrast for
-    every trained prompt."""
+def bounded(step: list[float], plan: dict = PLAN) -> bool:
+    """Whether a step of `SIZED_REFILL` reached one of its bounds (the most prompts, ``pods_max_prompt_ratio`` per
+    trained prompt at ``pods_n`` rollouts each, or the most calls, ``pods_max_draws``: the arm's settings or their
+    defaults), so that the data within them may not have held a group with contrast for every trained prompt."""
+    options = ARMS[SIZED_REFILL]
+    ratio = options.get("pods_max_prompt_ratio", DEFAULT_PROMPT_RATIO)
     field = {name: i for i, name in enumerate(STEP_FIELDS)}
-    prompts = PLAN["prompts_per_step"]
-    return step[field["rollouts"]] >= 4 * prompts * 4 or step[field["calls"]] >= 3
+    most_rollouts = ratio * plan["prompts_per_step"] * options["pods_n"]
+    return step[field["rollouts"]] >= most_rollouts or step[field["calls"]] >= options.get(
+        "pods_max_draws", PODSConfig.pods_max_draws
+    )
 
 
 def goals_text(runs: list[dict], cpu_costs: dict[str, float] | None, plan: dict = PLAN) -> str:

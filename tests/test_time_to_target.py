@@ -146,6 +146,22 @@ def test_minutes_in_both_pricings_and_the_baseline(study):
     assert study.comparison(cpu, "trl.GRPOTrainer 4", "trl.GRPOTrainer 4") == "1 (baseline)"
 
 
+def test_a_sized_refill_step_is_bounded_by_the_arms_own_limits(study, monkeypatch):
+    """The contrast goal counts only steps of sized refill that stopped short of its bounds: the most prompts
+    (``pods_max_prompt_ratio`` x the plan's prompts, at ``pods_n`` rollouts each) or the most calls
+    (``pods_max_draws``), read from the arm's settings or PODSConfig's defaults, not written out again."""
+
+    def step(rollouts: float, calls: float) -> list[float]:
+        return [1, 9.0, rollouts, 16.0, calls, 0.0, 0.5, 15.0]
+
+    most = 4 * study.PLAN["prompts_per_step"] * 4  # default ratio 4, 4 rollouts a prompt
+    assert study.bounded(step(most, 1)) and study.bounded(step(16, 3))
+    assert not study.bounded(step(most - 4, 2))
+    arm = {**study.ARMS[study.SIZED_REFILL], "pods_max_prompt_ratio": 2, "pods_max_draws": 5}
+    monkeypatch.setitem(study.ARMS, study.SIZED_REFILL, arm)
+    assert study.bounded(step(most // 2, 1)) and not study.bounded(step(16, 3)) and study.bounded(step(16, 5))
+
+
 def test_the_report_refuses_runs_the_plan_did_not_ask_for(study):
     """A run with other settings (here 50 held-out problems) or outside the plan (seed 9 of PODS) stops the report
     with a message, instead of being mixed into the tables."""
