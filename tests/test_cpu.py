@@ -113,6 +113,15 @@ from trl_pods.cpu import leave_distributed_run
 torch.distributed.init_process_group("gloo")
 rank = torch.distributed.get_rank()
 atexit.register(lambda: open(os.path.join(sys.argv[1], f"exit-handler-{rank}"), "w").close())
+engine_group = torch.distributed.new_group()
+
+
+def engine_shutdown():  # as a colocate vLLM engine's shutdown: its own group, then the default one
+    torch.distributed.destroy_process_group(engine_group)
+    torch.distributed.destroy_process_group()
+
+
+atexit.register(engine_shutdown)
 leave_distributed_run()
 print("still running after leave_distributed_run", flush=True)
 """
@@ -121,7 +130,9 @@ print("still running after leave_distributed_run", flush=True)
 def test_a_finished_cpu_run_of_two_processes_leaves_after_its_exit_handlers(tmp_path):
     """`trl-pods train` ends a multi-process CPU run with `leave_distributed_run`: both ranks leave with status 0
     without the interpreter's teardown (where a native backend thread aborted finished ZeRO-3 runs), and the exit
-    handlers (trackers, logging) still run on each rank first."""
+    handlers (trackers, logging) still run on each rank first, while the process groups exist: a colocate vLLM
+    engine's shutdown destroys its groups and the default one, and printed "Invalid process group specified" when the
+    default group had been destroyed before it."""
     from helpers import torchrun, worker_env
 
     script = tmp_path / "leaver.py"
@@ -130,4 +141,5 @@ def test_a_finished_cpu_run_of_two_processes_leaves_after_its_exit_handlers(tmp_
                             text=True, timeout=120)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert "still running" not in result.stdout
+    assert "Traceback" not in result.stderr and "Exception" not in result.stderr, result.stderr[-3000:]
     assert sorted(p.name for p in tmp_path.glob("exit-handler-*")) == ["exit-handler-0", "exit-handler-1"]

@@ -531,6 +531,25 @@ def test_zero3_colocate_on_two_processes(vllm_model_path, tmp_path):
         assert len(rank["records"]) == 2
 
 
+def test_trl_pods_train_with_a_colocate_engine_ends_cleanly(vllm_model_path, tmp_path):
+    """`trl-pods train --use_vllm --vllm_mode colocate` in one process (the recipes' generation) trains, saves its
+    model and ends with status 0 and no traceback: the colocate engine's shutdown, which destroys vLLM's process
+    groups and the default one, runs before the run destroys the default group (after it, every successful colocate
+    run ended with "ValueError: Invalid process group specified" on stderr)."""
+    out = tmp_path / "run"
+    command = [
+        sys.executable, "-m", "trl_pods.cli", "train", "--model_name_or_path", str(vllm_model_path), "--output_dir",
+        str(out), "--task", "arithmetic", "--pods_n", str(N), "--pods_m", str(M), "--per_device_train_batch_size",
+        "4", "--max_steps", "1", "--max_completion_length", "6", "--save_strategy", "no", "--report_to", "none",
+        "--use_vllm", "true", "--vllm_mode", "colocate", "--vllm_max_model_length", str(MAX_MODEL_LENGTH),
+    ]  # fmt: skip
+    env = {key: value for key, value in worker_env().items() if key not in DISTRIBUTED_ENV}
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "Traceback" not in result.stderr, result.stderr[-4000:]
+    assert (out / "model.safetensors").exists() and (out / "trainer_state.json").exists()
+
+
 def test_trl_pods_eval_with_vllm(vllm_model_path, tmp_path):
     """`trl-pods eval --use_vllm true` samples and scores with a real vLLM engine."""
     data = Path(__file__).with_name("data") / "gsm8k_sample.jsonl"

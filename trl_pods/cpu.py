@@ -64,18 +64,22 @@ def set_up_cpu() -> None:
 
 
 def leave_distributed_run() -> None:
-    """End a finished run of several processes: they leave together, the process group is destroyed, and where there
-    is no accelerator the process then exits without the interpreter's teardown, after its exit handlers (trackers,
-    logging) have run. In that teardown a native thread of the CPU backend aborted a rank ("terminate called without
-    an active exception", exit -6) after the run had trained and saved everything: 2 of 16 two-process ZeRO-3 LoRA
-    runs beside one or two busy processes on 2 cores, after `main` had returned on both ranks (0 of 16 since)."""
+    """End a finished distributed run (several processes, or one with TRL's colocate vLLM engine): the processes leave
+    together, the exit handlers run (trackers, logging, and the colocate engine's shutdown, which destroys vLLM's
+    process groups and the default one: run after the default group was gone it printed "Invalid process group
+    specified" at the end of every successful colocate run), the process group is destroyed if still there, and
+    where there is no accelerator the process then exits without the interpreter's teardown. In that teardown a
+    native thread of the CPU backend aborted a rank ("terminate called without an active exception", exit -6) after
+    the run had trained and saved everything: 2 of 16 two-process ZeRO-3 LoRA runs beside one or two busy processes
+    on 2 cores, after `main` had returned on both ranks (0 of 16 since)."""
     if not torch.distributed.is_initialized():
         return
     torch.distributed.barrier()
-    torch.distributed.destroy_process_group()
+    atexit._run_exitfuncs()  # first: a colocate vLLM engine's shutdown destroys its process groups, the default too
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
     if torch.accelerator.is_available():
         return
-    atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
