@@ -135,6 +135,8 @@ still rise, so that a step count resolves them, and every arm's earlier runs rea
 STEP_FIELDS = ("step", "step_time", "rollouts", "rows", "calls", "frac_zero_std", "reward", "completion_length")
 """Per optimizer step of a run: TRL's ``step_time`` (s), rollouts generated, rows trained, generation calls, the
 fraction of trained groups whose rewards are all equal, the mean reward and completion length of the trained rows."""
+FIELD = {name: i for i, name in enumerate(STEP_FIELDS)}
+"""Index of each `STEP_FIELDS` name in a step record."""
 VLLM = dict(use_vllm=True, vllm_mode="colocate", vllm_max_model_length=512)
 
 
@@ -244,10 +246,9 @@ def run(model: Path, task: str, arm: str, seed: int, settings: dict) -> dict:
     evaluation = HeldOut(task, seed, settings["target"], settings["held_out"], base)
     with tempfile.TemporaryDirectory() as out:
         steps = train_arm(arm, (model, out, task, seed, settings["max_steps"], settings["eval_every"]), [evaluation])
-    field = {name: i for i, name in enumerate(STEP_FIELDS)}
 
     def up_to(step: int, name: str) -> float:
-        return sum(record[field[name]] for record in steps if record[0] <= step)
+        return sum(record[FIELD[name]] for record in steps if record[0] <= step)
 
     curve = [
         [step, accuracy, up_to(step, "rollouts"), up_to(step, "rows"), up_to(step, "calls")]
@@ -357,12 +358,11 @@ def endpoint(run: dict) -> list[float] | None:
 def priced_minutes(run: dict, step: int, costs: dict[str, float]) -> float:
     """The run's steps up to ``step``, each priced with ``costs`` (seconds per generation call, rollout and trained
     row, and per step: ``call``, ``rollout``, ``row``, ``update``)."""
-    field = {name: i for i, name in enumerate(STEP_FIELDS)}
     seconds = sum(
-        s[field["calls"]] * costs["call"] + s[field["rollouts"]] * costs["rollout"] + s[field["rows"]] * costs["row"]
+        s[FIELD["calls"]] * costs["call"] + s[FIELD["rollouts"]] * costs["rollout"] + s[FIELD["rows"]] * costs["row"]
         + costs["update"]
         for s in run["steps"]
-        if s[field["step"]] <= step
+        if s[FIELD["step"]] <= step
     )  # fmt: skip
     return seconds / 60
 
@@ -418,14 +418,13 @@ def task_table(runs: list[dict], task: str, cpu_costs: dict[str, float] | None, 
     mine = [r for r in runs if r["task"] == task]
     cpu, gpu = minutes(mine, cpu_costs), minutes(mine, H200)
     cpu_base, gpu_base = baseline(cpu, task, plan), baseline(gpu, task, plan)
-    field = {name: i for i, name in enumerate(STEP_FIELDS)}
     rows = []
     for arm in [a for a in ARMS if a in plan["seeds"][task]]:
         arm_runs = [r for r in mine if r["arm"] == arm]
         points = [p for p in (endpoint(r) for r in arm_runs) if p is not None]
         records = [s for r in arm_runs for s in r["steps"]]
-        calls = mean_of([s[field["calls"]] for s in records], 2)
-        contrast = mean_of([1 - s[field["frac_zero_std"]] for s in records], 2)
+        calls = mean_of([s[FIELD["calls"]] for s in records], 2)
+        contrast = mean_of([1 - s[FIELD["frac_zero_std"]] for s in records], 2)
         rows.append(
             f"| {arm} | {len(arm_runs)}/{plan['seeds'][task][arm]} | {len(points)} | "
             f"{spread([p[0] for p in points], 0)} | {spread([p[2] for p in points], 0)} | {calls} | "
@@ -484,17 +483,14 @@ def bounded(step: list[float], plan: dict = PLAN) -> bool:
     defaults), so that the data within them may not have held a group with contrast for every trained prompt."""
     options = ARMS[SIZED_REFILL]
     ratio = options.get("pods_max_prompt_ratio", DEFAULT_PROMPT_RATIO)
-    field = {name: i for i, name in enumerate(STEP_FIELDS)}
     most_rollouts = ratio * plan["prompts_per_step"] * options["pods_n"]
-    return step[field["rollouts"]] >= most_rollouts or step[field["calls"]] >= options.get(
-        "pods_max_draws", PODSConfig.pods_max_draws
-    )
+    most_calls = options.get("pods_max_draws", PODSConfig.pods_max_draws)
+    return step[FIELD["rollouts"]] >= most_rollouts or step[FIELD["calls"]] >= most_calls
 
 
 def goals_text(runs: list[dict], cpu_costs: dict[str, float] | None, plan: dict = PLAN) -> str:
     """Each goal of the measurement, per task and pricing, with the measured value: met, not met, or pending."""
     lines = []
-    field = {name: i for i, name in enumerate(STEP_FIELDS)}
     for task in plan["tasks"]:
         mine = [r for r in runs if r["task"] == task]
         for pricing, (arm, goal, bound) in GOALS.items():
@@ -521,9 +517,9 @@ def goals_text(runs: list[dict], cpu_costs: dict[str, float] | None, plan: dict 
                              f"setting (`{best}`): {within:.2f}×: **{verdict}**")  # fmt: skip
         records = [s for r in mine if r["arm"] == SIZED_REFILL for s in r["steps"]]
         if records:
-            calls = statistics.mean(s[field["calls"]] for s in records)
-            contrast = 1 - statistics.mean(s[field["frac_zero_std"]] for s in records)
-            free = [1 - s[field["frac_zero_std"]] for s in records if not bounded(s)]
+            calls = statistics.mean(s[FIELD["calls"]] for s in records)
+            contrast = 1 - statistics.mean(s[FIELD["frac_zero_std"]] for s in records)
+            free = [1 - s[FIELD["frac_zero_std"]] for s in records if not bounded(s)]
             head = (f"- {task}, `{SIZED_REFILL}`: ≤ 1.5 generation calls a step and ≥ 0.95 of trained groups with "
                     f"contrast where the data allows: {calls:.2f} calls; {contrast:.2f} of trained groups with "
                     "contrast over all steps, ")  # fmt: skip
