@@ -60,18 +60,22 @@ def test_baseline_is_trl_grpo_trainer_on_the_same_arguments(study):
         assert config.use_vllm and config.vllm_mode == "colocate"
 
 
-def test_the_plan_lists_its_runs_seed_by_seed_with_trl_16_last(study):
+def test_the_plan_lists_its_runs_seed_by_seed_with_trl_16_and_then_the_added_arms_last(study):
     """Every (task, arm, seed) the plan asks for is taken exactly once, seed by seed (so a cut measurement has whole
-    seeds of most arms), add2 before add2x1, trl.GRPOTrainer 16 after every other run; the H200 costs the GPU-regime
-    arm plans with are those measured (`docs/benchmarks/data/gpu_cost_curve_SmolLM2-135M_lora.json`)."""
+    seeds of most arms), add2 before add2x1, trl.GRPOTrainer 16 after every run of the first plan and the amendment's
+    arms (`ADDED`) after it, so that the amendment leaves the first plan's order as it was; the H200 costs the
+    GPU-regime arm plans with are those measured (`docs/benchmarks/data/gpu_cost_curve_SmolLM2-135M_lora.json`)."""
 
     runs = study.planned_runs()
     assert len(runs) == len(set(runs)) == sum(n for arms in study.PLAN["seeds"].values() for n in arms.values())
-    last = [i for i, (_, arm, _) in enumerate(runs) if arm == "trl.GRPOTrainer 16"]
-    assert last == list(range(len(runs) - len(last), len(runs)))
-    first = [r for r in runs if r[1] != "trl.GRPOTrainer 16"]
-    assert [seed for _, _, seed in first] == sorted(seed for _, _, seed in first)
-    assert first[:2] == [("add2", "trl.GRPOTrainer 4", 0), ("add2", "trl.GRPOTrainer 8", 0)]
+    groups = [[r for r in runs if r[1] not in study.ADDED and r[1] != "trl.GRPOTrainer 16"],
+              [r for r in runs if r[1] == "trl.GRPOTrainer 16"], [r for r in runs if r[1] in study.ADDED]]  # fmt: skip
+    assert runs == [r for group in groups for r in group] and all(groups)
+    for group in groups:
+        assert [seed for _, _, seed in group] == sorted(seed for _, _, seed in group)
+    assert groups[0][:2] == [("add2", "trl.GRPOTrainer 4", 0), ("add2", "trl.GRPOTrainer 8", 0)]
+    assert groups[2][:2] == [("add2", "auto 4->4", 0), ("add2", "auto 4->4, H200 costs", 0)]
+    assert len(groups[0]) + len(groups[1]) == 79 and study.ARMS["auto 4->4"]["pods_n"] == study.ARMS["auto 4->4"]["pods_m"]
     sys.path.insert(0, str(REPO / "benchmarks"))
     try:
         from gpu_cost_curve import measurement, summary
