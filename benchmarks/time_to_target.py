@@ -35,7 +35,7 @@ import os
 import socket
 import statistics
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -505,33 +505,62 @@ def bounded(step: list[float], plan: dict = PLAN) -> bool:
     return step[FIELD["rollouts"]] >= most_rollouts or step[FIELD["calls"]] >= most_calls
 
 
+def lacking(runs: list[dict], task: str, arms: Iterable[str], plan: dict = PLAN) -> list[str]:
+    """``"arm (k of n runs)"`` for each of ``arms`` with fewer runs of ``task`` than the plan asks."""
+    wanted = plan["seeds"][task]
+    counts = {arm: sum(r["task"] == task and r["arm"] == arm for r in runs) for arm in arms}
+    return [f"{arm} ({k} of {wanted[arm]} runs)" for arm, k in counts.items() if k < wanted[arm]]
+
+
+def against_trl(found: dict[str, list[float]], task: str, arm: str, goal: float, bound: float, plan: dict) -> str:
+    """The verdict on ``arm`` ≤ ``goal`` × the baseline with the CI's upper bound ≤ ``bound``, all runs being in."""
+    base, wanted = baseline(found, task, plan), plan["seeds"][task][arm]
+    if base is None:
+        return "untested: no trl.GRPOTrainer arm reached the target in every run"
+    if len(found.get(arm, [])) < wanted:
+        return f"{len(found.get(arm, []))} of its {wanted} runs reached the target: **not met**"
+    ratio = statistics.mean(found[arm]) / statistics.mean(found[base])
+    high = bootstrap_ratio_ci(found[arm], found[base])[1]
+    return f"`{base}`: {ratio:.2f}×, upper {high:.2f}: **{'met' if ratio <= goal and high <= bound else 'not met'}**"
+
+
+def against_fixed(found: dict[str, list[float]], task: str, arm: str, plan: dict) -> str:
+    """The verdict on ``arm`` within 10% of the best of `FIXED_PODS` that reached the target in every run, all runs
+    being in."""
+    wanted = plan["seeds"][task]
+    fixed = {a: statistics.mean(found[a]) for a in FIXED_PODS if len(found.get(a, [])) == wanted[a]}
+    if not fixed:
+        return "untested: no fixed setting reached the target in every run"
+    if len(found.get(arm, [])) < wanted[arm]:
+        return f"{len(found.get(arm, []))} of its {wanted[arm]} runs reached the target: **not met**"
+    best = min(fixed, key=fixed.get)
+    within = statistics.mean(found[arm]) / fixed[best]
+    return f"`{best}`: {within:.2f}×: **{'met' if within <= 1.1 else 'not met'}**"
+
+
 def goals_text(runs: list[dict], cpu_costs: dict[str, float] | None, plan: dict = PLAN) -> str:
-    """Each goal of the measurement, per task and pricing, with the measured value: met, not met, or pending."""
+    """Each goal of the measurement, per task and pricing, with the measured value: met or not met once every arm it
+    compares has all its planned runs, pending (naming those still lacking runs) until then."""
     lines = []
     for task in plan["tasks"]:
         mine = [r for r in runs if r["task"] == task]
         for pricing, (arm, goal, bound) in GOALS.items():
             found = minutes(mine, cpu_costs if pricing == "cpu" else H200)
-            base = baseline(found, task, plan)
-            complete = len(found.get(arm, [])) == plan["seeds"][task][arm]
-            if base is None or not complete:
-                lines.append(f"- {task}, {pricing.upper()} pricing, `{arm}` ≤ {goal}× the best trl.GRPOTrainer "
-                             "setting: pending (not every planned run has reached the target)")  # fmt: skip
-                continue
-            ratio = statistics.mean(found[arm]) / statistics.mean(found[base])
-            high = bootstrap_ratio_ci(found[arm], found[base])[1]
-            met = "met" if ratio <= goal and high <= bound else "not met"
-            lines.append(f"- {task}, {pricing.upper()} pricing, `{arm}` ≤ {goal}× `{base}` with the CI's upper "
-                         f"bound ≤ {bound}: {ratio:.2f}×, upper {high:.2f}: **{met}**")  # fmt: skip
-            fixed = {
-                a: statistics.mean(found[a]) for a in FIXED_PODS if len(found.get(a, [])) == plan["seeds"][task][a]
-            }
-            if fixed:
-                best = min(fixed, key=fixed.get)
-                within = statistics.mean(found[arm]) / fixed[best]
-                verdict = "met" if within <= 1.1 else "not met"
-                lines.append(f"- {task}, {pricing.upper()} pricing, `{arm}` within 10% of the best fixed trl_pods "
-                             f"setting (`{best}`): {within:.2f}×: **{verdict}**")  # fmt: skip
+            claim = f"- {task}, {pricing.upper()} pricing, `{arm}`"
+            waiting = lacking(mine, task, [*TRL_GROUP_SIZES, arm], plan)
+            verdict = (
+                f"pending (waiting for {', '.join(waiting)})"
+                if waiting
+                else against_trl(found, task, arm, goal, bound, plan)
+            )
+            lines.append(
+                f"{claim} ≤ {goal}× the best trl.GRPOTrainer setting, the CI's upper bound ≤ {bound}: {verdict}"
+            )
+            waiting = lacking(mine, task, [*FIXED_PODS, arm], plan)
+            verdict = (
+                f"pending (waiting for {', '.join(waiting)})" if waiting else against_fixed(found, task, arm, plan)
+            )
+            lines.append(f"{claim} within 10% of the best fixed trl_pods setting: {verdict}")
         records = [s for r in mine if r["arm"] == SIZED_REFILL for s in r["steps"]]
         if records:
             calls = statistics.mean(s[FIELD["calls"]] for s in records)
@@ -610,6 +639,13 @@ def render() -> str:
         for task, target in PLAN["tasks"].items()
     )
     tasks = ", ".join(f"{task} to {target} held-out accuracy" for task, target in PLAN["tasks"].items())
+    waiting = "; ".join(
+        f"{task}: {', '.join(arms)}" for task in PLAN["tasks"] if (arms := lacking(runs, task, TRL_GROUP_SIZES))
+    )
+    provisional = waiting and (
+        f" While trl.GRPOTrainer arms lack runs ({waiting}), the baseline is the best of those complete so far and "
+        "every ratio is provisional."
+    )
     plan_lines = "\n".join(f"- **{key}**: {tasks if key == 'tasks' else value}" for key, value in PLAN.items()
                            if key != "seeds")  # fmt: skip
     seeds = "; ".join(f"{task}: " + ", ".join(f"{arm} {n}" for arm, n in arms.items())
@@ -640,8 +676,8 @@ with the costs measured on an H200 ({H200["call"]} s a generation call, {1000 * 
 {1000 * H200["row"]:.2f} ms a trained row, {H200["update"]} s an update: `gpu_cost_curve.py`), a pricing, not a GPU
 run: steps, calls, rollouts and rows do not depend on the machine. ÷ best trl.GRPOTrainer: the ratio of mean minutes
 to the baseline's (the `trl.GRPOTrainer` arm with the lowest mean among those whose planned runs all reached the
-target, in that pricing), its bootstrap 90% CI over seeds and the exact permutation p. Generation calls per step and
-trained groups with contrast: over all the arm's steps.
+target, in that pricing), its bootstrap 90% CI over seeds and the exact permutation p.{provisional} Generation calls
+per step and trained groups with contrast: over all the arm's steps.
 
 {tables}
 

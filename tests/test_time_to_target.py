@@ -150,6 +150,40 @@ def test_minutes_in_both_pricings_and_the_baseline(study):
     assert study.comparison(cpu, "trl.GRPOTrainer 4", "trl.GRPOTrainer 4") == "1 (baseline)"
 
 
+def test_a_goal_waits_for_every_arm_it_compares(study):
+    """A goal's verdict waits until the cost-aware arm and every arm it is compared with (each trl.GRPOTrainer arm,
+    each fixed trl_pods setting) have all their planned runs, naming those lacking, so that a baseline or best fixed
+    setting chosen among the arms in so far is never reported as met; then it is met or not met, and an arm with a
+    run that missed the target does not meet it."""
+    target, seeds = study.PLAN["tasks"]["add2"], study.PLAN["seeds"]["add2"]
+    at = {k: [0.0] * k + [target, target] for k in (1, 2, 4, 8)}  # the endpoint at step 5 k
+    never = [0.0, 0.0, 0.0]
+
+    def runs(arm: str, k: int, missed: int = 0, lacking: int = 0) -> list[dict]:
+        return [_run(study, "add2", arm, s, never if s < missed else at[k]) for s in range(seeds[arm] - lacking)]
+
+    costs = dict(call=0.5, rollout=0.04, row=0.5, update=1.0)
+    full = [*runs("trl.GRPOTrainer 4", 8), *runs("trl.GRPOTrainer 8", 4), *runs("PODS 16->4", 4),
+            *runs(study.SIZED_REFILL, 1), *runs("auto 16->4", 1)]  # fmt: skip
+    partial = full + runs("trl.GRPOTrainer 16", 1, lacking=1)
+    lines = study.goals_text(partial, costs).splitlines()
+    cpu = [line for line in lines if line.startswith("- add2, CPU")]
+    assert cpu[0].endswith("pending (waiting for trl.GRPOTrainer 16 (4 of 5 runs))"), cpu[0]
+    assert cpu[1].endswith("`GRPO 4 + refill (sized)`: 1.00×: **met**"), cpu[1]
+    lines = study.goals_text(full + runs("trl.GRPOTrainer 16", 1, missed=1), costs).splitlines()
+    cpu = [line for line in lines if line.startswith("- add2, CPU")]
+    assert "`trl.GRPOTrainer 8`: 0.25×, upper 0.25: **met**" in cpu[0], "trl.GRPOTrainer 16 missed once"
+    refill_slow = [r for r in full if r["arm"] != study.SIZED_REFILL] + runs(study.SIZED_REFILL, 2)
+    lines = study.goals_text(refill_slow + runs("trl.GRPOTrainer 16", 1), costs).splitlines()
+    cpu = [line for line in lines if line.startswith("- add2, CPU")]
+    assert "`trl.GRPOTrainer 16`: 1.00×, upper 1.00: **not met**" in cpu[0]
+    assert cpu[1].endswith("`GRPO 4 + refill (sized)`: 0.50×: **met**"), cpu[1]
+    auto_missed = [r for r in full if r["arm"] != "auto 16->4"] + runs("auto 16->4", 1, missed=1)
+    lines = study.goals_text(auto_missed + runs("trl.GRPOTrainer 16", 8), costs).splitlines()
+    cpu = [line for line in lines if line.startswith("- add2, CPU")]
+    assert cpu[0].endswith("7 of its 8 runs reached the target: **not met**") and cpu[1].endswith("**not met**")
+
+
 def test_a_sized_refill_step_is_bounded_by_the_arms_own_limits(study, monkeypatch):
     """The contrast goal counts only steps of sized refill that stopped short of its bounds: the most prompts
     (``pods_max_prompt_ratio`` x the plan's prompts, at ``pods_n`` rollouts each) or the most calls
