@@ -36,6 +36,7 @@ import socket
 import statistics
 import tempfile
 from collections.abc import Iterable, Iterator
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -546,21 +547,18 @@ def goals_text(runs: list[dict], cpu_costs: dict[str, float] | None, plan: dict 
         mine = [r for r in runs if r["task"] == task]
         for pricing, (arm, goal, bound) in GOALS.items():
             found = minutes(mine, cpu_costs if pricing == "cpu" else H200)
-            claim = f"- {task}, {pricing.upper()} pricing, `{arm}`"
-            waiting = lacking(mine, task, [*TRL_GROUP_SIZES, arm], plan)
-            verdict = (
-                f"pending (waiting for {', '.join(waiting)})"
-                if waiting
-                else against_trl(found, task, arm, goal, bound, plan)
-            )
-            lines.append(
-                f"{claim} ≤ {goal}× the best trl.GRPOTrainer setting, the CI's upper bound ≤ {bound}: {verdict}"
-            )
-            waiting = lacking(mine, task, [*FIXED_PODS, arm], plan)
-            verdict = (
-                f"pending (waiting for {', '.join(waiting)})" if waiting else against_fixed(found, task, arm, plan)
-            )
-            lines.append(f"{claim} within 10% of the best fixed trl_pods setting: {verdict}")
+            goals = (
+                (f"≤ {goal}× the best trl.GRPOTrainer setting, the CI's upper bound ≤ {bound}", TRL_GROUP_SIZES,
+                 partial(against_trl, found, task, arm, goal, bound, plan)),
+                ("within 10% of the best fixed trl_pods setting", FIXED_PODS,
+                 partial(against_fixed, found, task, arm, plan)),
+            )  # fmt: skip
+            for text, compared, verdict in goals:
+                waiting = lacking(mine, task, [*compared, arm], plan)
+                pending = f"pending (waiting for {', '.join(waiting)})"
+                lines.append(
+                    f"- {task}, {pricing.upper()} pricing, `{arm}` {text}: {pending if waiting else verdict()}"
+                )
         records = [s for r in mine if r["arm"] == SIZED_REFILL for s in r["steps"]]
         if records:
             calls = statistics.mean(s[FIELD["calls"]] for s in records)

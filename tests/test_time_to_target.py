@@ -75,7 +75,8 @@ def test_the_plan_lists_its_runs_seed_by_seed_with_trl_16_and_then_the_added_arm
         assert [seed for _, _, seed in group] == sorted(seed for _, _, seed in group)
     assert groups[0][:2] == [("add2", "trl.GRPOTrainer 4", 0), ("add2", "trl.GRPOTrainer 8", 0)]
     assert groups[2][:2] == [("add2", "auto 4->4", 0), ("add2", "auto 4->4, H200 costs", 0)]
-    assert len(groups[0]) + len(groups[1]) == 79 and study.ARMS["auto 4->4"]["pods_n"] == study.ARMS["auto 4->4"]["pods_m"]
+    assert len(groups[0]) + len(groups[1]) == 79
+    assert study.ARMS["auto 4->4"]["pods_n"] == study.ARMS["auto 4->4"]["pods_m"]
     sys.path.insert(0, str(REPO / "benchmarks"))
     try:
         from gpu_cost_curve import measurement, summary
