@@ -513,13 +513,20 @@ def lacking(runs: list[dict], task: str, arms: Iterable[str], plan: dict = PLAN)
     return [f"{arm} ({k} of {wanted[arm]} runs)" for arm, k in counts.items() if k < wanted[arm]]
 
 
+def missing(found: dict[str, list[float]], task: str, arm: str, plan: dict) -> str | None:
+    """``"k of its n runs reached the target"`` where some of ``arm``'s planned runs did not (all being in), else
+    None."""
+    reached, wanted = len(found.get(arm, [])), plan["seeds"][task][arm]
+    return f"{reached} of its {wanted} runs reached the target" if reached < wanted else None
+
+
 def against_trl(found: dict[str, list[float]], task: str, arm: str, goal: float, bound: float, plan: dict) -> str:
     """The verdict on ``arm`` ≤ ``goal`` × the baseline with the CI's upper bound ≤ ``bound``, all runs being in."""
-    base, wanted = baseline(found, task, plan), plan["seeds"][task][arm]
+    base = baseline(found, task, plan)
     if base is None:
         return "untested: no trl.GRPOTrainer arm reached the target in every run"
-    if len(found.get(arm, [])) < wanted:
-        return f"{len(found.get(arm, []))} of its {wanted} runs reached the target: **not met**"
+    if missed := missing(found, task, arm, plan):
+        return f"{missed}: **not met**"
     ratio = statistics.mean(found[arm]) / statistics.mean(found[base])
     high = bootstrap_ratio_ci(found[arm], found[base])[1]
     return f"`{base}`: {ratio:.2f}×, upper {high:.2f}: **{'met' if ratio <= goal and high <= bound else 'not met'}**"
@@ -532,8 +539,8 @@ def against_fixed(found: dict[str, list[float]], task: str, arm: str, plan: dict
     fixed = {a: statistics.mean(found[a]) for a in FIXED_PODS if len(found.get(a, [])) == wanted[a]}
     if not fixed:
         return "untested: no fixed setting reached the target in every run"
-    if len(found.get(arm, [])) < wanted[arm]:
-        return f"{len(found.get(arm, []))} of its {wanted[arm]} runs reached the target: **not met**"
+    if missed := missing(found, task, arm, plan):
+        return f"{missed}: **not met**"
     best = min(fixed, key=fixed.get)
     within = statistics.mean(found[arm]) / fixed[best]
     return f"`{best}`: {within:.2f}×: **{'met' if within <= 1.1 else 'not met'}**"
@@ -577,6 +584,27 @@ def goals_text(runs: list[dict], cpu_costs: dict[str, float] | None, plan: dict 
                     head + f"and none of its {len(records)} steps stopped short of its bounds (prompts, "
                     f"calls), so the data never allowed more: calls **{met}**, contrast untested"
                 )
+    return "\n".join(lines)
+
+
+def added_text(runs: list[dict], cpu_costs: dict[str, float] | None, plan: dict = PLAN) -> str:
+    """The amendment's question (`PLAN` ``added``), per task and pricing: the `ADDED` arm of that pricing against
+    sized refill and against the goal's auto 16->4, as ratios of mean minutes with their CIs, once every arm compared
+    has all its planned runs, pending (naming those lacking) until then."""
+    lines = []
+    for task in plan["tasks"]:
+        mine = [r for r in runs if r["task"] == task]
+        for (pricing, (auto, _, _)), added in zip(GOALS.items(), ADDED, strict=True):  # CPU, then H200
+            found = minutes(mine, cpu_costs if pricing == "cpu" else H200)
+            parts = []
+            for other in (SIZED_REFILL, auto):
+                if waiting := lacking(mine, task, [added, other], plan):
+                    parts.append(f"against `{other}`: pending (waiting for {', '.join(waiting)})")
+                elif missed := [f"`{a}` {m}" for a in (added, other) if (m := missing(found, task, a, plan))]:
+                    parts.append(f"against `{other}`: untested, {' and '.join(missed)}")
+                else:
+                    parts.append(f"against `{other}`: {ratio_ci(found[added], found[other])}")
+            lines.append(f"- {task}, {pricing.upper()} pricing, `{added}` " + "; ".join(parts))
     return "\n".join(lines)
 
 
@@ -684,6 +712,13 @@ per step and trained groups with contrast: over all the arm's steps.
 ## Goals
 
 {goals_text(runs, cpu_costs)}
+
+## The added arms: auto without down-sampling
+
+Minutes to target of auto held to natural groups of 4 (`ADDED`, the plan's amendment) over sized refill's and over
+auto 16->4's, in each pricing: ratio of means, bootstrap 90% CI over seeds, exact permutation p.
+
+{added_text(runs, cpu_costs)}
 
 ## Interleaved step times
 

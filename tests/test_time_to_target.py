@@ -185,6 +185,34 @@ def test_a_goal_waits_for_every_arm_it_compares(study):
     assert cpu[0].endswith("7 of its 8 runs reached the target: **not met**") and cpu[1].endswith("**not met**")
 
 
+def test_the_added_arms_are_held_against_refill_and_auto_16_to_4(study):
+    """The amendment's question is answered per task and pricing by the added arm's mean minutes over sized refill's
+    and over the goal's auto 16->4's, with a CI: pending while any compared arm lacks planned runs, untested (naming
+    the arm) where one of its runs missed the target, and priced with that pricing's costs."""
+    target, seeds = study.PLAN["tasks"]["add2"], study.PLAN["seeds"]["add2"]
+    at_5, at_10, never = [0.0, target, target], [0.0, 0.0, target, target], [0.0, 0.0, 0.0]
+
+    def runs(arm: str, curve: list[float], count: int | None = None) -> list[dict]:
+        return [_run(study, "add2", arm, s, curve) for s in range(seeds[arm] if count is None else count)]
+
+    costs = dict(call=0.5, rollout=0.04, row=0.5, update=1.0)
+    refill, auto = runs(study.SIZED_REFILL, at_10), runs("auto 16->4", at_10)
+    pending = [line for line in study.added_text(refill + auto + runs("auto 4->4", at_5, 4), costs).splitlines()
+               if line.startswith("- add2, CPU")]  # fmt: skip
+    assert pending == [
+        "- add2, CPU pricing, `auto 4->4` against `GRPO 4 + refill (sized)`: pending (waiting for "
+        "auto 4->4 (4 of 5 runs)); against `auto 16->4`: pending (waiting for auto 4->4 (4 of 5 runs))"
+    ]
+    lines = study.added_text(refill + auto + runs("auto 4->4", at_5), costs).splitlines()
+    cpu = next(line for line in lines if line.startswith("- add2, CPU"))
+    assert "against `GRPO 4 + refill (sized)`: 0.50× (0.50–0.50), p " in cpu
+    assert "against `auto 16->4`: 0.50× (0.50–0.50), p " in cpu
+    assert any(line.startswith("- add2, H200 pricing, `auto 4->4, H200 costs` against") for line in lines)
+    missed = runs("auto 4->4", at_5)[1:] + runs("auto 4->4", never, 1)
+    cpu = next(line for line in study.added_text(refill + auto + missed, costs).splitlines() if "CPU" in line)
+    assert cpu.endswith("against `auto 16->4`: untested, `auto 4->4` 4 of its 5 runs reached the target"), cpu
+
+
 def test_a_sized_refill_step_is_bounded_by_the_arms_own_limits(study, monkeypatch):
     """The contrast goal counts only steps of sized refill that stopped short of its bounds: the most prompts
     (``pods_max_prompt_ratio`` x the plan's prompts, at ``pods_n`` rollouts each) or the most calls
