@@ -1,7 +1,8 @@
 """The README and the docs pages stay exact and navigable: the configuration reference is the one generated from
 `PODSConfig`, no page repeats a heading, every relative link (and its anchor) resolves, the README stays a short
 front door linking every page, and its Tests section gives the exact commands CI runs; the benchmarks open with what to
-choose, and every study page says which script writes it or where its retired script lives."""
+choose, every study page says which script writes it or where its retired script lives, and a ratio quoted beside a
+study is on its page."""
 
 from __future__ import annotations
 
@@ -87,6 +88,29 @@ def test_relative_links_and_anchors_resolve(page):
         assert linked.exists(), target
         if anchor:
             assert anchor in {_anchor(h) for h in _headings(linked)}, target
+
+
+QUOTED_CI = re.compile(r"(\d+\.\d\d)× \((?:90% CI )?(\d\.\d\d)–(\d\.\d\d)\)")
+"""A ratio with its interval as the docs quote it: ``0.39× (0.31–0.49)`` or ``0.39× (90% CI 0.31–0.49)``."""
+
+
+def _blocks(text: str):
+    """Paragraphs, with each table row and list item of one a block of its own."""
+    for paragraph in text.split("\n\n"):
+        yield from re.split(r"\n(?=\||- )", paragraph)
+
+
+@pytest.mark.parametrize("page", [README, *DOCS], ids=lambda p: p.name)
+def test_a_ratio_quoted_beside_a_study_is_on_that_studys_page(page):
+    """Each ratio with its confidence interval that a row, item or paragraph quotes beside a link to a study page is
+    printed on one of the study pages it links, so that a figure in the docs follows the committed data: when new
+    runs move a ratio (a time-to-target run changing the baseline), this fails until the docs quote the page again."""
+    for block in _blocks(page.read_text()):
+        studies = [page.parent / link for link in re.findall(r"\]\(([\w./-]*benchmarks/[\w-]+\.md)", block)]
+        quoted = [f"{m[1]}× ({m[2]}–{m[3]})" for m in QUOTED_CI.finditer(block)]
+        if studies and quoted:
+            printed = "".join(study.read_text() for study in studies)
+            assert [q for q in quoted if q not in printed] == [], (block[:80], [s.name for s in studies])
 
 
 def test_readme_is_a_short_front_door_to_every_page():
