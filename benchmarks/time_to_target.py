@@ -155,6 +155,8 @@ STEP_FIELDS = ("step", "step_time", "rollouts", "rows", "calls", "frac_zero_std"
 fraction of trained groups whose rewards are all equal, the mean reward and completion length of the trained rows."""
 FIELD = {name: i for i, name in enumerate(STEP_FIELDS)}
 """Index of each `STEP_FIELDS` name in a step record."""
+TIMING_FIELD = {name: 2 + i for i, name in enumerate(STEP_FIELDS)}
+"""Index of each `STEP_FIELDS` name in a timing run's record: ``[arm, round, *step record]``."""
 VLLM = dict(use_vllm=True, vllm_mode="colocate", vllm_max_model_length=512)
 
 
@@ -388,8 +390,7 @@ def priced_minutes(run: dict, step: int, costs: dict[str, float]) -> float:
 def fit_cpu_costs(timing_run: dict) -> dict[str, float]:
     """Least squares of the timing run's step times on (calls, rollouts, rows, 1): the CPU's `H200`-like costs, with
     the fit's R²."""
-    field = {name: 2 + i for i, name in enumerate(STEP_FIELDS)}
-    records = timing_run["records"]
+    field, records = TIMING_FIELD, timing_run["records"]
     x = np.array([[r[field["calls"]], r[field["rollouts"]], r[field["rows"]], 1.0] for r in records])  # [steps, 4]
     y = np.array([r[field["step_time"]] for r in records])  # [steps]
     coefficients, *_ = np.linalg.lstsq(x, y, rcond=None)
@@ -615,8 +616,7 @@ def timing_text(timing_run: dict | None, runs: list[dict]) -> str:
         return ("Not measured yet: CPU minutes need every arm's step times taken side by side on an idle machine "
                 "(`python benchmarks/time_to_target.py --timing`).")  # fmt: skip
     per_step, loads, costs = seconds_per_step(timing_run), timing_run["load"], fit_cpu_costs(timing_run)
-    field = {name: 2 + i for i, name in enumerate(STEP_FIELDS)}
-    rows = []
+    field, rows = TIMING_FIELD, []
     for arm in [a for a in ARMS if a in per_step]:
         mine = [r for r in timing_run["records"] if r[0] == arm]
         by_steps = [endpoint(r)[0] * per_step[arm] / 60 for r in runs if r["arm"] == arm and endpoint(r)]
