@@ -609,6 +609,32 @@ def added_text(runs: list[dict], cpu_costs: dict[str, float] | None, plan: dict 
     return "\n".join(lines)
 
 
+def decomposition_text(runs: list[dict], cpu_costs: dict[str, float] | None, plan: dict = PLAN) -> str:
+    """Per task and pricing, each trl_pods arm's mean minutes over sized refill's split into its mean steps to target
+    over refill's times its minutes a step (mean minutes over mean steps) over refill's, for arms all of whose planned
+    runs reached the target: whether an arm trails by the steps it needs or by what a step costs."""
+    lines = []
+    for task in plan["tasks"]:
+        mine = [r for r in runs if r["task"] == task]
+        steps = {}
+        for run in mine:
+            if point := endpoint(run):
+                steps.setdefault(run["arm"], []).append(point[0])
+        for (pricing, (auto, _, _)), added in zip(GOALS.items(), ADDED, strict=True):  # CPU, then H200
+            found = minutes(mine, cpu_costs if pricing == "cpu" else H200)
+            whole = [a for a in (SIZED_REFILL, "PODS 16->4", auto, added)
+                     if not lacking(mine, task, [a], plan) and not missing(found, task, a, plan)]  # fmt: skip
+            if SIZED_REFILL not in whole:
+                continue
+            refill_steps, refill_minutes = statistics.mean(steps[SIZED_REFILL]), statistics.mean(found[SIZED_REFILL])
+            for arm in whole[1:]:
+                by_steps = statistics.mean(steps[arm]) / refill_steps
+                by_minutes = statistics.mean(found[arm]) / refill_minutes
+                split = f"{by_steps:.2f}× the steps × {by_minutes / by_steps:.2f}× the minutes a step"
+                lines.append(f"- {task}, {pricing.upper()} pricing, `{arm}`: {by_minutes:.2f}× the minutes = {split}")
+    return "\n".join(lines) or "- No arm and sized refill have all their runs in yet."
+
+
 def timing_text(timing_run: dict | None, runs: list[dict]) -> str:
     """How the interleaved timing run went, its seconds per step per arm, the CPU costs fitted on it, and the check:
     each arm's CPU minutes to target by steps x its interleaved seconds per step against the costs' pricing."""
@@ -719,6 +745,14 @@ Minutes to target of auto held to natural groups of 4 (`ADDED`, the plan's amend
 auto 16->4's, in each pricing: ratio of means, bootstrap 90% CI over seeds, exact permutation p.
 
 {added_text(runs, cpu_costs)}
+
+## Steps or cost per step
+
+An arm's mean minutes to target are its mean steps to target times its minutes a step (mean minutes over mean steps),
+so its ratio to sized refill's splits into the two: whether it trails (or leads) by the steps it needs or by what a
+step costs, in each pricing. Arms all of whose planned runs reached the target.
+
+{decomposition_text(runs, cpu_costs)}
 
 ## Interleaved step times
 

@@ -213,6 +213,28 @@ def test_the_added_arms_are_held_against_refill_and_auto_16_to_4(study):
     assert cpu.endswith("against `auto 16->4`: untested, `auto 4->4` 4 of its 5 runs reached the target"), cpu
 
 
+def test_minutes_against_refill_split_into_steps_and_minutes_a_step(study):
+    """Each trl_pods arm's minutes over sized refill's are its steps to target over refill's times its minutes a
+    step over refill's (the product exact), per task and pricing, only for arms all of whose planned runs reached the
+    target, and nothing before sized refill's runs are all in."""
+    target, seeds = study.PLAN["tasks"]["add2"], study.PLAN["seeds"]["add2"]
+    at_5, at_10 = [0.0, target, target], [0.0, 0.0, target, target]
+
+    def runs(arm: str, curve: list[float], count: int | None = None, calls: float = 1.0) -> list[dict]:
+        count = seeds[arm] if count is None else count
+        return [_run(study, "add2", arm, s, curve, calls=calls) for s in range(count)]
+
+    costs = dict(call=0.5, rollout=0.04, row=0.5, update=1.0)
+    refill = runs(study.SIZED_REFILL, at_5)
+    assert study.decomposition_text(refill[1:] + runs("auto 16->4", at_10), costs).startswith("- No arm")
+    auto = runs("auto 16->4", at_10, calls=2.0)  # twice the steps, each a call dearer
+    lines = study.decomposition_text(refill + auto + runs("PODS 16->4", at_10, 4), costs).splitlines()
+    step = 0.5 + 10 * 0.04 + 16 * 0.5 + 1.0  # one call, 10 rollouts, 16 rows
+    dearer = (step + 0.5) / step
+    split = f"{2 * dearer:.2f}× the minutes = 2.00× the steps × {dearer:.2f}× the minutes a step"
+    assert lines == [f"- add2, CPU pricing, `auto 16->4`: {split}"], "PODS 16->4 lacks a run, auto-H200 has none"
+
+
 def test_a_sized_refill_step_is_bounded_by_the_arms_own_limits(study, monkeypatch):
     """The contrast goal counts only steps of sized refill that stopped short of its bounds: the most prompts
     (``pods_max_prompt_ratio`` x the plan's prompts, at ``pods_n`` rollouts each) or the most calls
