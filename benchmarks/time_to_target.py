@@ -547,14 +547,20 @@ def against_fixed(found: dict[str, list[float]], task: str, arm: str, plan: dict
     return f"`{best}`: {within:.2f}×: **{'met' if within <= 1.1 else 'not met'}**"
 
 
+def pricings(mine: list[dict], cpu_costs: dict[str, float] | None) -> Iterator[tuple[str, tuple, str, dict]]:
+    """Per pricing, CPU then H200: its name, its `GOALS` entry, its `ADDED` arm and the minutes of the runs ``mine``
+    priced with its costs (`minutes`)."""
+    for (pricing, goal), added in zip(GOALS.items(), ADDED, strict=True):
+        yield pricing, goal, added, minutes(mine, cpu_costs if pricing == "cpu" else H200)
+
+
 def goals_text(runs: list[dict], cpu_costs: dict[str, float] | None, plan: dict = PLAN) -> str:
     """Each goal of the measurement, per task and pricing, with the measured value: met or not met once every arm it
     compares has all its planned runs, pending (naming those still lacking runs) until then."""
     lines = []
     for task in plan["tasks"]:
         mine = [r for r in runs if r["task"] == task]
-        for pricing, (arm, goal, bound) in GOALS.items():
-            found = minutes(mine, cpu_costs if pricing == "cpu" else H200)
+        for pricing, (arm, goal, bound), _, found in pricings(mine, cpu_costs):
             goals = (
                 (f"≤ {goal}× the best trl.GRPOTrainer setting, the CI's upper bound ≤ {bound}", TRL_GROUP_SIZES,
                  partial(against_trl, found, task, arm, goal, bound, plan)),
@@ -595,8 +601,7 @@ def added_text(runs: list[dict], cpu_costs: dict[str, float] | None, plan: dict 
     lines = []
     for task in plan["tasks"]:
         mine = [r for r in runs if r["task"] == task]
-        for (pricing, (auto, _, _)), added in zip(GOALS.items(), ADDED, strict=True):  # CPU, then H200
-            found = minutes(mine, cpu_costs if pricing == "cpu" else H200)
+        for pricing, (auto, _, _), added, found in pricings(mine, cpu_costs):
             parts = []
             for other in (SIZED_REFILL, auto):
                 if waiting := lacking(mine, task, [added, other], plan):
@@ -620,8 +625,7 @@ def decomposition_text(runs: list[dict], cpu_costs: dict[str, float] | None, pla
         for run in mine:
             if point := endpoint(run):
                 steps.setdefault(run["arm"], []).append(point[0])
-        for (pricing, (auto, _, _)), added in zip(GOALS.items(), ADDED, strict=True):  # CPU, then H200
-            found = minutes(mine, cpu_costs if pricing == "cpu" else H200)
+        for pricing, (auto, _, _), added, found in pricings(mine, cpu_costs):
             whole = [a for a in (SIZED_REFILL, "PODS 16->4", auto, added)
                      if not lacking(mine, task, [a], plan) and not missing(found, task, a, plan)]  # fmt: skip
             if SIZED_REFILL not in whole:
