@@ -626,12 +626,12 @@ def decomposition_text(runs: list[dict], cpu_costs: dict[str, float] | None, pla
             if point := endpoint(run):
                 steps.setdefault(run["arm"], []).append(point[0])
         for pricing, (auto, _, _), added, found in pricings(mine, cpu_costs):
-            whole = [a for a in (SIZED_REFILL, "PODS 16->4", auto, added)
-                     if not lacking(mine, task, [a], plan) and not missing(found, task, a, plan)]  # fmt: skip
-            if SIZED_REFILL not in whole:
+            if missing(found, task, SIZED_REFILL, plan):  # a run lacking or short of the target
                 continue
             refill_steps, refill_minutes = statistics.mean(steps[SIZED_REFILL]), statistics.mean(found[SIZED_REFILL])
-            for arm in whole[1:]:
+            for arm in [a for a in (*FIXED_PODS, auto, added) if a != SIZED_REFILL]:
+                if missing(found, task, arm, plan):
+                    continue
                 by_steps = statistics.mean(steps[arm]) / refill_steps
                 by_minutes = statistics.mean(found[arm]) / refill_minutes
                 split = f"{by_steps:.2f}× the steps × {by_minutes / by_steps:.2f}× the minutes a step"
