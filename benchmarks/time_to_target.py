@@ -535,7 +535,7 @@ def against_trl(found: dict[str, list[float]], task: str, arm: str, goal: float,
 
 def against_fixed(found: dict[str, list[float]], task: str, arm: str, plan: dict) -> str:
     """The verdict on ``arm`` within 10% of the best of `FIXED_PODS` that reached the target in every run, all runs
-    being in."""
+    being in: the plan's rule is on the ratio of means; its CI and p say whether the gap is beyond seed noise."""
     wanted = plan["seeds"][task]
     fixed = {a: statistics.mean(found[a]) for a in FIXED_PODS if len(found.get(a, [])) == wanted[a]}
     if not fixed:
@@ -544,7 +544,7 @@ def against_fixed(found: dict[str, list[float]], task: str, arm: str, plan: dict
         return f"{missed}: **not met**"
     best = min(fixed, key=fixed.get)
     within = statistics.mean(found[arm]) / fixed[best]
-    return f"`{best}`: {within:.2f}×: **{'met' if within <= 1.1 else 'not met'}**"
+    return f"`{best}`: {ratio_ci(found[arm], found[best])}: **{'met' if within <= 1.1 else 'not met'}**"
 
 
 def pricings(mine: list[dict], cpu_costs: dict[str, float] | None) -> Iterator[tuple[str, tuple, str, dict]]:

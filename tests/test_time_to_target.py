@@ -170,7 +170,7 @@ def test_a_goal_waits_for_every_arm_it_compares(study):
     lines = study.goals_text(partial, costs).splitlines()
     cpu = [line for line in lines if line.startswith("- add2, CPU")]
     assert cpu[0].endswith("pending (waiting for trl.GRPOTrainer 16 (4 of 5 runs))"), cpu[0]
-    assert cpu[1].endswith("`GRPO 4 + refill (sized)`: 1.00×: **met**"), cpu[1]
+    assert cpu[1].endswith("`GRPO 4 + refill (sized)`: 1.00× (1.00–1.00), p 1.00: **met**"), cpu[1]
     lines = study.goals_text(full + runs("trl.GRPOTrainer 16", 1, missed=1), costs).splitlines()
     cpu = [line for line in lines if line.startswith("- add2, CPU")]
     assert "`trl.GRPOTrainer 8`: 0.25×, upper 0.25: **met**" in cpu[0], "trl.GRPOTrainer 16 missed once"
@@ -178,7 +178,7 @@ def test_a_goal_waits_for_every_arm_it_compares(study):
     lines = study.goals_text(refill_slow + runs("trl.GRPOTrainer 16", 1), costs).splitlines()
     cpu = [line for line in lines if line.startswith("- add2, CPU")]
     assert "`trl.GRPOTrainer 16`: 1.00×, upper 1.00: **not met**" in cpu[0]
-    assert cpu[1].endswith("`GRPO 4 + refill (sized)`: 0.50×: **met**"), cpu[1]
+    assert cpu[1].endswith("`GRPO 4 + refill (sized)`: 0.50× (0.50–0.50), p 0.00: **met**"), cpu[1]
     auto_missed = [r for r in full if r["arm"] != "auto 16->4"] + runs("auto 16->4", 1, missed=1)
     lines = study.goals_text(auto_missed + runs("trl.GRPOTrainer 16", 8), costs).splitlines()
     cpu = [line for line in lines if line.startswith("- add2, CPU")]
