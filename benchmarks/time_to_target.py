@@ -23,6 +23,7 @@ measured on an H200 (`H200`: a generation call, a rollout, a trained row, an upd
     python benchmarks/time_to_target.py --arms 'PODS 16->4'  # only these arms' runs
     python benchmarks/time_to_target.py --timing             # interleaved step times: an idle machine
     python benchmarks/time_to_target.py --report             # docs/benchmarks/time-to-target.md from the runs
+    python benchmarks/time_to_target.py --timing --engine hf  # the same on a CUDA GPU, HF generate in bf16
     python benchmarks/time_to_target.py --smoke --steps 2 --eval_every 1 --arms ...   # no files written
 """
 
@@ -402,16 +403,16 @@ def endpoint(run: dict) -> list[float] | None:
     return None if index is None else run["curve"][index]
 
 
+def step_seconds(step: list[float], costs: dict[str, float]) -> float:
+    """A step record priced with ``costs`` (seconds per generation call, rollout and trained row, and per step:
+    ``call``, ``rollout``, ``row``, ``update``)."""
+    return (step[FIELD["calls"]] * costs["call"] + step[FIELD["rollouts"]] * costs["rollout"]
+            + step[FIELD["rows"]] * costs["row"] + costs["update"])  # fmt: skip
+
+
 def priced_minutes(run: dict, step: int, costs: dict[str, float]) -> float:
-    """The run's steps up to ``step``, each priced with ``costs`` (seconds per generation call, rollout and trained
-    row, and per step: ``call``, ``rollout``, ``row``, ``update``)."""
-    seconds = sum(
-        s[FIELD["calls"]] * costs["call"] + s[FIELD["rollouts"]] * costs["rollout"] + s[FIELD["rows"]] * costs["row"]
-        + costs["update"]
-        for s in run["steps"]
-        if s[FIELD["step"]] <= step
-    )  # fmt: skip
-    return seconds / 60
+    """The run's steps up to ``step``, each priced with ``costs`` (`step_seconds`)."""
+    return sum(step_seconds(s, costs) for s in run["steps"] if s[FIELD["step"]] <= step) / 60
 
 
 def fit_costs(timing_run: dict) -> dict[str, float]:
@@ -710,11 +711,7 @@ def gpu_timing_text(gpu_run: dict | None, runs: list[dict], plan: dict = PLAN) -
     for arm in [a for a in ARMS if a in per_step]:
         mine = [r[2:] for r in gpu_run["records"] if r[0] == arm]
         planned = [s for r in runs if r["arm"] == arm and r["task"] == gpu_run["task"] for s in r["steps"]]
-        priced = statistics.mean(
-            s[FIELD["calls"]] * H200["call"] + s[FIELD["rollouts"]] * H200["rollout"] + s[FIELD["rows"]] * H200["row"]
-            + H200["update"]
-            for s in mine
-        )  # fmt: skip
+        priced = statistics.mean(step_seconds(s, H200) for s in mine)
         counts = [
             f"{mean_of([s[FIELD[name]] for s in mine], digits)} ({mean_of([s[FIELD[name]] for s in planned], digits)})"
             for name, digits in (("rollouts", 0), ("calls", 2))
@@ -863,7 +860,7 @@ Runs: [data/{NAME}.jsonl](data/{NAME}.jsonl) (curve: step, accuracy, cumulative 
 ```bash
 python benchmarks/time_to_target.py            # the vLLM environment: take the plan's runs (resumes; many processes)
 python benchmarks/time_to_target.py --timing   # on an idle machine
-python benchmarks/time_to_target.py --timing --engine hf --timing_rounds 2 --timing_steps 6  # on a CUDA GPU
+python benchmarks/time_to_target.py --timing --engine hf --timing_rounds 2 --timing_steps 7  # on a CUDA GPU
 python benchmarks/time_to_target.py --report   # this page
 ```
 
