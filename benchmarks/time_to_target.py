@@ -366,7 +366,7 @@ def timing(model: Path, args: argparse.Namespace) -> Iterator[dict]:
     ``--engine``; the load average before and after every run. Yields the measurement so far after each run, so a
     cut-short one keeps what it measured."""
     task, loads, records = args.tasks[0], [os.getloadavg()], []
-    gpu = args.engine == "hf" and torch.cuda.is_available()
+    gpu = engine_arguments(args.engine, torch.cuda.is_available()).get("bf16", False)  # hf on a CUDA GPU
     for round_, arm in interleaved(args.arms, args.timing_rounds):
         with tempfile.TemporaryDirectory() as out:
             steps = train_arm(arm, (model, out, task, round_, args.timing_steps, None), engine=args.engine)
@@ -375,8 +375,8 @@ def timing(model: Path, args: argparse.Namespace) -> Iterator[dict]:
         print(f"timing round {round_} {arm}: " + ", ".join(f"{r[1]:.2f}" for r in steps) + " s", flush=True)
         yield {
             "device": torch.cuda.get_device_name() if gpu else cpu_model(),
-            "engine": "HF generate, bf16" if gpu else "the vLLM CPU engine (colocate)" if args.engine == "vllm-cpu"
-            else "HF generate, fp32",
+            "engine": "the vLLM CPU engine (colocate)" if args.engine == "vllm-cpu"
+            else f"HF generate, {'bf16' if gpu else 'fp32'}",
             "versions": versions(("torch", "transformers", "trl", "peft", "vllm")), "task": task,
             "prompts_per_step": PLAN["prompts_per_step"], "rounds": round_ + 1, "steps_per_run": args.timing_steps,
             "threads": torch.get_num_threads(), "fields": ["arm", "round", *STEP_FIELDS], "records": records,
@@ -720,13 +720,13 @@ def gpu_timing_text(gpu_run: dict | None, runs: list[dict], plan: dict = PLAN) -
                     if r["arm"] == arm and r["task"] == gpu_run["task"] and endpoint(r)]  # fmt: skip
         rows.append(f"| {arm} | {per_step[arm]:.2f} | {priced:.2f} | {per_step[arm] / priced:.2f} | "
                     f"{' | '.join(counts)} | {spread(by_steps, 2)} |")  # fmt: skip
-    ratios = []
-    for arm in [a for a in ARMS if any(r["arm"] == arm for r in runs)]:
-        cells = []
-        for task in plan["tasks"]:
-            found = minutes([r for r in runs if r["task"] == task], costs)
-            cells.append(comparison(found, arm, baseline(found, task, plan)))
-        ratios.append(f"| {arm} | {' | '.join(cells)} |")
+    found = {task: minutes([r for r in runs if r["task"] == task], costs) for task in plan["tasks"]}
+    bases = {task: baseline(found[task], task, plan) for task in plan["tasks"]}
+    ratios = [
+        f"| {arm} | {' | '.join(comparison(found[task], arm, bases[task]) for task in plan['tasks'])} |"
+        for arm in ARMS
+        if any(r["arm"] == arm for r in runs)
+    ]
     versions_text = ", ".join(f"{k} {v}" for k, v in gpu_run["versions"].items())
     return (
         f"{gpu_run['device']} ({versions_text}), {gpu_run['engine']}; task {gpu_run['task']}, {gpu_run['rounds']} "
