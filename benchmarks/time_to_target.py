@@ -33,6 +33,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shlex
 import socket
 import statistics
 import tempfile
@@ -728,8 +729,12 @@ def gpu_timing_text(gpu_run: dict | None, runs: list[dict], plan: dict = PLAN) -
         if any(r["arm"] == arm for r in runs)
     ]
     versions_text = ", ".join(f"{k} {v}" for k, v in gpu_run["versions"].items())
+    command = shlex.join(["python", "benchmarks/time_to_target.py", "--timing", "--engine", "hf", "--timing_rounds",
+                          str(gpu_run["rounds"]), "--timing_steps", str(gpu_run["steps_per_run"]), "--arms",
+                          *dict.fromkeys(r[0] for r in gpu_run["records"])])  # fmt: skip
     return (
-        f"{gpu_run['device']} ({versions_text}), {gpu_run['engine']}; task {gpu_run['task']}, {gpu_run['rounds']} "
+        f"`{command}` on {gpu_run['device']} ({versions_text}), {gpu_run['engine']}; task {gpu_run['task']}, "
+        f"{gpu_run['rounds']} "
         f"round{'s' * (gpu_run['rounds'] != 1)} of {gpu_run['steps_per_run']} steps per arm (the first step of each "
         "run left out), the order rotated each round. Per arm: its seconds a step (median over rounds), the `H200` "
         "pricing of the same steps, and its rollouts and generation calls a step here (in brackets: in the plan's "
@@ -860,7 +865,7 @@ Runs: [data/{NAME}.jsonl](data/{NAME}.jsonl) (curve: step, accuracy, cumulative 
 ```bash
 python benchmarks/time_to_target.py            # the vLLM environment: take the plan's runs (resumes; many processes)
 python benchmarks/time_to_target.py --timing   # on an idle machine
-python benchmarks/time_to_target.py --timing --engine hf --timing_rounds 2 --timing_steps 7  # on a CUDA GPU
+python benchmarks/time_to_target.py --timing --engine hf   # on a CUDA GPU (the exact command: above)
 python benchmarks/time_to_target.py --report   # this page
 ```
 

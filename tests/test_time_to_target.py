@@ -187,6 +187,8 @@ def test_the_gpu_timing_sets_measured_step_times_against_the_h200_pricing(study)
     minutes = 5 * 1.5 * pods / 60  # reached at step 5
     assert f"| PODS 16->4 | {1.5 * pods:.2f} | {pods:.2f} | 1.50 | 64 (10) | 1.00 (1.00) | {minutes:.2f} (" in text
     assert "| trl.GRPOTrainer 4 | 1 (baseline) | – |" in text
+    command = "python benchmarks/time_to_target.py --timing --engine hf --timing_rounds 2 --timing_steps 6 --arms"
+    assert text.startswith(f"`{command} 'trl.GRPOTrainer 4' 'PODS 16->4'` on a GPU"), "the command that measured it"
     fitted = {k: 1.5 * v for k, v in h200.items()}
     ratio = study.minutes(runs, fitted)["PODS 16->4"][0] / study.minutes(runs, fitted)["trl.GRPOTrainer 4"][0]
     assert f"| PODS 16->4 | {ratio:.2f}× ({ratio:.2f}–{ratio:.2f})" in text
