@@ -133,8 +133,9 @@ def command_line(script: str, parser: argparse.ArgumentParser, settings: dict) -
 class RunStore:
     """Runs as JSON lines in ``path``, each a dict whose ``key`` fields name it (e.g. task, method, seed).
 
-    Claims live beside the file (``<path>.claims/``): a claim is a file created exclusively, holding the claiming
-    process's id; a claim whose process is gone is stale and taken over.
+    Claims live beside the file (``<path>.claims/``): a claim is a file holding the claiming process's id, created
+    (or, when the process that made it is gone, taken over) under an exclusive lock of ``<path>.claims/.lock``, so
+    that two processes never both hold it; the saved runs are read once the claim is held.
     """
 
     def __init__(self, path: Path, key: Sequence[str]):
@@ -163,36 +164,35 @@ class RunStore:
     @contextlib.contextmanager
     def claim(self, key: tuple) -> Iterator[bool]:
         """Within the block, ``key`` is this process's to measure (True), or another live process's or already saved
-        (False). The claim ends with the block."""
+        (False). The claim ends with the block. It is taken before the saved runs are read: a process that measured
+        and saved the run released its claim only after saving, so the run is seen and not measured again."""
         self.claims.mkdir(parents=True, exist_ok=True)
         marker = self.claims / "__".join(str(part).replace("/", "_").replace(" ", "_") for part in key)
-        owned = False
+        held = _create_claim(marker, self.claims / ".lock")
+        if held and key in self.done():
+            marker.unlink()
+            held = False
         try:
-            owned = key not in self.done() and _create_claim(marker)
-            yield owned
+            yield held
         finally:
-            if owned:
+            if held:
                 marker.unlink(missing_ok=True)
 
 
-def _create_claim(marker: Path) -> bool:
-    """Create ``marker`` for this process; take it over when the process that made it is gone."""
-    for _ in range(2):
+def _create_claim(marker: Path, lock: Path) -> bool:
+    """Create ``marker`` holding this process's id, or take it over when the process that made it is gone, under an
+    exclusive lock of ``lock``: reading a marker, judging its process and writing ours is one step for every
+    process, so none reads a marker half written or takes over one another process has just taken."""
+    with lock.open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
         try:
-            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            try:
-                owner = int(marker.read_text() or 0)
-            except (FileNotFoundError, ValueError):
-                owner = 0
-            if owner and _alive(owner):
-                return False
-            marker.unlink(missing_ok=True)
-            continue
-        with os.fdopen(fd, "w") as f:
-            f.write(str(os.getpid()))
+            owner = int(marker.read_text() or 0)
+        except (FileNotFoundError, ValueError):
+            owner = 0  # no claim, or one cut short before its id was written: its process is gone
+        if owner and _alive(owner):
+            return False
+        marker.write_text(str(os.getpid()))
         return True
-    return False
 
 
 def _alive(pid: int) -> bool:

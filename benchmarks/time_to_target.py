@@ -389,10 +389,14 @@ def timing(model: Path, args: argparse.Namespace) -> Iterator[dict]:
 
 
 def check_against_plan(runs: list[dict], plan: dict = PLAN) -> None:
-    """Refuse runs the plan does not ask for, or made with other settings (a mixed table would compare unlike runs)."""
-    wanted = set(planned_runs(plan))
+    """Refuse runs the plan does not ask for, made with other settings (a mixed table would compare unlike runs), or
+    saved twice (one run would count as two seeds)."""
+    wanted, seen = set(planned_runs(plan)), set()
     for run in runs:
         key = (run["task"], run["arm"], run["seed"])
+        if key in seen:
+            raise SystemExit(f"{key} is saved twice in the runs: keep one line of it.")
+        seen.add(key)
         if key not in wanted or run["settings"] != plan_settings(run["task"], plan):
             raise SystemExit(f"{key} with {run['settings']} is not a run of the plan (PLAN): it cannot be reported.")
 

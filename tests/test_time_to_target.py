@@ -350,4 +350,37 @@ def test_run_store_claims_a_run_for_one_live_process(harness, tmp_path):
         assert mine, "a dead process's claim is taken over"
     store.append({"task": "add2", "arm": "PODS 16->4", "seed": 0})
     with store.claim(key) as mine:
-        assert not mine and os.listdir(store.claims) == []
+        assert not mine and os.listdir(store.claims) == [".lock"], "no claim is left on a saved run"
+
+
+def test_run_store_claim_sees_a_run_saved_while_it_was_claiming(harness, tmp_path, monkeypatch):
+    """A run is measured once when another process claims, measures, saves and releases it between this process's
+    look at the saved runs and its claim (issue 59, 4): the claim is taken first and the saved runs read once it is
+    held, so a run saved by its earlier holder is seen."""
+    key, run = ("add2", "PODS 16->4", 0), {"task": "add2", "arm": "PODS 16->4", "seed": 0}
+    store = harness.RunStore(tmp_path / "runs.jsonl", ("task", "arm", "seed"))
+    other = harness.RunStore(tmp_path / "runs.jsonl", ("task", "arm", "seed"))  # a second process's view
+    measured, read = [], store.runs
+
+    def runs_while_the_other_process_measures() -> list[dict]:
+        saved = read()
+        with other.claim(key) as mine:
+            if mine:
+                measured.append("other")
+                other.append(run)
+        return saved
+
+    monkeypatch.setattr(store, "runs", runs_while_the_other_process_measures)
+    with store.claim(key) as mine:
+        if mine:
+            measured.append("this")
+    assert len(measured) == 1, measured
+
+
+def test_the_report_refuses_a_run_saved_twice(study):
+    """Two saved runs of one (task, arm, seed) stop the report with one line naming the key, instead of both being
+    counted as seeds (issue 59, 4)."""
+    target = study.PLAN["tasks"]["add2"]
+    good = _run(study, "add2", "PODS 16->4", 0, [0.0, target, target])
+    with pytest.raises(SystemExit, match=r"^\('add2', 'PODS 16->4', 0\) is saved twice"):
+        study.check_against_plan([good, good])
