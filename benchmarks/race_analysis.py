@@ -1,0 +1,201 @@
+"""The analysis of a race to a target: pure functions over saved runs, for any study that races arms to a held-out
+accuracy under a plan fixed before its runs (`Race`; `time_to_target.py` is the first).
+
+* A run: its evaluations (``curve``: step, accuracy, cumulative rollouts, rows and calls; step 0 the base model) and
+  a record per optimizer step (`STEP_FIELDS`), saved with the plan's settings (`Race.settings`).
+* The endpoint (`confirmed`): the first evaluation at or above the target whose next evaluation is also at or above
+  it. A run that never confirms it, one that first reached the target at its last evaluation included, did not reach
+  it (`reached`) and counts at the budget: its ``max_steps`` steps, priced as those steps' minutes. The mean of such
+  values over seeds is the restricted mean time to target (`to_target`, `minutes`): every run counts, and a miss
+  counts at least as fast as it could have been, so an arm that misses is never made to look slower than it is.
+* Pricing (`Pricing`): a step's seconds from its generation calls, rollouts, trained rows and a constant
+  (`step_seconds`), with costs measured on a machine or fitted on a timing run (`fit_costs`).
+* The baseline (`baseline`): the lowest restricted mean among the candidate arms, every run counted.
+* Ratios (`ratio_text`): ratio of restricted means, bootstrap 90% CI over seeds and exact permutation p
+  (`harness.bootstrap_ratio_ci`, `harness.permutation_p`), marked *within noise* (`within_noise`) where the CI holds 1
+  or p is above `NOISE_P`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+from harness import bootstrap_ratio_ci, permutation_p
+
+STEP_FIELDS = ("step", "step_time", "rollouts", "rows", "calls", "frac_zero_std", "reward", "completion_length")
+"""Per optimizer step of a run: TRL's ``step_time`` (s), rollouts generated, rows trained, generation calls, the
+fraction of trained groups whose rewards are all equal, the mean reward and completion length of the trained rows."""
+FIELD = {name: i for i, name in enumerate(STEP_FIELDS)}
+"""Index of each `STEP_FIELDS` name in a step record."""
+TIMING_FIELD = {name: 2 + i for i, name in enumerate(STEP_FIELDS)}
+"""Index of each `STEP_FIELDS` name in a timing run's record: ``[arm, round, *step record]``."""
+NOISE_P = 0.05
+"""A ratio is within noise where its 90% CI holds 1 or its permutation p is above this: with 5 seeds a side the
+bootstrap CI is narrow beside the permutation test (which is exact), so both must speak."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Race:
+    """A race's plan as the runs, the analysis and the report read it: its data files ``docs/benchmarks/data/<name>*``,
+    the ``plan`` fixed before its runs (``tasks``: target per task; ``max_steps``, ``eval_every``, ``held_out``,
+    ``prompts_per_step``; ``seeds``: per task, runs per arm; the rest is text the page prints), what each arm trains
+    (``arms``: trainer options) and the arms the baseline is chosen from (``baselines``: `trl.GRPOTrainer` arms)."""
+
+    name: str
+    plan: dict
+    arms: dict[str, dict]
+    baselines: tuple[str, ...]
+
+    def settings(self, task: str) -> dict:
+        """What a run of ``task`` depends on besides its arm and seed; the report refuses runs with other ones."""
+        keys = ("max_steps", "eval_every", "held_out", "prompts_per_step")
+        return {"target": self.plan["tasks"][task], **{key: self.plan[key] for key in keys}}
+
+    def seeds(self, task: str) -> dict[str, int]:
+        """Runs per arm the plan asks for on ``task``."""
+        return self.plan["seeds"][task]
+
+
+@dataclasses.dataclass(frozen=True)
+class Pricing:
+    """A way to turn a run's steps into minutes: its ``name`` on the page, its ``costs`` (seconds per ``call``,
+    ``rollout``, ``row`` and ``update``; None: not measured yet), the decimals its minutes print with, and the arms
+    that plan with these same costs (``circular``: scoring them with the model they plan with is circular)."""
+
+    name: str
+    costs: dict[str, float] | None
+    digits: int = 2
+    circular: tuple[str, ...] = ()
+
+
+def confirmed(accuracy: list[float], target: float) -> int | None:
+    """Index of the endpoint in a run's evaluations: the first at or above ``target`` whose next is also at or above
+    it (None: not reached)."""
+    return next((i for i in range(len(accuracy) - 1) if accuracy[i] >= target <= accuracy[i + 1]), None)
+
+
+def endpoint(run: dict) -> list[float] | None:
+    """The run's curve point at its endpoint (`confirmed`): ``[step, accuracy, rollouts, rows, calls]``; None when
+    it did not reach it."""
+    index = confirmed([point[1] for point in run["curve"]], run["settings"]["target"])
+    return None if index is None else run["curve"][index]
+
+
+def reached(run: dict) -> bool:
+    """Whether the run confirmed the endpoint."""
+    return endpoint(run) is not None
+
+
+def unconfirmed(run: dict) -> bool:
+    """Whether the run first reached the target at its last evaluation, with none after it to confirm it (censored:
+    it did not reach it by the plan's rule, and counts at the budget)."""
+    accuracy = [point[1] for point in run["curve"]]
+    return not reached(run) and accuracy[-1] >= run["settings"]["target"]
+
+
+def stop_step(run: dict) -> int:
+    """The step the run's time to target counts to: its endpoint, or its budget (``max_steps``) when not reached."""
+    point = endpoint(run)
+    return run["settings"]["max_steps"] if point is None else point[0]
+
+
+def step_seconds(step: list[float], costs: dict[str, float]) -> float:
+    """A step record priced with ``costs`` (seconds per generation call, rollout and trained row, and per step:
+    ``call``, ``rollout``, ``row``, ``update``)."""
+    return (step[FIELD["calls"]] * costs["call"] + step[FIELD["rollouts"]] * costs["rollout"]
+            + step[FIELD["rows"]] * costs["row"] + costs["update"])  # fmt: skip
+
+
+def priced_minutes(run: dict, step: int, costs: dict[str, float]) -> float:
+    """The run's steps up to ``step``, each priced with ``costs`` (`step_seconds`)."""
+    return sum(step_seconds(s, costs) for s in run["steps"] if s[FIELD["step"]] <= step) / 60
+
+
+def to_target(run: dict, costs: dict[str, float]) -> float:
+    """The run's minutes to the endpoint priced with ``costs``, or to its budget where it did not reach it."""
+    return priced_minutes(run, stop_step(run), costs)
+
+
+def total(run: dict, name: str) -> float:
+    """The run's `STEP_FIELDS` ``name`` summed over its steps up to `stop_step` (e.g. rollouts to target)."""
+    return sum(s[FIELD[name]] for s in run["steps"] if s[FIELD["step"]] <= stop_step(run))
+
+
+def minutes(runs: list[dict], costs: dict[str, float] | None) -> dict[str, list[float]]:
+    """Per arm: every run's minutes to target priced with ``costs`` (`to_target`; a miss at the budget), so that a
+    mean over them is the restricted mean; none without costs."""
+    found: dict[str, list[float]] = {}
+    for run in runs if costs is not None else ():
+        found.setdefault(run["arm"], []).append(to_target(run, costs))
+    return found
+
+
+def baseline(found: dict[str, list[float]], candidates: Iterable[str]) -> str | None:
+    """The candidate arm with the lowest restricted mean (`minutes`: every run counted), None when none has runs."""
+    with_runs = [arm for arm in candidates if found.get(arm)]
+    return min(with_runs, key=lambda arm: statistics.mean(found[arm]), default=None)
+
+
+def ratio(arm: Sequence[float], base: Sequence[float]) -> tuple[float, float, float, float]:
+    """``(ratio of means, CI low, CI high, permutation p)`` of ``arm`` to ``base``."""
+    low, high = bootstrap_ratio_ci(arm, base)
+    return statistics.fmean(arm) / statistics.fmean(base), low, high, permutation_p(arm, base)
+
+
+def within_noise(low: float, high: float, p: float) -> bool:
+    """Whether a ratio's CI ``low``–``high`` holds 1 or its permutation ``p`` is above `NOISE_P`."""
+    return low <= 1 <= high or p > NOISE_P
+
+
+def ratio_text(arm: Sequence[float], base: Sequence[float]) -> str:
+    """``ratio× (low–high), p`` of ``arm``'s mean to ``base``'s, with ``, within noise`` where it is so."""
+    value, low, high, p = ratio(arm, base)
+    return f"{value:.2f}× ({low:.2f}–{high:.2f}), p {p:.2f}" + (", within noise" if within_noise(low, high, p) else "")
+
+
+def fit_costs(timing_run: dict) -> dict[str, float]:
+    """Least squares of a timing run's step times on (calls, rollouts, rows, 1): its machine's costs, with the fit's
+    R²."""
+    field, records = TIMING_FIELD, timing_run["records"]
+    x = np.array([[r[field["calls"]], r[field["rollouts"]], r[field["rows"]], 1.0] for r in records])  # [steps, 4]
+    y = np.array([r[field["step_time"]] for r in records])  # [steps]
+    coefficients, *_ = np.linalg.lstsq(x, y, rcond=None)
+    residual, spread = ((y - x @ coefficients) ** 2).sum(), ((y - y.mean()) ** 2).sum()
+    return {**dict(zip(("call", "rollout", "row", "update"), coefficients.tolist(), strict=True)),
+            "r2": float(1 - residual / spread) if spread else 1.0}  # fmt: skip
+
+
+def seconds_per_step(timing_run: dict) -> dict[str, float]:
+    """Per arm: the median over rounds of the round's mean step time."""
+    by_round: dict[str, dict[int, list[float]]] = {}
+    for arm, round_, _step, step_time, *_ in timing_run["records"]:
+        by_round.setdefault(arm, {}).setdefault(round_, []).append(step_time)
+    return {arm: statistics.median(statistics.mean(t) for t in rounds.values()) for arm, rounds in by_round.items()}
+
+
+def check_against_plan(runs: list[dict], planned: Iterable[tuple], race: Race) -> None:
+    """Refuse runs the plan does not ask for (``planned``: its ``(task, arm, seed)`` keys), made with other settings
+    (a mixed table would compare unlike runs), or saved twice (one run would count as two seeds)."""
+    wanted, seen = set(planned), set()
+    for run in runs:
+        key = (run["task"], run["arm"], run["seed"])
+        if key in seen:
+            raise SystemExit(f"{key} is saved twice in the runs: keep one line of it.")
+        seen.add(key)
+        if key not in wanted or run["settings"] != race.settings(run["task"]):
+            raise SystemExit(f"{key} with {run['settings']} is not a run of the plan (PLAN): it cannot be reported.")
+
+
+def lacking(runs: list[dict], task: str, arms: Iterable[str], race: Race) -> list[str]:
+    """``"arm (k of n runs)"`` for each of ``arms`` with fewer runs of ``task`` than the plan asks."""
+    wanted = race.seeds(task)
+    counts = {arm: sum(r["task"] == task and r["arm"] == arm for r in runs) for arm in arms}
+    return [f"{arm} ({k} of {wanted[arm]} runs)" for arm, k in counts.items() if k < wanted[arm]]
+
+
+def misses(runs: list[dict], task: str, arm: str) -> int:
+    """How many of ``arm``'s runs of ``task`` did not reach the target."""
+    return sum(r["task"] == task and r["arm"] == arm and not reached(r) for r in runs)

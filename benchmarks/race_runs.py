@@ -1,0 +1,227 @@
+"""The runs of a race to a target (`race_analysis.Race`): training an arm on a task from a seed, evaluating every
+checkpoint on held-out problems, taking the plan's runs as a queue shared by any number of processes
+(`harness.RunStore`), and the interleaved timing run that measures every arm's step time side by side.
+
+Every arm trains with the demo's arguments (`trl_pods.demo.demo_arguments`) and its own options (`Race.arms`): the
+baseline arms (`Race.baselines`) with `trl.GRPOTrainer` itself on a field-for-field copy of the config (`trl_config`),
+the others with `PODSGRPOTrainer`; the plan's prompts per optimizer step in micro-batches of 4 rows per prompt, so
+every arm has the same memory shape. A run is saved as it ends with its curve and its `race_analysis.STEP_FIELDS`
+per step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import socket
+import tempfile
+from collections.abc import Iterator
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+from harness import DATA, RunStore, cpu_model, interleaved, versions
+from race_analysis import FIELD, STEP_FIELDS, Race, confirmed
+from transformers import TrainerCallback
+from trl import GRPOConfig, GRPOTrainer, ModelConfig
+
+from trl_pods import PODSConfig, PODSGRPOTrainer
+from trl_pods.demo import demo_arguments, held_out
+from trl_pods.train import ScriptArguments, train
+from trl_pods.vllm_engine import cpu_weights_in_place
+
+ENGINES = {
+    "vllm-cpu": dict(use_vllm=True, vllm_mode="colocate", vllm_max_model_length=512),
+    "hf": dict(use_vllm=False),
+}
+"""Where a run generates: the plan's runs on vLLM's CPU engine (colocate); ``hf``, for ``--timing`` and ``--smoke``
+where vLLM is not installed, with HF ``generate`` in the trainer: in bf16 on a CUDA GPU when there is one (the setting
+of the H200's costs), else in fp32 on the CPU."""
+
+
+def trl_config(config: PODSConfig) -> GRPOConfig:
+    """The same training arguments as a `trl.GRPOConfig`: its every field as ``config`` has it, PODS's fields
+    dropped. ``generation_batch_size`` is derived again from ``steps_per_generation`` (TRL refuses both)."""
+    values = {f.name: getattr(config, f.name) for f in dataclasses.fields(GRPOConfig) if f.init}
+    return GRPOConfig(**{**values, "generation_batch_size": None})
+
+
+def engine_arguments(engine: str, gpu: bool) -> dict:
+    """The training arguments of ``engine`` (`ENGINES`); ``hf`` with a CUDA GPU (``gpu``) trains there in bf16."""
+    return {**ENGINES[engine], **(dict(use_cpu=False, bf16=True) if engine == "hf" and gpu else {})}
+
+
+def run_arguments(
+    race: Race,
+    arm: str,
+    model: Path,
+    out: str,
+    task: str,
+    seed: int,
+    steps: int,
+    eval_every: int | None,
+    engine: str = "vllm-cpu",
+) -> tuple[ScriptArguments, PODSConfig, ModelConfig]:
+    """The demo's arguments with the arm's settings, the plan's prompts per optimizer step in micro-batches of 4 rows
+    per prompt, its held-out problems excluded from training, a checkpoint every ``eval_every`` steps (None: none),
+    generating on ``engine`` (`ENGINES`)."""
+    options, plan = race.arms[arm], race.plan
+    checkpoints = dict(save_steps=eval_every) if eval_every else dict(save_strategy="no")
+    engine_options = engine_arguments(engine, torch.cuda.is_available())
+    script_args, training_args, model_args = demo_arguments(
+        model, Path(out), max_steps=steps, seed=seed, difficulty=task,
+        per_device_train_batch_size=4 * plan["prompts_per_step"], gradient_accumulation_steps=options["pods_m"] // 4,
+        pods_selection_log=False, **checkpoints, **options, **engine_options,
+    )  # fmt: skip
+    script_args.arithmetic_test_size = plan["held_out"]
+    model_args.dtype = "bfloat16" if engine_options.get("bf16") else model_args.dtype
+    return script_args, training_args, model_args
+
+
+def method_arguments(race: Race, arm: str, *where, engine: str = "vllm-cpu") -> tuple[type[GRPOTrainer], tuple]:
+    """``(trainer class, train's arguments)`` of one run (``where``: `run_arguments`'s after the arm):
+    `trl.GRPOTrainer` with `trl_config` of the arguments for the baseline arms, `PODSGRPOTrainer` for the others."""
+    script_args, training_args, model_args = run_arguments(race, arm, *where, engine=engine)
+    if arm in race.baselines:
+        return GRPOTrainer, (script_args, trl_config(training_args), model_args)
+    return PODSGRPOTrainer, (script_args, training_args, model_args)
+
+
+def step_records(history: list[dict], trl_rollouts: int | None) -> list[list[float]]:
+    """`STEP_FIELDS` per optimizer step from a trainer's log (logged every step). ``trl_rollouts``: the rollouts, all
+    trained, per step of a `trl.GRPOTrainer` run, which logs no counts; None for a `PODSGRPOTrainer` run."""
+    return [
+        [
+            e["step"],
+            e["step_time"],
+            e.get("pods/rollouts_generated", trl_rollouts),
+            e.get("pods/rollouts_trained", trl_rollouts),
+            e.get("pods/generation_calls", 1.0),
+            e["frac_reward_zero_std"],
+            e["reward"],
+            e["completions/mean_length"],
+        ]  # fmt: skip
+        for e in history
+        if "step_time" in e
+    ]
+
+
+def train_arm(
+    race: Race, arm: str, where: tuple, callbacks: list | None = None, engine: str = "vllm-cpu"
+) -> list[list[float]]:
+    """Train one arm (``where``: `run_arguments`'s after the arm) on ``engine``; its `step_records`."""
+    trainer_class, arguments = method_arguments(race, arm, *where, engine=engine)
+    config = arguments[1]
+    trl_rollouts = config.per_device_train_batch_size * config.gradient_accumulation_steps
+    # trl.GRPOTrainer's colocate engine must take TRL's weight sync on vLLM-CPU too
+    with cpu_weights_in_place() if engine == "vllm-cpu" else nullcontext():
+        history = train(*arguments, callbacks=callbacks, trainer_class=trainer_class).state.log_history
+    return step_records(history, trl_rollouts if trainer_class is GRPOTrainer else None)
+
+
+class HeldOut(TrainerCallback):
+    """Evaluates every checkpoint as it is saved (`held_out`: greedy, the run's held-out problems) with an RNG state
+    of its own, so that evaluating does not change training; stops training at the evaluation that confirms the
+    endpoint (`confirmed`; ``target`` None: never)."""
+
+    def __init__(self, task: str, seed: int, target: float | None, problems: int, base: float):
+        self.task, self.seed, self.target, self.problems = task, seed, target, problems
+        self.accuracy: list[tuple[int, float]] = [(0, base)]  # (step, held-out accuracy), the base model first
+
+    def on_save(self, args, state, control, **kwargs):
+        checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        with torch.random.fork_rng():
+            report = held_out(self.task, seed=self.seed, problems=self.problems, model_name_or_path=str(checkpoint),
+                              output=str(checkpoint / "eval.json"))  # fmt: skip
+        self.accuracy.append((state.global_step, report["results"][0]["accuracy"]))
+        print(f"step {state.global_step}: held-out accuracy {self.accuracy[-1][1]:.3f}", flush=True)
+        if self.target is not None and confirmed([a for _, a in self.accuracy], self.target) is not None:
+            control.should_training_stop = True
+
+
+def base_accuracy(model: Path, task: str, seed: int, problems: int) -> float:
+    """The base model's greedy accuracy on the held-out problems of ``seed``."""
+    with tempfile.TemporaryDirectory() as out:
+        report = held_out(task, seed=seed, problems=problems, model_name_or_path=str(model), output=f"{out}/eval.json")
+    return report["results"][0]["accuracy"]
+
+
+def run(race: Race, model: Path, task: str, arm: str, seed: int, settings: dict) -> dict:
+    """Train one arm on one task from one seed until the endpoint is confirmed (``settings["target"]``; None: all
+    its steps); its curve ``[step, accuracy, rollouts, rows, calls]`` (cumulative counts up to each evaluation, step 0
+    the base model) and its `step_records`."""
+    base = base_accuracy(model, task, seed, settings["held_out"])
+    evaluation = HeldOut(task, seed, settings["target"], settings["held_out"], base)
+    with tempfile.TemporaryDirectory() as out:
+        where = (model, out, task, seed, settings["max_steps"], settings["eval_every"])
+        steps = train_arm(race, arm, where, [evaluation])
+
+    def up_to(step: int, name: str) -> float:
+        return sum(record[FIELD[name]] for record in steps if record[0] <= step)
+
+    curve = [
+        [step, accuracy, up_to(step, "rollouts"), up_to(step, "rows"), up_to(step, "calls")]
+        for step, accuracy in evaluation.accuracy
+    ]
+    print(f"{task} {arm} seed {seed}: " + ", ".join(f"{s}: {a:.3f}" for s, a, *_ in curve), flush=True)
+    return {"task": task, "arm": arm, "seed": seed, "settings": settings, "curve": curve, "steps": steps,
+            "device": cpu_model(), "versions": versions(("torch", "transformers", "trl", "peft", "vllm"))}  # fmt: skip
+
+
+def store(race: Race) -> RunStore:
+    """The race's runs, ``docs/benchmarks/data/<name>.jsonl``, keyed by task, arm and seed."""
+    return RunStore(DATA / f"{race.name}.jsonl", ("task", "arm", "seed"))
+
+
+def measure(race: Race, planned: list[tuple], model: Path, args: argparse.Namespace) -> Iterator[dict]:
+    """Take the ``planned`` runs (of ``args.arms`` and ``args.tasks``) that are neither saved nor claimed by another
+    process, one at a time; save each as it ends (not with --smoke, which trains ``args.steps`` steps of each wanted
+    arm on seed 0)."""
+    if args.smoke:
+        for task in args.tasks:
+            settings = {**race.settings(task), "max_steps": args.steps, "eval_every": args.eval_every}
+            for arm in args.arms:
+                yield run(race, model, task, arm, 0, settings)
+        return
+    runs = store(race)
+    for key in planned:
+        task, arm, seed = key
+        if arm not in args.arms or task not in args.tasks:
+            continue
+        with runs.claim(key) as mine:
+            if mine:
+                result = run(race, model, task, arm, seed, race.settings(task))
+                runs.append(result)
+                yield result
+
+
+def timing(race: Race, model: Path, args: argparse.Namespace) -> Iterator[dict]:
+    """Every arm ``--timing_steps`` steps per round, round robin over ``--timing_rounds`` rounds in this process (the
+    order rotated each round, `harness.interleaved`; round r trains from seed r), on the first of ``--tasks``, on
+    ``--engine``; the load average before and after every run. Yields the measurement so far after each run, so a
+    cut-short one keeps what it measured."""
+    task, loads, records = args.tasks[0], [os.getloadavg()], []
+    gpu = engine_arguments(args.engine, torch.cuda.is_available()).get("bf16", False)  # hf on a CUDA GPU
+    for round_, arm in interleaved(args.arms, args.timing_rounds):
+        with tempfile.TemporaryDirectory() as out:
+            steps = train_arm(race, arm, (model, out, task, round_, args.timing_steps, None), engine=args.engine)
+        records += [[arm, round_, *record] for record in steps[1:]]  # the first step warms the engine up
+        loads.append(os.getloadavg())
+        print(f"timing round {round_} {arm}: " + ", ".join(f"{r[1]:.2f}" for r in steps) + " s", flush=True)
+        yield {
+            "device": torch.cuda.get_device_name() if gpu else cpu_model(),
+            "engine": "the vLLM CPU engine (colocate)" if args.engine == "vllm-cpu"
+            else f"HF generate, {'bf16' if gpu else 'fp32'}",
+            "versions": versions(("torch", "transformers", "trl", "peft", "vllm")), "task": task,
+            "prompts_per_step": race.plan["prompts_per_step"], "rounds": round_ + 1,
+            "steps_per_run": args.timing_steps, "threads": torch.get_num_threads(),
+            "fields": ["arm", "round", *STEP_FIELDS], "records": records, "load": loads,
+        }  # fmt: skip
+
+
+def free_port() -> int:
+    """A TCP port the system has just handed out as free (for the colocate engine's one-process rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
