@@ -97,15 +97,14 @@ AUDIT = (
     "the target, and a baseline among settings all of whose runs reached it): a run that first reached the target at "
     'its last step, with no evaluation left to confirm it, made its setting "not all reached" and dropped it from '
     "the baseline. Every run now counts, a miss at the budget, for every arm and for the choice of the baseline.",
-    "- **Within noise** is marked (the plan named no threshold): " + NOISE,
+    "- **Within noise** is marked (the plan named no threshold): " + NOISE[0].lower() + NOISE[1:],
     "- **Sized refill's contrast goal is tested over all its steps.** After its first run it was narrowed to the "
     "steps that stopped short of its draw bounds, a test that cannot fail: refill draws until every prompt has "
     "contrast or a bound stops it, so over those steps contrast is 1.00 by construction. That number is kept, "
     "labelled, as an extra.",
     "- **The H200-priced ratio of an arm that plans with the H200's costs is circular** (it is scored with the "
-    "model it plans with, which prices a rollout about 10× below what the trainers measured on the H200): it is "
-    "labelled so, and its goal is also tested with the trainers' own H200 costs (the GPU timing run, below), the "
-    "honest pricing for it.",
+    "model it plans with): it is labelled so, and its goal is also tested with the trainers' own H200 costs (the GPU "
+    "timing run, below), the honest pricing for it.",
 )
 """What the audit of the 99 runs changed in the analysis, and why; the page prints it beside the plan."""
 
@@ -191,7 +190,11 @@ def planned_baseline(runs: list[dict], costs: dict) -> str | None:
 def audit_text(runs: list[dict], cpu_costs: dict | None, gpu_costs: dict | None) -> str:
     """`AUDIT`, then per task and pricing the baseline by the plan's rule and by the restricted mean, and where a
     `trl.GRPOTrainer` arm has a run that did not reach the target, the headline arms restated against it."""
-    lines = list(AUDIT)
+    lines = [AUDIT[0] + "\n", *AUDIT[1:]]
+    if gpu_costs is not None:
+        times = gpu_costs["rollout"] / H200["rollout"]
+        lines[-1] += (f" Those price a rollout at {1000 * gpu_costs['rollout']:.2f} ms, {times:.1f}× the H200 "
+                      f"pricing's {1000 * H200['rollout']:.3f} ms.")  # fmt: skip
     for late in [r for r in runs if unconfirmed(r)]:
         lines.append(f"- Not reached: {late['task']}, `{late['arm']}` seed {late['seed']} first reached the target "
                      f"at step {late['curve'][-1][0]} = max_steps, with no evaluation left to confirm it; it counts "
@@ -202,13 +205,14 @@ def audit_text(runs: list[dict], cpu_costs: dict | None, gpu_costs: dict | None)
             if pricing.costs is None or lacking(mine, task, TRL_GROUP_SIZES, RACE):
                 continue
             found = minutes(mine, pricing.costs)
-            now = baseline(found, TRL_GROUP_SIZES)
-            lines.append(f"- {task}, {pricing.name}: the baseline by the plan's rule was "
-                         f"`{planned_baseline(mine, pricing.costs)}`; by restricted mean it is `{now}`.")  # fmt: skip
+            now, was = baseline(found, TRL_GROUP_SIZES), planned_baseline(mine, pricing.costs)
+            change = f"by the plan's rule it was `{was}`" if was != now else "as by the plan's rule"
+            lines.append(f"- {task}, {pricing.name}: the baseline is `{now}` ({change}).")
             for base in [a for a in TRL_GROUP_SIZES if a != now and misses(mine, task, a)]:
                 restated = "; ".join(f"`{arm}` {ratio_text(found[arm], found[base])}"
                                      for arm in (*FIXED_PODS, GOALS["cpu"][0], GOALS["h200"][0]))  # fmt: skip
-                lines.append(f"  Against `{base}` (its miss counted at the budget, so an upper bound): {restated}.")
+                bound = "its miss counted at the budget: each ratio an upper bound"
+                lines.append(f"  Against `{base}` ({bound}): {restated}.")
     return "\n".join(lines)
 
 
