@@ -37,7 +37,6 @@ import argparse
 import json
 import os
 import statistics
-from collections.abc import Iterator
 from functools import partial
 
 import torch
@@ -97,7 +96,8 @@ AUDIT = (
     "the target, and a baseline among settings all of whose runs reached it): a run that first reached the target at "
     'its last step, with no evaluation left to confirm it, made its setting "not all reached" and dropped it from '
     "the baseline. Every run now counts, a miss at the budget, for every arm and for the choice of the baseline.",
-    "- **Within noise** is marked (the plan named no threshold): " + NOISE[0].lower() + NOISE[1:],
+    "- **Within noise** is marked, by the rule stated once under [Minutes to target](#minutes-to-target) (the plan "
+    "named no threshold).",
     "- **Sized refill's contrast goal is tested over all its steps.** After its first run it was narrowed to the "
     "steps that stopped short of its draw bounds, a test that cannot fail: refill draws until every prompt has "
     "contrast or a bound stops it, so over those steps contrast is 1.00 by construction. That number is kept, "
@@ -414,8 +414,7 @@ def main() -> None:
             if not args.smoke:  # after every run
                 timing_file.write_text(json.dumps(timing_run) + "\n")
         return
-    runs: Iterator[dict] = measure(RACE, planned_runs(), model, args)
-    for _ in runs:
+    for _ in measure(RACE, planned_runs(), model, args):
         pass
     if args.smoke:
         print("smoke run: nothing written")
