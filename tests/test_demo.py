@@ -12,8 +12,9 @@ from helpers import load, pods_config, prompts_dataset, token_sum_reward
 from matplotlib.figure import Figure
 
 from trl_pods import PODSGRPOTrainer, demo, smollm2
-from trl_pods.demo import fresh_folder, verdict
+from trl_pods.demo import verdict
 from trl_pods.smollm2 import HUB_NAME
+from trl_pods.train import fresh_folder
 
 
 def test_verdict_says_plainly_when_training_ended_worse_and_names_the_best_checkpoint():

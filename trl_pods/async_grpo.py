@@ -59,7 +59,7 @@ from trl.experimental.async_grpo.async_rollout_worker import (
 from .adaptive import has_contrast
 from .advantages import population_group_advantages
 from .budget import prompt_key
-from .config import _check_budgeted_generation, _resolve_group_sizes, _resolve_n_initial
+from .config import _check_budgeted_generation, _check_max_steps, _resolve_group_sizes, _resolve_n_initial
 from .down_sampling import DownSampler, get_down_sampler
 from .fields import ADVANTAGE_SCOPES, PODSFields
 from .streaming import PromptStream, StreamGroup, WindowResult, build_stream_mode, window_size
@@ -106,6 +106,7 @@ class PODSAsyncGRPOConfig(PODSFields, AsyncGRPOConfig):
     )
 
     def __post_init__(self):
+        _check_max_steps(self)
         _resolve_group_sizes(self)  # the synchronous config's rule for pods_n, pods_m and num_generations
         super().__post_init__()
         get_down_sampler(self.pods_down_sampler)  # raises with the list of known names

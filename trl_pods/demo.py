@@ -45,7 +45,7 @@ from .config import PODSConfig
 from .cpu import cpu_threads
 from .evaluate import EvalArguments, evaluate, plot_results
 from .smollm2 import HUB_NAME, fetch_smollm2, is_built
-from .train import ScriptArguments, train
+from .train import ScriptArguments, fresh_folder, train
 
 SEED = 42
 HELD_OUT = 50
@@ -114,15 +114,6 @@ def console(log: Path | None) -> Iterator[TextIO]:
             for fd, copy in zip((1, 2), saved, strict=True):
                 os.dup2(copy, fd)
                 os.close(copy)
-
-
-def fresh_folder(wanted: Path) -> Path:
-    """``wanted`` if it is missing or empty, else the first of ``wanted-2``, ``wanted-3``, ... that is."""
-    folder, number = wanted, 1
-    while folder.exists() and any(folder.iterdir()):
-        number += 1
-        folder = wanted.with_name(f"{wanted.name}-{number}")
-    return folder
 
 
 def verdict(accuracy_by_step: list[tuple[int, float]], steps_planned: int) -> list[str]:

@@ -6,8 +6,9 @@ errors fit on one line.
   flag, TRL's and transformers' included.
 * A user error (a bad flag value, an unknown name, a missing or malformed ``--config`` file, a value a dataclass's
   ``__post_init__`` refuses) prints one line ``<command>: error: <message>`` and exits with status 2; an unknown flag
-  close to a known one gets a "did you mean". Only errors raised while the arguments are parsed and checked count as
-  user errors: a crash later keeps its traceback.
+  close to a known one gets a "did you mean". Unknown flags are reported first: a typo (``--pods_mm 4``) otherwise
+  surfaced as whatever the config refused without it. Only errors raised while the arguments are parsed and checked
+  count as user errors: a crash later keeps its traceback.
 * The ``--no_FLAG`` of a boolean flag that defaults to true says that it turns the flag off.
 """
 
@@ -31,6 +32,8 @@ Section = tuple[str, Iterable[str], bool]
 USER_ERRORS = (ValueError, OSError, yaml.YAMLError)
 """What parsing and checking raise for input the user can fix."""
 
+UNKNOWN_FLAGS = "Some specified arguments are not used by the HfArgumentParser: "
+
 _REWRITES = {
     # transformers.TrainingArguments on a machine without a bf16-capable GPU; its advice (use_cpu) alone does not
     # say which flag caused it.
@@ -39,7 +42,7 @@ _REWRITES = {
         "float32, on the CPU when there is no GPU), or add --use_cpu true for bf16 autocast on the CPU."
     ),
     # HfArgumentParser's words for flags no dataclass has
-    "Some specified arguments are not used by the HfArgumentParser: ": "unknown flags (--help-all lists all): {rest}",
+    UNKNOWN_FLAGS: "unknown flags (--help-all lists all): {rest}",
 }
 """Messages reworded: ``{key found in the message: new message}``; ``{rest}`` is the text after the key."""
 
@@ -126,9 +129,23 @@ class CommandParser(TrlParser):
         """One line on stderr, ``<command>: error: <message>``, and exit status 2 (argparse's status)."""
         self.exit(2, f"{self.prog}: error: {message}\n")
 
+    def check_known_flags(self, argv: Sequence[str]) -> None:
+        """Raise ValueError for flags of ``argv`` that no dataclass has (``--config FILE`` aside), before any dataclass
+        is built: `HfArgumentParser` builds them first, so that a typo hid behind what a dataclass then refused."""
+        args = list(argv)
+        if "--config" in args:
+            start = args.index("--config")
+            del args[start : start + 2]
+        _, unknown = self.parse_known_args(args)
+        if unknown:
+            raise ValueError(_REWRITES[UNKNOWN_FLAGS].format(rest=unknown))
+
     def parse_checked(self, argv: Sequence[str] | None, check: Callable[..., None] | None = None) -> tuple:
-        """`parse_args_and_config` then ``check(*parsed)``; a user error of either ends in one `error` line."""
+        """`parse_args_and_config` then ``check(*parsed)``; a user error of either ends in one `error` line, unknown
+        flags first (`check_known_flags`)."""
+        argv = list(sys.argv[1:] if argv is None else argv)
         try:
+            self.check_known_flags(argv)
             parsed = self.parse_args_and_config(args=argv)
             if check is not None:
                 check(*parsed)
