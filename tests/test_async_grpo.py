@@ -251,6 +251,25 @@ def _rollout_row(group: int, version: int) -> RolloutSample:
 STALE = (0, 2)  # groups whose rows are 5 versions old when taken, with max_staleness 1
 
 
+def _cpu_async_trainer(
+    patch: pytest.MonkeyPatch, model: Path, output_dir: Path, **trainer_args
+) -> PODSAsyncGRPOTrainer:
+    """A `PODSAsyncGRPOTrainer` of the tiny model on 8 prompts, PODS 4 -> 2, its worker built but not started (no
+    vLLM, no server), with TRL's trainer patched for the CPU through ``patch``."""
+    patch.setattr(async_rollout_worker, "is_vllm_available", lambda: True)  # needed only once it starts
+    patch.setattr(async_rollout_worker, "is_aiohttp_available", lambda: True)
+    use_async_trainer_on_cpu(patch.setattr)
+    data = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"prompt {i}"}] for i in range(8)]})
+    config = PODSAsyncGRPOConfig(
+        str(output_dir), pods_n=4, pods_m=2, use_cpu=True, max_steps=2, report_to=[], save_only_model=True,
+        token_budget=0, per_device_train_batch_size=2, max_staleness=1,
+    )  # fmt: skip
+    return PODSAsyncGRPOTrainer(
+        str(model), first_token_reward, config, data, processing_class=async_tokenizer(model),
+        weight_transfer=NoWeightTransfer(), **trainer_args,
+    )  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def consumed(tiny_model_path, tmp_path_factory):
     """A `PODSAsyncGRPOTrainer` (save_only_model, its worker built but not started: no vLLM, no server) whose
@@ -258,18 +277,7 @@ def consumed(tiny_model_path, tmp_path_factory):
     the trainer's. TRL's own data loader (its `RolloutQueueDataset`, batcher, collator and accelerate's dispatcher)
     takes two micro-batches: it discards groups 0 and 2 as stale and collates 1, 3 and, one micro-batch ahead, 4."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(async_rollout_worker, "is_vllm_available", lambda: True)  # needed only once it starts
-        patch.setattr(async_rollout_worker, "is_aiohttp_available", lambda: True)
-        use_async_trainer_on_cpu(patch.setattr)
-        data = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"prompt {i}"}] for i in range(8)]})
-        config = PODSAsyncGRPOConfig(
-            str(tmp_path_factory.mktemp("async-run")), pods_n=4, pods_m=2, use_cpu=True, max_steps=2, report_to=[],
-            save_only_model=True, token_budget=0, per_device_train_batch_size=2, max_staleness=1,
-        )  # fmt: skip
-        trainer = PODSAsyncGRPOTrainer(
-            str(tiny_model_path), first_token_reward, config, data, processing_class=async_tokenizer(tiny_model_path),
-            weight_transfer=NoWeightTransfer(),
-        )  # fmt: skip
+        trainer = _cpu_async_trainer(patch, tiny_model_path, tmp_path_factory.mktemp("async-run"))
         for group in range(7):
             for _ in range(2):
                 trainer.rollout_worker.rollout_buffer.put(_rollout_row(group, 0 if group in STALE else 5))
@@ -300,6 +308,39 @@ def test_a_save_only_model_checkpoint_holds_the_pods_resume_position(consumed):
     assert not (checkpoint / "rng_state.pth").exists() and (checkpoint / "model.safetensors").exists()
     state = json.loads((checkpoint / ROLLOUT_STATE).read_text())
     assert (state["prompt_index"], state["groups_trained"]) == (5, 3)
+
+
+def test_an_injected_pods_worker_checkpoints_with_the_pods_resume_position(consumed, tiny_model_path, tmp_path):
+    """A `PODSRolloutWorker` passed as ``rollout_worker`` crashed the first checkpoint (`'Queue' object has no
+    attribute 'groups'`): only the worker the trainer built had its queue watched for stale groups. Any PODS worker's
+    queue is watched now, and its checkpoint holds PODS's resume position."""
+    with pytest.MonkeyPatch.context() as patch:
+        injected = consumed._pods_worker(consumed.rollout_worker)
+        trainer = _cpu_async_trainer(patch, tiny_model_path, tmp_path / "run", rollout_worker=injected)
+        assert trainer.rollout_worker is injected
+        trainer._trained_groups.update({0, 1})
+        (tmp_path / ROLLOUT_STATE).write_text(json.dumps({"prompt_index": 0, "model_version": 0}))  # TRL's, first
+        trainer._save_rng_state(str(tmp_path))
+    state = json.loads((tmp_path / ROLLOUT_STATE).read_text())
+    assert (state["prompt_index"], state["groups_trained"]) == (2, 2)
+
+
+def test_a_dropped_prompt_is_not_an_untrained_one_and_is_not_counted_trained(consumed, tmp_path):
+    """TRL's fix of the stale-drop resume bug (huggingface/trl#7294, for #7274, which PODS had too) rests on one rule:
+    a dropped prompt is not an untrained one (the resume position passes it), and it is not a trained one either (a
+    separate count of trained prompts, which an epoch-driven run resumes from; an older checkpoint without the count
+    keeps TRL's). PODS keeps the same rule, for its worker's drops as for TRL's stale ones: 0 discarded as stale, 2
+    dropped by the worker, 1 and 3 trained, 4 still out: resume at 4 with 2 trained; 5, trained above it, is trained
+    again after the resume and counted then."""
+    assert resume_position(trained={1, 3, 5}, dropped={0, 2}) == (4, 2)
+    assert resume_position(trained={1, 3, 5}, dropped=set()) == (0, 0), "TRL 1.16's rule without the drops"
+    checkpoint = tmp_path / "checkpoint-2"
+    checkpoint.mkdir()
+    for saved, resumed in ((dict(groups_trained=2), 2), ({}, 4)):
+        (checkpoint / ROLLOUT_STATE).write_text(json.dumps({"prompt_index": 4, "model_version": 1, **saved}))
+        consumed._groups_before_resume = 4  # as TRL's `_inner_training_loop` sets it: the checkpoint's prompt_index
+        consumed._load_rng_state(str(checkpoint))
+        assert consumed._groups_before_resume == resumed
 
 
 def test_varlen_attention_equals_causal_attention_of_each_sample():

@@ -417,8 +417,8 @@ class PODSRolloutWorker(AsyncRolloutWorker):
 
 class PODSAsyncGRPOTrainer(AsyncGRPOTrainer):
     """TRL's `AsyncGRPOTrainer` with PODS in its rollout worker: takes a [`PODSAsyncGRPOConfig`], and every other
-    argument, positional or named, as TRL's trainer takes it. An injected ``rollout_worker`` is used as given (it does
-    its own selection, and the resume position is TRL's)."""
+    argument, positional or named, as TRL's trainer takes it. An injected ``rollout_worker`` is used as given: a
+    `PODSRolloutWorker` gets PODS's resume position, any other does its own selection and keeps TRL's."""
 
     def __init__(
         self,
@@ -443,6 +443,7 @@ class PODSAsyncGRPOTrainer(AsyncGRPOTrainer):
             self.args.max_inflight_tasks = math.ceil(self.args.max_inflight_tasks * args.pods_n / args.pods_m)
         if self.accelerator.is_main_process and trl_arguments.arguments.get("rollout_worker") is None:
             self.rollout_worker = self._pods_worker(self.rollout_worker)
+        if isinstance(self.rollout_worker, PODSRolloutWorker):  # built here or injected: its resume position is PODS's
             self.rollout_queue = StaleGroupWatch(self.rollout_worker.rollout_buffer, self)
 
     def _pods_worker(self, worker: AsyncRolloutWorker) -> PODSRolloutWorker:
