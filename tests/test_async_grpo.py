@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import torch
 from async_worker import (
+    ScriptedEngine,
     ScriptedTRLLoop,
     first_token_reward,
     pods_loop,
@@ -46,11 +47,13 @@ from trl_pods.async_grpo import (
     ROLLOUT_STATE,
     PODSAsyncGRPOConfig,
     PODSAsyncGRPOTrainer,
+    PODSRolloutLoop,
     resume_position,
     select_rollouts,
 )
 from trl_pods.down_sampling import get_down_sampler
 from trl_pods.generation_modes import GENERATION_MODES
+from trl_pods.streaming import StreamGroup, WindowResult
 from trl_pods.waves import FixedMode
 
 
@@ -185,6 +188,78 @@ def test_worker_keeps_m_of_n_whole_conversations_and_drops_groups_without_contra
     assert sum(metrics["pods/rollouts_generated_total"]) == 12
     assert metrics["pods/frac_zero_std_groups_all"] == [(0.0, 1), (1.0, 1)]
     assert metrics["pods/reward_mean_kept"] == [(32.0, 2)]
+
+
+def test_short_groups_keep_every_scored_rollout_and_one_rollout_is_dropped(tiny_model_path):
+    """A prompt can come back with fewer than pods_m scored rollouts: unscorable ones (a reward of None, a
+    conversation with no trainable row) today, rollouts that failed or were cancelled once TRL scores short groups
+    (huggingface/trl#7176). N = 6, M = 4: with 3 scored, all 3 are queued with advantages over the 3 (and counted as
+    3 queued, not 4), as are the 3 of a group that came back with 3 rollouts; with 1 scored, a group-relative
+    advantage cannot train it: the prompt queues nothing, is reported dropped (so the resume position passes it) and
+    counted in `pods/groups_too_small_total`."""
+    tokenizer = async_tokenizer(tiny_model_path)
+    channel = reports()
+    loop = pods_loop(tokenizer, prompts(4), channel, pods_n=6, pods_m=4, **POD)
+    work = loop._repeat_iterator()
+
+    def score(tokens: list[int | None]) -> list:
+        """Score the next prompt's rollouts; ``None``: a rollout with no trainable row (its reward is NaN)."""
+        rollouts = []
+        for token in tokens:
+            rollout = _rollout(token or 1, next(work)[0])
+            if token is None:
+                rollout.completions_sequences[0].clear()
+            rollouts.append(rollout)
+        return [row for rollout in rollouts for row in loop._loop.run_until_complete(loop._score_group(rollout))]
+
+    try:
+        samples = score([9, None, 2, None, 4, None])
+        assert sorted(s.input_ids[2] for s in samples) == [2, 4, 9]
+        kept = torch.tensor([9.0, 2.0, 4.0], dtype=torch.float64)
+        expected = population_group_advantages(kept.unsqueeze(0))[0].tolist()
+        assert [s.advantage for s in samples] == pytest.approx(expected)
+        assert score([None, 7, None, None, None, None]) == []
+        lost = torch.tensor([1.0, 0.0, 3.0, *[torch.nan] * 3], dtype=torch.float64)  # 3 of 6 came back
+        short = StreamGroup(2, lost, [[_rollout_row(2, 0)] for _ in range(3)], trained=True)
+        assert [s.advantage for s in loop._queue(WindowResult([short], {}))] == pytest.approx(
+            population_group_advantages(lost[:3].unsqueeze(0))[0].tolist()
+        )
+    finally:
+        loop._loop.close()
+        loop._tool_pool.shutdown()
+    assert channel.receive() == {1}
+    metrics = pushed_metrics(loop)
+    assert sum(metrics["pods/rollouts_queued_total"]) == 6 and sum(metrics["pods/groups_too_small_total"]) == 1
+    assert sum(metrics["pods/groups_dropped_total"]) == 1
+
+
+class RowIndexTRLLoop(_AsyncRolloutLoop):
+    """TRL's loop as huggingface/trl#7176 changes its work iterator: ``(group id, row index, row)``, the row index
+    counting a group's rollouts (here always 0: the PODS loop's groups are one rollout each)."""
+
+    def _repeat_iterator(self):
+        return ((group, 0, row) for group, row in super()._repeat_iterator())
+
+
+class RowIndexPODSLoop(ScriptedEngine, PODSRolloutLoop, RowIndexTRLLoop):
+    """The PODS loop on top of `RowIndexTRLLoop` (its ``super()`` is #7176's loop)."""
+
+
+def test_work_items_keep_the_shape_of_trls_work_iterator(tiny_model_path):
+    """PODS's work iterator hands TRL's generate loop what TRL's own iterator yields: ``(work id, row)`` from TRL
+    1.16's, and ``(work id, row index, row)`` once TRL's iterator yields a row index (huggingface/trl#7176), the
+    work ids and rows unchanged; so the day TRL merges #7176 the seam needs no rewrite."""
+    tokenizer = async_tokenizer(tiny_model_path)
+    plain = pods_loop(tokenizer, prompts(4), pods_n=2, pods_m=2)
+    first = list(itertools.islice(plain._repeat_iterator(), 4))
+    indexed = pods_loop(tokenizer, prompts(4), pods_n=2, pods_m=2, loop_class=RowIndexPODSLoop)
+    try:
+        assert [len(item) for item in first] == [2] * 4
+        assert list(itertools.islice(indexed._repeat_iterator(), 4)) == [(i, 0, row) for i, row in first]
+    finally:
+        for loop in (plain, indexed):
+            loop._loop.close()
+            loop._tool_pool.shutdown()
 
 
 def test_dropped_groups_reach_the_trainer_past_full_queues(tiny_model_path):
