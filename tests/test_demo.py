@@ -111,7 +111,7 @@ def test_held_out_evaluates_the_test_problems_of_the_runs_seed(monkeypatch):
 
 def test_model_card_names_pods_its_paper_and_the_base_model(tiny_model_path, tmp_path):
     """TRL's card said "a fine-tuned version of [None]", `pipeline(..., model="None")` and "trained with GRPO". The
-    demo's card is the PODS card: PODS and its paper, the base model by its local folder and by the Hub model that the
+    demo's card is the PODS card: PODS and its paper, the base model by its folder's name and by the Hub model that the
     folder's card names (as `trl_pods.smollm2` writes it), a usage example loading this run, and the demo's section
     (how the weights were made, accuracy by step); the model's config is left as it was."""
     base = tmp_path / "SmolLM2-135M-Instruct"
@@ -129,7 +129,8 @@ def test_model_card_names_pods_its_paper_and_the_base_model(tiny_model_path, tmp
     card = demo.model_card(trainer, [(0, 0.46), (40, 0.88)]).read_text()
     assert "trained with PODS (Policy Optimization with Down-Sampling, [Not All Rollouts are Useful" in card
     assert "https://huggingface.co/papers/2504.13818" in card and "Xu, Yixuan Even" in card
-    assert f"`{base}` (a local folder; its card names [{HUB_NAME}](https://huggingface.co/{HUB_NAME})" in card
+    assert f"the local folder `{base.name}`; its card names [{HUB_NAME}](https://huggingface.co/{HUB_NAME})" in card
+    assert str(base) not in card.split("## Usage")[0]  # named by a name that holds once the run is shared
     assert f"base_model: {HUB_NAME}" in card and "None" not in card
     assert f"PeftModel.from_pretrained(base, '{tmp_path / 'pods-demo'}')" not in card  # a full model here
     assert f"AutoModelForCausalLM.from_pretrained('{tmp_path / 'pods-demo'}')" in card
