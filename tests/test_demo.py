@@ -153,3 +153,14 @@ def test_max_steps_below_1_is_refused_before_anything_runs(steps, tmp_path, monk
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line == f"trl-pods demo: error: --max_steps {steps}: give the steps to train (at least 1)."
     assert not (tmp_path / "demo").exists()
+
+
+def test_a_mistyped_demo_flag_is_one_line_with_a_suggestion(capsys):
+    """`trl-pods demo --max_stepz 3` printed argparse's usage block before its error; like the other commands, it is
+    one `error:` line naming the flag typed and the closest one, exit status 2."""
+    with pytest.raises(SystemExit) as exit_:
+        demo.main(["--max_stepz", "3"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "trl-pods demo: error: unrecognized arguments: --max_stepz 3 (did you mean --max_steps?)"
+    ]

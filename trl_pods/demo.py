@@ -44,6 +44,7 @@ from trl import ModelConfig
 from .config import PODSConfig
 from .cpu import cpu_threads
 from .evaluate import EvalArguments, evaluate, plot_results
+from .parsing import OneLineErrors
 from .smollm2 import HUB_NAME, fetch_smollm2, is_built
 from .train import ScriptArguments, fresh_folder, train
 
@@ -265,7 +266,7 @@ def run(options: argparse.Namespace, output_dir: Path, stream: TextIO) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="trl-pods demo", description=__doc__.split("\n\n")[0])
+    parser = OneLineErrors(prog="trl-pods demo", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--output_dir", default="pods-demo",
         help="Where the run is saved (default: ./pods-demo); if it holds files, the first free NAME-2, NAME-3, ...",
@@ -281,9 +282,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )  # fmt: skip
     options = parser.parse_args(argv)
     if options.max_steps < 1:  # transformers would still train one step
-        parser.exit(
-            2, f"trl-pods demo: error: --max_steps {options.max_steps}: give the steps to train (at least 1).\n"
-        )
+        parser.error(f"--max_steps {options.max_steps}: give the steps to train (at least 1).")
     torch.set_num_threads(cpu_threads())
     output_dir = fresh_folder(Path(options.output_dir))
     output_dir.mkdir(parents=True, exist_ok=True)

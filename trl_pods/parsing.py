@@ -24,7 +24,7 @@ from typing import NoReturn
 import yaml
 from trl import TrlParser
 
-__all__ = ["CommandParser", "Section", "one_line"]
+__all__ = ["CommandParser", "OneLineErrors", "Section", "did_you_mean", "one_line"]
 
 Section = tuple[str, Iterable[str], bool]
 """An argument group of the help: ``(title, flag names (dataclass fields), shown by --help)``."""
@@ -56,6 +56,26 @@ def one_line(error: BaseException) -> str:
         if key in message:
             return rewrite.format(rest=message.split(key, 1)[1])
     return message
+
+
+def did_you_mean(parser: argparse.ArgumentParser, message: str) -> str:
+    """``message`` followed by "did you mean --FLAG?" for each ``--name`` in it that is no flag of ``parser`` but
+    close to one."""
+    known = [option[2:] for action in parser._actions for option in action.option_strings if option[:2] == "--"]
+    guesses = [
+        f"--{match[0]}"
+        for name in re.findall(r"(?<![\w-])--([\w-]+)", message)
+        if name not in known and (match := difflib.get_close_matches(name, known, n=1, cutoff=0.8))
+    ]
+    return f"{message} (did you mean {' or '.join(guesses)}?)" if guesses else message
+
+
+class OneLineErrors(argparse.ArgumentParser):
+    """A plain `argparse` parser (`trl-pods demo`'s) whose errors are one line, as `CommandParser`'s: ``<command>:
+    error: <message>`` with a "did you mean" for a flag close to a known one, exit status 2, and no usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {did_you_mean(self, message)}\n")
 
 
 class _Help(argparse.Action):
@@ -115,15 +135,8 @@ class CommandParser(TrlParser):
             self._action_groups = groups
 
     def did_you_mean(self, message: str) -> str:
-        """``message`` followed by "did you mean --FLAG?" for each ``'--name'`` in it that is no flag of this parser
-        but close to one."""
-        known = [option[2:] for action in self._actions for option in action.option_strings if option[:2] == "--"]
-        guesses = [
-            f"--{match[0]}"
-            for name in re.findall(r"'--([\w-]+)'", message)
-            if name not in known and (match := difflib.get_close_matches(name, known, n=1, cutoff=0.8))
-        ]
-        return f"{message} (did you mean {' or '.join(guesses)}?)" if guesses else message
+        """`did_you_mean` with this parser's flags."""
+        return did_you_mean(self, message)
 
     def error(self, message: str) -> NoReturn:
         """One line on stderr, ``<command>: error: <message>``, and exit status 2 (argparse's status)."""
