@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -305,7 +306,8 @@ def summary(script_args: ScriptArguments, training_args: PODSConfig, model_args:
         f"({method})",
         f"saved in {out}: {saved}, its card (README.md), run_args.json, and the metrics (train_results.json, "
         "trainer_state.json)",
-        f"next, its accuracy: trl-pods eval --run_dir {out} --base_model {model} --task {script_args.task}",
+        f"next, its accuracy: trl-pods eval --run_dir {shlex.quote(out)} --base_model {shlex.quote(model)} --task "
+        f"{script_args.task}",
     ]
 
 
