@@ -114,8 +114,9 @@ class ScriptArguments:
     overwrite_output_dir: bool = field(
         default=False,
         metadata={
-            "help": "Train into an --output_dir that already holds files by emptying it first (trl-pods train "
-            "refuses such a folder otherwise, unless --resume_from_checkpoint continues the run there)."
+            "help": "trl-pods train (and scripts/train_pods.py): train into an --output_dir that already holds files "
+            "by emptying it first; such a folder is refused otherwise, unless --resume_from_checkpoint continues the "
+            "run there."
         },
     )
 
