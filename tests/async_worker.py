@@ -79,15 +79,18 @@ def rollout_loop(
     )
 
 
-def pods_loop(tokenizer, dataset: list[dict], channel: DroppedGroupReports | None = None, **settings: Any):
-    """`PODSRolloutLoop` (with `ScriptedEngine`) as `PODSAsyncGRPOTrainer` builds it from a `PODSAsyncGRPOConfig` of
-    the ``settings`` that are config fields; the others (`script`, `metrics`, `inflight`, TRL's loop arguments) go to
-    `rollout_loop`."""
+def pods_loop(
+    tokenizer, dataset: list[dict], channel: DroppedGroupReports | None = None, loop_class: type | None = None,
+    **settings: Any,
+):  # fmt: skip
+    """`PODSRolloutLoop` (with `ScriptedEngine`; or ``loop_class``) as `PODSAsyncGRPOTrainer` builds it from a
+    `PODSAsyncGRPOConfig` of the ``settings`` that are config fields; the others (`script`, `metrics`, `inflight`,
+    TRL's loop arguments) go to `rollout_loop`."""
     fields = {spec.name for spec in dataclasses.fields(PODSAsyncGRPOConfig)}
     loop_settings = {key: settings.pop(key) for key in list(settings) if key not in fields}
     config = PODSAsyncGRPOConfig("unused", use_cpu=True, **settings)
     return rollout_loop(
-        ScriptedPODSLoop,
+        loop_class or ScriptedPODSLoop,
         tokenizer,
         dataset,
         1,

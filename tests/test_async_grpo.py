@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import torch
 from async_worker import (
+    ScriptedEngine,
     ScriptedTRLLoop,
     first_token_reward,
     pods_loop,
@@ -46,11 +47,13 @@ from trl_pods.async_grpo import (
     ROLLOUT_STATE,
     PODSAsyncGRPOConfig,
     PODSAsyncGRPOTrainer,
+    PODSRolloutLoop,
     resume_position,
     select_rollouts,
 )
 from trl_pods.down_sampling import get_down_sampler
 from trl_pods.generation_modes import GENERATION_MODES
+from trl_pods.streaming import StreamGroup, WindowResult
 from trl_pods.waves import FixedMode
 
 
@@ -187,6 +190,78 @@ def test_worker_keeps_m_of_n_whole_conversations_and_drops_groups_without_contra
     assert metrics["pods/reward_mean_kept"] == [(32.0, 2)]
 
 
+def test_short_groups_keep_every_scored_rollout_and_one_rollout_is_dropped(tiny_model_path):
+    """A prompt can come back with fewer than pods_m scored rollouts: unscorable ones (a reward of None, a
+    conversation with no trainable row) today, rollouts that failed or were cancelled once TRL scores short groups
+    (huggingface/trl#7176). N = 6, M = 4: with 3 scored, all 3 are queued with advantages over the 3 (and counted as
+    3 queued, not 4), as are the 3 of a group that came back with 3 rollouts; with 1 scored, a group-relative
+    advantage cannot train it: the prompt queues nothing, is reported dropped (so the resume position passes it) and
+    counted in `pods/groups_too_small_total`."""
+    tokenizer = async_tokenizer(tiny_model_path)
+    channel = reports()
+    loop = pods_loop(tokenizer, prompts(4), channel, pods_n=6, pods_m=4, **POD)
+    work = loop._repeat_iterator()
+
+    def score(tokens: list[int | None]) -> list:
+        """Score the next prompt's rollouts; ``None``: a rollout with no trainable row (its reward is NaN)."""
+        rollouts = []
+        for token in tokens:
+            rollout = _rollout(token or 1, next(work)[0])
+            if token is None:
+                rollout.completions_sequences[0].clear()
+            rollouts.append(rollout)
+        return [row for rollout in rollouts for row in loop._loop.run_until_complete(loop._score_group(rollout))]
+
+    try:
+        samples = score([9, None, 2, None, 4, None])
+        assert sorted(s.input_ids[2] for s in samples) == [2, 4, 9]
+        kept = torch.tensor([9.0, 2.0, 4.0], dtype=torch.float64)
+        expected = population_group_advantages(kept.unsqueeze(0))[0].tolist()
+        assert [s.advantage for s in samples] == pytest.approx(expected)
+        assert score([None, 7, None, None, None, None]) == []
+        lost = torch.tensor([1.0, 0.0, 3.0, *[torch.nan] * 3], dtype=torch.float64)  # 3 of 6 came back
+        short = StreamGroup(2, lost, [[_rollout_row(2, 0)] for _ in range(3)], trained=True)
+        assert [s.advantage for s in loop._queue(WindowResult([short], {}))] == pytest.approx(
+            population_group_advantages(lost[:3].unsqueeze(0))[0].tolist()
+        )
+    finally:
+        loop._loop.close()
+        loop._tool_pool.shutdown()
+    assert channel.receive() == {1}
+    metrics = pushed_metrics(loop)
+    assert sum(metrics["pods/rollouts_queued_total"]) == 6 and sum(metrics["pods/groups_too_small_total"]) == 1
+    assert sum(metrics["pods/groups_dropped_total"]) == 1
+
+
+class RowIndexTRLLoop(_AsyncRolloutLoop):
+    """TRL's loop as huggingface/trl#7176 changes its work iterator: ``(group id, row index, row)``, the row index
+    counting a group's rollouts (here always 0: the PODS loop's groups are one rollout each)."""
+
+    def _repeat_iterator(self):
+        return ((group, 0, row) for group, row in super()._repeat_iterator())
+
+
+class RowIndexPODSLoop(ScriptedEngine, PODSRolloutLoop, RowIndexTRLLoop):
+    """The PODS loop on top of `RowIndexTRLLoop` (its ``super()`` is #7176's loop)."""
+
+
+def test_work_items_keep_the_shape_of_trls_work_iterator(tiny_model_path):
+    """PODS's work iterator hands TRL's generate loop what TRL's own iterator yields: ``(work id, row)`` from TRL
+    1.16's, and ``(work id, row index, row)`` once TRL's iterator yields a row index (huggingface/trl#7176), the
+    work ids and rows unchanged; so the day TRL merges #7176 the seam needs no rewrite."""
+    tokenizer = async_tokenizer(tiny_model_path)
+    plain = pods_loop(tokenizer, prompts(4), pods_n=2, pods_m=2)
+    first = list(itertools.islice(plain._repeat_iterator(), 4))
+    indexed = pods_loop(tokenizer, prompts(4), pods_n=2, pods_m=2, loop_class=RowIndexPODSLoop)
+    try:
+        assert [len(item) for item in first] == [2] * 4
+        assert list(itertools.islice(indexed._repeat_iterator(), 4)) == [(i, 0, row) for i, row in first]
+    finally:
+        for loop in (plain, indexed):
+            loop._loop.close()
+            loop._tool_pool.shutdown()
+
+
 def test_dropped_groups_reach_the_trainer_past_full_queues(tiny_model_path):
     """TRL's score loop (`_score_loop`: score, push metrics, queue the kept rows) with PODS's drops, its metrics queue
     full throughout, and a report channel with room for one report: a report the channel refused is superseded by the
@@ -251,6 +326,25 @@ def _rollout_row(group: int, version: int) -> RolloutSample:
 STALE = (0, 2)  # groups whose rows are 5 versions old when taken, with max_staleness 1
 
 
+def _cpu_async_trainer(
+    patch: pytest.MonkeyPatch, model: Path, output_dir: Path, **trainer_args
+) -> PODSAsyncGRPOTrainer:
+    """A `PODSAsyncGRPOTrainer` of the tiny model on 8 prompts, PODS 4 -> 2, its worker built but not started (no
+    vLLM, no server), with TRL's trainer patched for the CPU through ``patch``."""
+    patch.setattr(async_rollout_worker, "is_vllm_available", lambda: True)  # needed only once it starts
+    patch.setattr(async_rollout_worker, "is_aiohttp_available", lambda: True)
+    use_async_trainer_on_cpu(patch.setattr)
+    data = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"prompt {i}"}] for i in range(8)]})
+    config = PODSAsyncGRPOConfig(
+        str(output_dir), pods_n=4, pods_m=2, use_cpu=True, max_steps=2, report_to=[], save_only_model=True,
+        token_budget=0, per_device_train_batch_size=2, max_staleness=1,
+    )  # fmt: skip
+    return PODSAsyncGRPOTrainer(
+        str(model), first_token_reward, config, data, processing_class=async_tokenizer(model),
+        weight_transfer=NoWeightTransfer(), **trainer_args,
+    )  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def consumed(tiny_model_path, tmp_path_factory):
     """A `PODSAsyncGRPOTrainer` (save_only_model, its worker built but not started: no vLLM, no server) whose
@@ -258,18 +352,7 @@ def consumed(tiny_model_path, tmp_path_factory):
     the trainer's. TRL's own data loader (its `RolloutQueueDataset`, batcher, collator and accelerate's dispatcher)
     takes two micro-batches: it discards groups 0 and 2 as stale and collates 1, 3 and, one micro-batch ahead, 4."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(async_rollout_worker, "is_vllm_available", lambda: True)  # needed only once it starts
-        patch.setattr(async_rollout_worker, "is_aiohttp_available", lambda: True)
-        use_async_trainer_on_cpu(patch.setattr)
-        data = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"prompt {i}"}] for i in range(8)]})
-        config = PODSAsyncGRPOConfig(
-            str(tmp_path_factory.mktemp("async-run")), pods_n=4, pods_m=2, use_cpu=True, max_steps=2, report_to=[],
-            save_only_model=True, token_budget=0, per_device_train_batch_size=2, max_staleness=1,
-        )  # fmt: skip
-        trainer = PODSAsyncGRPOTrainer(
-            str(tiny_model_path), first_token_reward, config, data, processing_class=async_tokenizer(tiny_model_path),
-            weight_transfer=NoWeightTransfer(),
-        )  # fmt: skip
+        trainer = _cpu_async_trainer(patch, tiny_model_path, tmp_path_factory.mktemp("async-run"))
         for group in range(7):
             for _ in range(2):
                 trainer.rollout_worker.rollout_buffer.put(_rollout_row(group, 0 if group in STALE else 5))
@@ -300,6 +383,39 @@ def test_a_save_only_model_checkpoint_holds_the_pods_resume_position(consumed):
     assert not (checkpoint / "rng_state.pth").exists() and (checkpoint / "model.safetensors").exists()
     state = json.loads((checkpoint / ROLLOUT_STATE).read_text())
     assert (state["prompt_index"], state["groups_trained"]) == (5, 3)
+
+
+def test_an_injected_pods_worker_checkpoints_with_the_pods_resume_position(consumed, tiny_model_path, tmp_path):
+    """A `PODSRolloutWorker` passed as ``rollout_worker`` crashed the first checkpoint (`'Queue' object has no
+    attribute 'groups'`): only the worker the trainer built had its queue watched for stale groups. Any PODS worker's
+    queue is watched now, and its checkpoint holds PODS's resume position."""
+    with pytest.MonkeyPatch.context() as patch:
+        injected = consumed._pods_worker(consumed.rollout_worker)
+        trainer = _cpu_async_trainer(patch, tiny_model_path, tmp_path / "run", rollout_worker=injected)
+        assert trainer.rollout_worker is injected
+        trainer._trained_groups.update({0, 1})
+        (tmp_path / ROLLOUT_STATE).write_text(json.dumps({"prompt_index": 0, "model_version": 0}))  # TRL's, first
+        trainer._save_rng_state(str(tmp_path))
+    state = json.loads((tmp_path / ROLLOUT_STATE).read_text())
+    assert (state["prompt_index"], state["groups_trained"]) == (2, 2)
+
+
+def test_a_dropped_prompt_is_not_an_untrained_one_and_is_not_counted_trained(consumed, tmp_path):
+    """TRL's fix of the stale-drop resume bug (huggingface/trl#7294, for #7274, which PODS had too) rests on one rule:
+    a dropped prompt is not an untrained one (the resume position passes it), and it is not a trained one either (a
+    separate count of trained prompts, which an epoch-driven run resumes from; an older checkpoint without the count
+    keeps TRL's). PODS keeps the same rule, for its worker's drops as for TRL's stale ones: 0 discarded as stale, 2
+    dropped by the worker, 1 and 3 trained, 4 still out: resume at 4 with 2 trained; 5, trained above it, is trained
+    again after the resume and counted then."""
+    assert resume_position(trained={1, 3, 5}, dropped={0, 2}) == (4, 2)
+    assert resume_position(trained={1, 3, 5}, dropped=set()) == (0, 0), "TRL 1.16's rule without the drops"
+    checkpoint = tmp_path / "checkpoint-2"
+    checkpoint.mkdir()
+    for saved, resumed in ((dict(groups_trained=2), 2), ({}, 4)):
+        (checkpoint / ROLLOUT_STATE).write_text(json.dumps({"prompt_index": 4, "model_version": 1, **saved}))
+        consumed._groups_before_resume = 4  # as TRL's `_inner_training_loop` sets it: the checkpoint's prompt_index
+        consumed._load_rng_state(str(checkpoint))
+        assert consumed._groups_before_resume == resumed
 
 
 def test_varlen_attention_equals_causal_attention_of_each_sample():

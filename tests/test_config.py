@@ -283,3 +283,12 @@ def test_sized_draws_default_to_four_prompts_per_trained_prompt():
     assert make(pods_m=4, pods_generation="auto").pods_max_prompt_ratio == 4
     assert make(pods_m=4, pods_generation="refill", pods_draw_coverage=0.9).pods_max_prompt_ratio == 4
     assert make(pods_m=4, pods_generation="refill").pods_max_prompt_ratio is None
+
+
+def test_max_steps_0_is_refused_and_trls_other_values_keep_their_meaning():
+    """`PODSConfig(max_steps=0)` from Python trained one step and saved a checkpoint (transformers checks the count
+    after a step; the command line already refused it). The config refuses it now, with what to give; TRL's -1
+    (train num_train_epochs epochs) and a positive count are unchanged."""
+    with pytest.raises(ValueError, match=r"max_steps=0 would still train one step .*at least 1"):
+        make(max_steps=0)
+    assert make().max_steps == -1 and make(max_steps=3).max_steps == 3

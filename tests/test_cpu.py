@@ -64,9 +64,37 @@ def test_set_up_cpu_chooses_threads_and_tells_deepspeed(monkeypatch):
     monkeypatch.setenv("DS_ACCELERATOR", "unset")  # so that the value set_up_cpu sets is undone after the test
     monkeypatch.delenv("DS_ACCELERATOR")
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2})
+    monkeypatch.setattr("trl_pods.cpu.TORCH_DEFAULT_THREADS", threads)  # torch's count as the program found it
     try:
         set_up_cpu()
         assert torch.get_num_threads() == 2 and os.environ["DS_ACCELERATOR"] == "cpu"
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_set_up_cpu_keeps_threads_the_program_chose(monkeypatch):
+    """Building a `PODSGRPOTrainer` reset an explicit `torch.set_num_threads` to `cpu_threads` (cores - 1 without
+    OMP_NUM_THREADS), so a benchmark that gave every arm one thread trained its PODS arms on more threads than its
+    `trl.GRPOTrainer` arms. A count that is neither torch's own (as at import) nor the one trl_pods set is the
+    program's choice, and stays; the count trl_pods set is still adjusted by a later call."""
+    if torch.accelerator.is_available():
+        pytest.skip("this machine has an accelerator")
+    threads = torch.get_num_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2})
+    monkeypatch.setattr("trl_pods.cpu.TORCH_DEFAULT_THREADS", 7)
+    try:
+        torch.set_num_threads(3)
+        set_up_cpu()
+        assert torch.get_num_threads() == 3, "the program's choice was overridden"
+        torch.set_num_threads(7)  # torch's default, untouched
+        set_up_cpu()
+        assert torch.get_num_threads() == 2
+        monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2, 3, 4})
+        set_up_cpu()
+        assert torch.get_num_threads() == 4, "the count trl_pods set is its own to change"
     finally:
         torch.set_num_threads(threads)
 
@@ -143,3 +171,34 @@ def test_a_finished_cpu_run_of_two_processes_leaves_after_its_exit_handlers(tmp_
     assert "still running" not in result.stdout
     assert "Traceback" not in result.stderr and "Exception" not in result.stderr, result.stderr[-3000:]
     assert sorted(p.name for p in tmp_path.glob("exit-handler-*")) == ["exit-handler-0", "exit-handler-1"]
+
+
+PENDING_UPLOAD = """
+import concurrent.futures, os, sys, time, torch
+from trl_pods.cpu import leave_distributed_run
+torch.distributed.init_process_group("gloo", init_method="tcp://127.0.0.1:" + sys.argv[2], rank=0, world_size=1)
+
+
+def upload():  # as huggingface_hub's run_as_future: a job of a ThreadPoolExecutor, still running at the end
+    time.sleep(1.0)
+    open(os.path.join(sys.argv[1], "uploaded"), "w").close()
+
+
+concurrent.futures.ThreadPoolExecutor(1).submit(upload)
+leave_distributed_run()
+"""
+
+
+def test_leaving_a_distributed_run_waits_for_pending_thread_work(tmp_path):
+    """`leave_distributed_run` ran the exit handlers and then `os._exit(0)` without waiting for non-daemon threads:
+    a `ThreadPoolExecutor` job (huggingface_hub's `run_as_future` uploads, several trackers) was lost and the run
+    said success. A plain exit waits for it; leaving a distributed run now does too."""
+    from helpers import free_port
+
+    script = tmp_path / "pending.py"
+    script.write_text(PENDING_UPLOAD)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([sys.executable, str(script), str(tmp_path), str(free_port())], env=env,
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "uploaded").exists(), "the pending job was lost"

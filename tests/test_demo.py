@@ -12,8 +12,9 @@ from helpers import load, pods_config, prompts_dataset, token_sum_reward
 from matplotlib.figure import Figure
 
 from trl_pods import PODSGRPOTrainer, demo, smollm2
-from trl_pods.demo import fresh_folder, verdict
+from trl_pods.demo import verdict
 from trl_pods.smollm2 import HUB_NAME
+from trl_pods.train import fresh_folder
 
 
 def test_verdict_says_plainly_when_training_ended_worse_and_names_the_best_checkpoint():
@@ -110,7 +111,7 @@ def test_held_out_evaluates_the_test_problems_of_the_runs_seed(monkeypatch):
 
 def test_model_card_names_pods_its_paper_and_the_base_model(tiny_model_path, tmp_path):
     """TRL's card said "a fine-tuned version of [None]", `pipeline(..., model="None")` and "trained with GRPO". The
-    demo's card is the PODS card: PODS and its paper, the base model by its local folder and by the Hub model that the
+    demo's card is the PODS card: PODS and its paper, the base model by its folder's name and by the Hub model that the
     folder's card names (as `trl_pods.smollm2` writes it), a usage example loading this run, and the demo's section
     (how the weights were made, accuracy by step); the model's config is left as it was."""
     base = tmp_path / "SmolLM2-135M-Instruct"
@@ -128,7 +129,8 @@ def test_model_card_names_pods_its_paper_and_the_base_model(tiny_model_path, tmp
     card = demo.model_card(trainer, [(0, 0.46), (40, 0.88)]).read_text()
     assert "trained with PODS (Policy Optimization with Down-Sampling, [Not All Rollouts are Useful" in card
     assert "https://huggingface.co/papers/2504.13818" in card and "Xu, Yixuan Even" in card
-    assert f"`{base}` (a local folder; its card names [{HUB_NAME}](https://huggingface.co/{HUB_NAME})" in card
+    assert f"the local folder `{base.name}`; its card names [{HUB_NAME}](https://huggingface.co/{HUB_NAME})" in card
+    assert str(base) not in card.split("## Usage")[0]  # named by a name that holds once the run is shared
     assert f"base_model: {HUB_NAME}" in card and "None" not in card
     assert f"PeftModel.from_pretrained(base, '{tmp_path / 'pods-demo'}')" not in card  # a full model here
     assert f"AutoModelForCausalLM.from_pretrained('{tmp_path / 'pods-demo'}')" in card
@@ -151,3 +153,14 @@ def test_max_steps_below_1_is_refused_before_anything_runs(steps, tmp_path, monk
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line == f"trl-pods demo: error: --max_steps {steps}: give the steps to train (at least 1)."
     assert not (tmp_path / "demo").exists()
+
+
+def test_a_mistyped_demo_flag_is_one_line_with_a_suggestion(capsys):
+    """`trl-pods demo --max_stepz 3` printed argparse's usage block before its error; like the other commands, it is
+    one `error:` line naming the flag typed and the closest one, exit status 2."""
+    with pytest.raises(SystemExit) as exit_:
+        demo.main(["--max_stepz", "3"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "trl-pods demo: error: unrecognized arguments: --max_stepz 3 (did you mean --max_steps?)"
+    ]

@@ -4,20 +4,26 @@ loop with fake generation steps (`test_phase1.FakeSteps`)."""
 
 from __future__ import annotations
 
+import io
 import math
 import random
+import re
+import sys
 from types import SimpleNamespace
 
 import pytest
 import torch
 from test_phase1 import FakeSteps, _inputs, _settings
+from tqdm import tqdm
 
 from trl_pods.auto import AutoMode, best_plan, expected_outcome, rollout_ladder
 from trl_pods.contrast import ContrastHistory, contrast_rate, fit_pass_rates, prompts_to_cover
 from trl_pods.costs import CallTiming, Costs, fit_costs, parse_costs
 from trl_pods.phase1 import generate_and_score
 from trl_pods.refill import DrawPlan, RefillMode
+from trl_pods.reporting import describe_plan
 from trl_pods.screening import ScreenedMode
+from trl_pods.trainer_steps import end_generation
 from trl_pods.waves import GenerationTiming
 
 H200 = Costs(call=1.031, rollout=0.000116, step=0.321)  # the H200's costs of the time-to-target runs
@@ -230,13 +236,44 @@ def test_auto_says_a_plan_once_and_again_only_when_it_changes_what_it_is():
     for plan in [DrawPlan(8, 12, 2, 0.9), DrawPlan(8, 13, 2, 0.9), DrawPlan(8, 11, 2, 0.9), DrawPlan(8, 16, 2, 0.9),
                  DrawPlan(16, 16, 2, 0.9), DrawPlan(16, 16, 1, 0.9), DrawPlan(16, 16, 1, 0.9)]:  # fmt: skip
         mode._announce(plan, "why")
-    said = [line.split(":")[1] for line in mode.notes()]
+    said = [line.split(": ")[1] for line in mode.notes()]
     assert said == [
-        " 8 rollouts per prompt, 12 prompts per process in the first call, at most 2 calls",
-        " 8 rollouts per prompt, 16 prompts per process in the first call, at most 2 calls",
-        " 16 rollouts per prompt, 16 prompts per process in the first call, at most 2 calls",
-        " 16 rollouts per prompt, 16 prompts per process in the first call, at most 1 call",
+        "this is PODS 8 -> 2 with refill (8 rollouts per prompt, 12 prompts per process in the first call, at most 2 "
+        "calls)",
+        "this is PODS 8 -> 2 with refill (8 rollouts per prompt, 16 prompts per process in the first call, at most 2 "
+        "calls)",
+        "this is PODS 16 -> 2 with refill (16 rollouts per prompt, 16 prompts per process in the first call, at most "
+        "2 calls)",
+        "this is PODS 16 -> 2 (16 rollouts per prompt, 16 prompts per process in the first call, at most 1 call)",
     ]
+
+
+def test_auto_says_in_plain_words_what_its_plan_amounts_to():
+    """Auto's line gave rollouts per prompt, prompts and calls, and never what they amount to; it said "1 prompts".
+    It now opens with the plan in plain words (`describe_plan`: GRPO when it keeps every rollout, PODS N -> M when it
+    down-samples, "with refill" when it may call again), and counts in the singular where there is one."""
+    assert describe_plan(n=4, m=4, calls=3) == "this is GRPO 4 with refill"
+    assert describe_plan(n=16, m=4, calls=1) == "this is PODS 16 -> 4"
+    mode = _auto()
+    mode._announce(DrawPlan(2, 1, 2, None), "why")
+    assert mode.notes() == [
+        "pods_generation='auto': this is GRPO 2 with refill (2 rollouts per prompt, 1 prompt per process in the first "
+        "call, at most 2 calls): why"
+    ]
+
+
+def test_auto_lines_start_on_a_line_of_their_own_beside_the_progress_bar(monkeypatch):
+    """Auto's lines were printed straight after the training progress bar, glued onto it ("... 3/40 [00:12<...]
+    [trl_pods] pods_generation='auto': ..."). They now go through tqdm, which clears the bar, prints the line on a
+    line of its own and redraws the bar."""
+    stream = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stream)
+    mode = SimpleNamespace(timed=False, notes=lambda: ["pods_generation='auto': this is PODS 16 -> 4"])
+    trainer = SimpleNamespace(_pods_mode=mode, accelerator=SimpleNamespace(is_main_process=True))
+    with tqdm(total=40, file=stream) as bar:
+        bar.update(3)
+        end_generation(trainer, None)
+    assert re.search(r"(^|[\r\n])\[trl_pods\] pods_generation='auto': this is PODS 16 -> 4\n", stream.getvalue())
 
 
 def test_auto_with_given_costs_plans_from_the_first_generation():

@@ -36,7 +36,7 @@ def test_run_and_checkpoint_cards_name_pods_the_base_folder_and_load_the_run(tin
         card = (folder / "README.md").read_text()
         assert "A LoRA adapter trained with PODS (Policy Optimization with Down-Sampling" in card, folder
         assert "2504.13818" in card and "8 → 4 rollouts per prompt (max_variance down-sampling)" in card
-        assert f"- **Base model:** `{tiny_model_path}` (a local folder)" in card
+        assert f"- **Base model:** the local folder `{tiny_model_path.name}`\n" in card
         assert f"- **This folder:** {saved}" in card
         assert "None" not in card and "base_model:" not in card and "library_name: peft" in card
         usage = _usage(card)
@@ -79,7 +79,7 @@ def test_a_local_model_with_a_plain_readme_trains_and_saves_its_card(tiny_model_
     out = tmp_path / "run"
     main(_flags(model, out, "--max_steps", "1", "--save_steps", "1"))
     for folder in (out, out / "checkpoint-1"):
-        assert f"- **Base model:** `{model}` (a local folder)" in (folder / "README.md").read_text()
+        assert f"- **Base model:** the local folder `{model.name}`\n" in (folder / "README.md").read_text()
 
 
 def test_a_card_that_cannot_be_written_is_a_warning(tiny_model_path, tmp_path, monkeypatch, caplog):
@@ -137,3 +137,32 @@ def test_the_output_folders_card_is_written_only_with_its_model(tiny_model_path,
     with contextlib.redirect_stdout(io.StringIO()):
         exec(_usage((out / "README.md").read_text()), namespace)
     assert type(namespace["model"]).__name__ == "PeftModelForCausalLM"
+
+
+def test_a_card_names_its_base_model_portably_and_says_how_to_get_it(smollm2_cache, tmp_path):
+    """The card named the base model by its absolute cache path (``/root/.cache/trl_pods/SmolLM2-135M-Instruct``),
+    which means nothing once the run is shared. A folder that `trl_pods.smollm2` built is named by its Hub model, with
+    the command that builds it, and the usage example loads the adapter on `fetch_smollm2()`; no path of the base
+    folder is left in the card."""
+    from trl_pods import smollm2
+
+    base = smollm2_cache / smollm2.MODEL_NAME
+    smollm2._write_card(base)
+    model, tokenizer = load(base)
+    trainer = PODSGRPOTrainer(
+        model=model,
+        reward_funcs=token_sum_reward,
+        args=pods_config(tmp_path / "run", pods_n=4, pods_m=2, per_device_train_batch_size=2),
+        train_dataset=prompts_dataset(),
+        processing_class=tokenizer,
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"),
+    )
+    trainer.save_model()
+    card = (tmp_path / "run" / "README.md").read_text()
+    hub = f"[{smollm2.HUB_NAME}](https://huggingface.co/{smollm2.HUB_NAME})"
+    assert f"- **Base model:** {hub} as `trl_pods.smollm2` builds it offline" in card
+    assert "`python -m trl_pods.smollm2` builds it and prints its path" in card
+    assert str(smollm2_cache) not in card
+    usage = _usage(card)
+    assert "from trl_pods.smollm2 import fetch_smollm2" in usage
+    assert "base = AutoModelForCausalLM.from_pretrained(fetch_smollm2())" in usage

@@ -198,7 +198,14 @@ def test_the_task_sets_the_reward_and_completion_length_the_user_did_not(
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("max_completion_length: 64\n")
     flags = [str(recipe) if flag == "RECIPE" else flag for flag in flags]
-    argv = ["--model_name_or_path", "Qwen/Qwen2.5-0.5B-Instruct", "--output_dir", str(tmp_path), "--task", task]
+    argv = [
+        "--model_name_or_path",
+        "Qwen/Qwen2.5-0.5B-Instruct",
+        "--output_dir",
+        str(tmp_path / "run"),
+        "--task",
+        task,
+    ]
     monkeypatch.setattr(train_module, "check_on_hub", lambda *args: None)  # offline here; tested apart below
     script_args, training_args, _ = parse_arguments(parser(), [*argv, *flags])
     assert (script_args.reward_funcs, training_args.max_completion_length) == (reward_funcs, length)
@@ -256,7 +263,20 @@ BAD_FLAGS = {
     "data file": (["--dataset_path", "missing.jsonl"], "--dataset_path missing.jsonl: no such file"),
     "config file": (["--config", "missing.yaml"], "No such file or directory: missing.yaml"),
     "resume": (["--resume_from_checkpoint", "last"], "no checkpoint in"),
-    "max_steps 0": (["--max_steps", "0"], "--max_steps 0 would still train one step"),
+    "max_steps 0": (["--max_steps", "0"], "max_steps=0 would still train one step"),
+    "flag typo behind a config error": (
+        ["--per_device_train_batch_size", "4", "--pods_mm", "4"],
+        "unknown flags (--help-all lists all): ['--pods_mm', '4'] (did you mean --pods_m?)",
+    ),
+    "missing checkpoint folder": (
+        ["--resume_from_checkpoint", "/tmp/no-such-dir/checkpoint-10"],
+        "--resume_from_checkpoint /tmp/no-such-dir/checkpoint-10: no such folder",
+    ),
+    "output folder of an earlier run": (
+        ["--output_dir", "EARLIER"],
+        "--output_dir EARLIER already holds files (an earlier run?): give a new folder (EARLIER-2 is free), "
+        "--resume_from_checkpoint to continue that run, or --overwrite_output_dir true to empty it first",
+    ),
 }
 
 
@@ -274,8 +294,13 @@ def test_user_errors_print_one_line_before_any_download_or_model_load(mistake, t
     monkeypatch.setattr(train_module, "load_datasets", must_not_run)
     monkeypatch.setattr(train_module, "PODSGRPOTrainer", must_not_run)
     flags, message = BAD_FLAGS[mistake]
+    earlier = tmp_path / "earlier"
+    (earlier / "checkpoint-10").mkdir(parents=True)
+    (tmp_path / "run").mkdir()
+    flags = [str(earlier) if flag == "EARLIER" else flag for flag in flags]
+    message = message.replace("EARLIER", str(earlier))
     with pytest.raises(SystemExit) as exit_:
-        main(["--model_name_or_path", "Qwen/Qwen2.5-0.5B-Instruct", "--output_dir", str(tmp_path), *flags])
+        main(["--model_name_or_path", "Qwen/Qwen2.5-0.5B-Instruct", "--output_dir", str(tmp_path / "run"), *flags])
     assert exit_.value.code == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("trl-pods train: error: ") and message in line, line
@@ -297,8 +322,43 @@ def test_max_steps_0_trains_nothing_it_is_refused(tiny_model_path, tmp_path, cap
         main(_flags(tiny_model_path, tmp_path / "run", "--max_steps", "0"))
     assert exit_.value.code == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith("trl-pods train: error: --max_steps 0") and "at least 1" in line, line
+    assert line.startswith("trl-pods train: error: max_steps=0") and "at least 1" in line, line
     assert not (tmp_path / "run").exists()
+
+
+def test_a_missing_checkpoint_folder_is_one_line_before_the_model_loads(tiny_model_path, tmp_path, capsys):
+    """A mistyped `--resume_from_checkpoint` folder was a 19-line traceback after the model had loaded, and left an
+    empty output folder behind. It is now one `error:` line naming the folder, before anything loads or is made."""
+    with pytest.raises(SystemExit) as exit_:
+        main(_flags(tiny_model_path, tmp_path / "run", "--resume_from_checkpoint", str(tmp_path / "checkpoint-9")))
+    assert exit_.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == f"trl-pods train: error: --resume_from_checkpoint {tmp_path / 'checkpoint-9'}: no such folder."
+    assert not (tmp_path / "run").exists()
+
+
+def test_overwrite_empties_an_earlier_run_and_the_run_ends_saying_what_it_did(tiny_model_path, tmp_path, capsys):
+    """Into a folder that already held a run, `trl-pods train` trained without a word, mixing both runs in
+    pods_selections.jsonl beside the old run's files; it now refuses (see `BAD_FLAGS`), and
+    ``--overwrite_output_dir true`` empties the folder first. A run ended in a 1,500-character metrics block; it now
+    ends with what it trained, where it saved it and the `trl-pods eval` command to run next (the metrics stay in
+    train_results.json and trainer_state.json)."""
+    out = tmp_path / "run"
+    (out / "checkpoint-40").mkdir(parents=True)
+    (out / "pods_selections.jsonl").write_text('{"an earlier run": 1}\n')
+    main(_flags(tiny_model_path, out, "--max_steps", "1", "--save_strategy", "no", "--overwrite_output_dir", "true"))
+    assert not (out / "checkpoint-40").exists() and (out / "model.safetensors").exists()
+    assert "an earlier run" not in (out / "pods_selections.jsonl").read_text()
+    assert "train_loss" in json.loads((out / "train_results.json").read_text())
+    stdout = capsys.readouterr().out
+    assert "***** train metrics *****" not in stdout
+    tail = stdout.strip().splitlines()[-3:]
+    assert tail == [
+        f"trl-pods train: trained {tiny_model_path} on the arithmetic task for 1 step (PODS 8 -> 4, max_variance)",
+        f"saved in {out}: the model, its card (README.md), run_args.json, and the metrics (train_results.json, "
+        "trainer_state.json)",
+        f"next, its accuracy: trl-pods eval --run_dir {out} --base_model {tiny_model_path} --task arithmetic",
+    ], tail
 
 
 HUB_MISTAKES = {
@@ -386,6 +446,9 @@ def test_a_model_in_the_hub_cache_needs_no_hub(tmp_path, monkeypatch):
     server = http.server.HTTPServer(("127.0.0.1", 0), Refusing)
     threading.Thread(target=server.handle_request, daemon=True).start()
     monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", f"http://127.0.0.1:{server.server_port}")
+    monkeypatch.setattr(
+        "huggingface_hub.constants.is_offline_mode", lambda: False
+    )  # huggingface_hub's client obeys it
     try:
         assert hub_reachable()
     finally:
@@ -403,3 +466,56 @@ def test_offline_mistake_through_the_console_script_is_one_line_at_once(tiny_mod
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("trl-pods train: error: --task gsm8k needs the Hub dataset openai/gsm8k"), line
+
+
+def test_a_mistyped_command_is_one_line_with_a_suggestion(capsys):
+    """`trl-pods trian` printed the usage without saying what was wrong; it is now one `error:` line naming the
+    command typed and the closest one, exit status 2."""
+    from trl_pods.cli import main as cli_main
+
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(["trian", "--max_steps", "2"])
+    assert exit_.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.strip().splitlines() == [
+        "trl-pods: error: unknown command 'trian' (did you mean 'train'?); the commands: train, eval, demo"
+    ]
+
+
+def test_the_hub_check_asks_through_huggingface_hubs_own_client(monkeypatch):
+    """The reachability check probed the Hub with urllib: where a user configured huggingface_hub's client (a proxy,
+    certificates: `huggingface_hub.set_client_factory`) or only urllib failed TLS, a reachable Hub was refused as
+    "cannot be reached". It now asks through huggingface_hub's client (a stand-in here, no network): the Hub
+    answers through it although nothing listens at the endpoint, and the client's transport error means
+    unreachable."""
+    from huggingface_hub import constants, set_client_factory
+    from huggingface_hub.errors import HTTPError
+    from huggingface_hub.utils import _http
+
+    asked = []
+
+    class StandInClient:
+        """huggingface_hub's configured client: answers the Hub, or fails as a broken proxy does."""
+
+        def __init__(self, fails: bool):
+            self.fails = fails
+
+        def head(self, url, **kwargs):
+            asked.append(url)
+            if self.fails:
+                raise HTTPError("proxy refused the connection")
+            return object()
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", f"http://127.0.0.1:{free_port()}")
+    factory = _http._GLOBAL_CLIENT_FACTORY
+    try:
+        set_client_factory(lambda: StandInClient(fails=False))
+        assert hub_reachable() and asked == [constants.ENDPOINT]
+        set_client_factory(lambda: StandInClient(fails=True))
+        assert not hub_reachable() and len(asked) == 2
+    finally:
+        set_client_factory(factory)

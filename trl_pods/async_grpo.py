@@ -9,14 +9,18 @@ whose loop overrides two seams of TRL's rollout loop, both of which TRL's own lo
    generation mode (`pods_generation`) over windows of prompts, so that a prompt is piloted and topped up
    (adaptive), piloted and then committed or dropped (screened), given a count from its history (budgeted), or given
    `pods_n` (fixed, refill). TRL's generate loop carries every rollout out as its own: environments drawn and reset
-   per rollout, tools, the in-flight cap.
+   per rollout, tools, the in-flight cap. The work items have the shape of TRL's (`work_like_trl`): ``(id, row)``
+   in TRL 1.16, ``(id, row index, row)`` once TRL's iterator yields a row index (huggingface/trl#7176).
 2. `_score_group`, which TRL's score loop calls for each finished rollout. Once a prompt's part of a wave is back,
    TRL's `_score_group` scores it (reward functions, environments' rewards) and builds its rows; the stream shows
    the mode the rewards. When the mode is done with a window, `select_rollouts` keeps `pods_m` of each trained
    prompt's rollouts with the configured down-sampler (the registry of `trl_pods.down_sampling`) and recomputes
    their advantages with TRL's asynchronous normalisation (`population_group_advantages`), over the kept M
    (`pods_advantage_scope="kept"`) or over all the prompt's rollouts (`"all"`). A prompt the mode does not train
-   on (screened's unchosen, refill's groups without contrast) is dropped.
+   on (screened's unchosen, refill's groups without contrast) is dropped. A short group, of fewer than `pods_m`
+   rollouts (lost ones, once TRL scores groups that lost some: huggingface/trl#7176), keeps them all; a prompt with
+   fewer than 2 scored rollouts cannot train (its group-relative advantage is 0) and is dropped
+   (`pods/groups_too_small_total`).
 
 Only what the worker queues reaches the trainer, so the trainer's batch sizes count kept rows and a dropped group
 never costs it a forward pass. A multi-turn conversation that forked into several rows is kept or dropped whole.
@@ -41,7 +45,7 @@ import math
 import multiprocessing
 import os
 import queue
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from multiprocessing.queues import Queue as MPQueue
 from multiprocessing.sharedctypes import Synchronized
@@ -59,7 +63,7 @@ from trl.experimental.async_grpo.async_rollout_worker import (
 from .adaptive import has_contrast
 from .advantages import population_group_advantages
 from .budget import prompt_key
-from .config import _check_budgeted_generation, _resolve_group_sizes, _resolve_n_initial
+from .config import _check_budgeted_generation, _check_max_steps, _resolve_group_sizes, _resolve_n_initial
 from .down_sampling import DownSampler, get_down_sampler
 from .fields import ADVANTAGE_SCOPES, PODSFields
 from .streaming import PromptStream, StreamGroup, WindowResult, build_stream_mode, window_size
@@ -106,6 +110,7 @@ class PODSAsyncGRPOConfig(PODSFields, AsyncGRPOConfig):
     )
 
     def __post_init__(self):
+        _check_max_steps(self)
         _resolve_group_sizes(self)  # the synchronous config's rule for pods_n, pods_m and num_generations
         super().__post_init__()
         get_down_sampler(self.pods_down_sampler)  # raises with the list of known names
@@ -286,6 +291,29 @@ def resume_position(trained: set[int], dropped: set[int]) -> tuple[int, int]:
     return first_open, sum(1 for group in trained if group < first_open)
 
 
+def work_like_trl(
+    stream_work: Callable[[Iterator[tuple[int, Any]]], Iterator[tuple[int, Any]]], trl_items: Iterator[tuple]
+) -> Iterator[tuple]:
+    """The prompt stream's work items, in the shape of TRL's work iterator's items.
+
+    Args:
+        stream_work: `PromptStream.work`, which reads ``(prompt id, row)`` and yields ``(work id, row)``.
+        trl_items: TRL's `_repeat_iterator`, one item per prompt (its ``num_generations`` is 1): ``(group id, row)``
+            in TRL 1.16, ``(group id, row index, row)`` with huggingface/trl#7176.
+
+    Yields:
+        ``(work id, row)``, or ``(work id, 0, row)`` where TRL's items carry a row index: each work item is a group
+        of one rollout, its row 0.
+    """
+    first = next(trl_items)
+    work = stream_work((item[0], item[-1]) for item in itertools.chain([first], trl_items))
+    if len(first) == 2:
+        yield from work
+    else:
+        for work_id, row in work:
+            yield work_id, 0, row
+
+
 def merged_rollouts(groups: list[RolloutGroup]) -> RolloutGroup:
     """One group of the rollouts of ``groups`` (one prompt's), in order, for one call of TRL's scoring: their
     per-rollout lists and reward keyword lists joined, and the oldest policy version among them (TRL stamps a group
@@ -329,8 +357,8 @@ class PODSRolloutLoop(_AsyncRolloutLoop):
         self.stream = PromptStream(pods_mode, pods_n, pods_m, pods_window, pods_seed, key=prompt_key)
         self.dropped_groups = dropped_groups
 
-    def _repeat_iterator(self) -> Iterator[tuple[int, dict[str, Any]]]:
-        return self.stream.work(super()._repeat_iterator())  # TRL's: (prompt id, row), once each (num_generations 1)
+    def _repeat_iterator(self) -> Iterator[tuple]:
+        return work_like_trl(self.stream.work, super()._repeat_iterator())  # TRL's: one per prompt
 
     async def _score_group(self, group: RolloutGroup) -> list[RolloutSample]:
         part = self.stream.generated(group.group_id, group)  # ``group`` is one rollout; its id, the work item's
@@ -349,12 +377,16 @@ class PODSRolloutLoop(_AsyncRolloutLoop):
 
     def _queue(self, done: WindowResult) -> list[RolloutSample]:
         """The rows to queue of a window the mode is done with; its dropped prompts reported, its metrics counted."""
-        queued = []
+        queued, dropped = [], []
         for group in done.groups:
-            rows, kept = self._kept_rows(group) if group.trained else ([], None)
+            too_small = group.trained and int((~torch.isnan(group.rewards)).sum()) < 2  # no contrast can exist
+            rows, kept = self._kept_rows(group) if group.trained and not too_small else ([], None)
             self._count(group, kept)
+            self._counters["pods/groups_too_small_total"] += too_small
             queued += rows
-        self.dropped_groups.report(group.prompt for group in done.groups if not group.trained)
+            if kept is None:
+                dropped.append(group.prompt)
+        self.dropped_groups.report(dropped)
         self._push_metrics(
             {
                 f"pods/{name}": value if {"min", "max"} & set(name.split("_")) else (value, 1.0)  # TRL's reduction
@@ -365,25 +397,30 @@ class PODSRolloutLoop(_AsyncRolloutLoop):
         return queued
 
     def _kept_rows(self, group: StreamGroup) -> tuple[list[RolloutSample], torch.Tensor]:
-        """The rows of the M rollouts kept of a prompt trained on, with their advantages, the prompt's id, the oldest
-        policy version among its rollouts and TRL's `reward_std` (the population std of all the prompt's rewards);
-        and the ``[M]`` kept rewards. A row's advantage depends on every rollout of its prompt, so its rows carry the
-        version of the first one, as TRL stamps a group, and TRL's staleness limit keeps or discards them together."""
-        rewards = group.rewards.unsqueeze(0).double()  # [1, N]
-        selection = select_rollouts(rewards, self.pods_m, self.down_sampler, self.advantage_scope, self.generator)
+        """The rows of the M rollouts kept of a prompt trained on (all of a short group's, of fewer than M), with their
+        advantages, the prompt's id, the oldest policy version among its rollouts and TRL's `reward_std` (the
+        population std of all the prompt's rewards); and the kept rewards of the rollouts with rows. A row's advantage
+        depends on every rollout of its prompt, so its rows carry the version of the first one, as TRL stamps a
+        group, and TRL's staleness limit keeps or discards them together."""
+        rewards = group.rewards[: len(group.rollouts)].unsqueeze(0).double()  # [1, rollouts generated]
+        m = min(self.pods_m, rewards.size(1))
+        selection = select_rollouts(rewards, m, self.down_sampler, self.advantage_scope, self.generator)
         scored = rewards[~torch.isnan(rewards)]
         reward_std = scored.std(correction=0).item() if scored.numel() else math.nan
         version = min((sample.model_version for rows in group.rollouts for sample in rows), default=0)
-        rows = []
+        rows, queued = [], []
         for index, advantage in zip(selection.kept[0].tolist(), selection.advantages[0].tolist(), strict=True):
             for sample in group.rollouts[index]:
                 sample.advantage, sample.group_id, sample.model_version = advantage, group.prompt, version
                 sample.metrics["reward_std"] = reward_std
                 rows.append(sample)
-        return rows, rewards[0, selection.kept[0]]
+            if group.rollouts[index]:
+                queued.append(index)
+        return rows, rewards[0, queued]
 
     def _count(self, group: StreamGroup, kept: torch.Tensor | None) -> None:
-        """Add one prompt (``kept``: its ``[M]`` kept rewards, None if dropped) to the metrics the next push sends:
+        """Add one prompt (``kept``: the rewards of its kept rollouts with rows, None if dropped) to the metrics the
+        next push sends:
         counters (`*_total`, summed over a logging window) and rates (numerator, denominator)."""
         self._counters["pods/rollouts_generated_total"] += len(group.rollouts)
         self._counters["pods/groups_scored_total"] += 1
@@ -416,8 +453,8 @@ class PODSRolloutWorker(AsyncRolloutWorker):
 
 class PODSAsyncGRPOTrainer(AsyncGRPOTrainer):
     """TRL's `AsyncGRPOTrainer` with PODS in its rollout worker: takes a [`PODSAsyncGRPOConfig`], and every other
-    argument, positional or named, as TRL's trainer takes it. An injected ``rollout_worker`` is used as given (it does
-    its own selection, and the resume position is TRL's)."""
+    argument, positional or named, as TRL's trainer takes it. An injected ``rollout_worker`` is used as given: a
+    `PODSRolloutWorker` gets PODS's resume position, any other does its own selection and keeps TRL's."""
 
     def __init__(
         self,
@@ -442,6 +479,7 @@ class PODSAsyncGRPOTrainer(AsyncGRPOTrainer):
             self.args.max_inflight_tasks = math.ceil(self.args.max_inflight_tasks * args.pods_n / args.pods_m)
         if self.accelerator.is_main_process and trl_arguments.arguments.get("rollout_worker") is None:
             self.rollout_worker = self._pods_worker(self.rollout_worker)
+        if isinstance(self.rollout_worker, PODSRolloutWorker):  # built here or injected: its resume position is PODS's
             self.rollout_queue = StaleGroupWatch(self.rollout_worker.rollout_buffer, self)
 
     def _pods_worker(self, worker: AsyncRolloutWorker) -> PODSRolloutWorker:

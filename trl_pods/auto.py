@@ -45,6 +45,7 @@ import torch
 from .contrast import ContrastHistory, prompts_to_cover
 from .costs import CallTiming, Costs, fit_costs, parse_costs
 from .refill import DrawPlan, RefillMode
+from .reporting import describe_plan
 from .waves import WaveState
 
 __all__ = ["AutoMode", "Outcome", "best_plan", "expected_outcome", "rollout_ladder"]
@@ -222,8 +223,9 @@ class AutoMode(RefillMode):
         ):
             self.announced = plan
             self.lines.append(
-                f"pods_generation='auto': {plan.n} rollouts per prompt, {plan.first} prompts per process in the first "
-                f"call, at most {plan.calls} call{'s' if plan.calls > 1 else ''}: {reason}"
+                f"pods_generation='auto': {describe_plan(plan.n, self.m, plan.calls)} ({plan.n} rollouts per prompt, "
+                f"{plan.first} prompt{'s' if plan.first != 1 else ''} per process in the first call, at most "
+                f"{plan.calls} call{'s' if plan.calls > 1 else ''}): {reason}"
             )
 
     def metrics(self, state: WaveState) -> dict[str, float]:

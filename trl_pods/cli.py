@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import sys
 from collections.abc import Sequence
 
@@ -12,8 +13,18 @@ COMMANDS = {
 }
 
 
+def unknown_command(command: str) -> str:
+    """The one error line for a command `trl-pods` does not have: what was typed, the closest command, the list."""
+    close = difflib.get_close_matches(command, COMMANDS, n=1)
+    guess = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"trl-pods: error: unknown command {command!r}{guess}; the commands: {', '.join(COMMANDS)}"
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] not in COMMANDS and argv[0] not in ("-h", "--help"):
+        print(unknown_command(argv[0]), file=sys.stderr)
+        sys.exit(2)
     if not argv or argv[0] not in COMMANDS:
         usage = "\n".join(f"  {name:<6} {help_}" for name, (_, help_) in COMMANDS.items())
         print(

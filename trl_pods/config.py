@@ -176,6 +176,7 @@ class PODSConfig(PODSFields, GRPOConfig):
 
     def __post_init__(self):
         _bf16_where_it_runs(self)
+        _check_max_steps(self)
         _resolve_group_sizes(self)
         if self.generation_batch_size is None:  # checked before GRPOConfig's coarser check, for a PODS message
             steps = self.steps_per_generation or self.gradient_accumulation_steps
@@ -197,6 +198,17 @@ class PODSConfig(PODSFields, GRPOConfig):
                 "pods_advantage_scope='all' normalises the weighted reward sum over all pods_n rollouts, which needs "
                 "multi_objective_aggregation='sum_then_normalize'; set it, or use pods_advantage_scope='kept'."
             )
+
+
+def _check_max_steps(config: PODSConfig) -> None:
+    """Refuse ``max_steps=0``, which trains one step and saves a checkpoint (transformers checks the count after a
+    step). TRL's meaning of every other value stays: a positive count of steps, or -1 (any negative) for
+    ``num_train_epochs`` epochs."""
+    if config.max_steps == 0:
+        raise ValueError(
+            "max_steps=0 would still train one step (transformers checks the count after a step): give the steps to "
+            "train (at least 1), or leave max_steps at -1 to train num_train_epochs epochs."
+        )
 
 
 def _check_d3s(config: PODSConfig) -> None:

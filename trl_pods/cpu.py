@@ -13,6 +13,7 @@ import atexit
 import logging
 import os
 import sys
+import threading
 import warnings
 
 import torch
@@ -24,6 +25,11 @@ logger = logging.getLogger(__name__)
 TRL_DEPRECATIONS = r"`(is_)?gradient_checkpointing(_enable|_disable)?` is deprecated"
 """transformers' FutureWarnings about names that TRL 1.16 uses on every run (`GRPOConfig.gradient_checkpointing`, and
 the checkpointing switches around each generation): nothing a user of `trl_pods` can change."""
+
+TORCH_DEFAULT_THREADS = torch.get_num_threads()
+"""torch's intra-op threads when `trl_pods` was imported: its own default, unless the program had chosen before."""
+
+_threads_set: int | None = None  # the count `set_up_cpu` last set
 
 PIN_MEMORY_WITHOUT_ACCELERATOR = r"'pin_memory' argument is set as true but no accelerator is found"
 """torch's UserWarning for TrainingArguments' default ``dataloader_pin_memory=True`` on a CPU, where pinning does
@@ -50,22 +56,28 @@ def cpu_threads() -> int:
 
 
 def set_up_cpu() -> None:
-    """Without an accelerator: `cpu_threads` intra-op threads, DeepSpeed told that it runs on the CPU
-    (``DS_ACCELERATOR=cpu`` unless set), which it would otherwise find out with a warning on every run, and no
-    warning that pinned memory does nothing here. With an accelerator: nothing."""
+    """Without an accelerator: `cpu_threads` intra-op threads, unless the program chose its own count with
+    `torch.set_num_threads` (a count that is neither torch's default, `TORCH_DEFAULT_THREADS`, nor the one this
+    function set last: it stays); DeepSpeed told that it runs on the CPU (``DS_ACCELERATOR=cpu`` unless set), which
+    it would otherwise find out with a warning on every run; and no warning that pinned memory does nothing here.
+    With an accelerator: nothing."""
+    global _threads_set
     if torch.accelerator.is_available():
         return
-    threads = cpu_threads()
-    if torch.get_num_threads() != threads:
+    threads, current = cpu_threads(), torch.get_num_threads()
+    if current != threads and current in (TORCH_DEFAULT_THREADS, _threads_set):
         logger.info("No GPU: training on the CPU with %d thread(s) (set OMP_NUM_THREADS to choose).", threads)
         torch.set_num_threads(threads)
+        _threads_set = threads
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
     warnings.filterwarnings("ignore", PIN_MEMORY_WITHOUT_ACCELERATOR, UserWarning)
 
 
 def leave_distributed_run() -> None:
     """End a finished distributed run (several processes, or one with TRL's colocate vLLM engine): the processes leave
-    together, the exit handlers run (trackers, logging, and the colocate engine's shutdown, which destroys vLLM's
+    together, the non-daemon threads finish as at a plain exit (a `ThreadPoolExecutor` job, such as
+    huggingface_hub's `run_as_future` uploads and several trackers' writes, was lost and the run exited 0), the exit
+    handlers run (trackers, logging, and the colocate engine's shutdown, which destroys vLLM's
     process groups and the default one: run after the default group was gone it printed "Invalid process group
     specified" at the end of every successful colocate run), the process group is destroyed if still there, and
     where there is no accelerator the process then exits without the interpreter's teardown. In that teardown a
@@ -75,6 +87,7 @@ def leave_distributed_run() -> None:
     if not torch.distributed.is_initialized():
         return
     torch.distributed.barrier()
+    threading._shutdown()  # as the interpreter's exit does first: executors' exit hooks, then a join of every thread
     atexit._run_exitfuncs()  # first: a colocate vLLM engine's shutdown destroys its process groups, the default too
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()

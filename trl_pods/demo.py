@@ -44,8 +44,9 @@ from trl import ModelConfig
 from .config import PODSConfig
 from .cpu import cpu_threads
 from .evaluate import EvalArguments, evaluate, plot_results
+from .parsing import OneLineErrors
 from .smollm2 import HUB_NAME, fetch_smollm2, is_built
-from .train import ScriptArguments, train
+from .train import ScriptArguments, fresh_folder, train
 
 SEED = 42
 HELD_OUT = 50
@@ -114,15 +115,6 @@ def console(log: Path | None) -> Iterator[TextIO]:
             for fd, copy in zip((1, 2), saved, strict=True):
                 os.dup2(copy, fd)
                 os.close(copy)
-
-
-def fresh_folder(wanted: Path) -> Path:
-    """``wanted`` if it is missing or empty, else the first of ``wanted-2``, ``wanted-3``, ... that is."""
-    folder, number = wanted, 1
-    while folder.exists() and any(folder.iterdir()):
-        number += 1
-        folder = wanted.with_name(f"{wanted.name}-{number}")
-    return folder
 
 
 def verdict(accuracy_by_step: list[tuple[int, float]], steps_planned: int) -> list[str]:
@@ -274,7 +266,7 @@ def run(options: argparse.Namespace, output_dir: Path, stream: TextIO) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="trl-pods demo", description=__doc__.split("\n\n")[0])
+    parser = OneLineErrors(prog="trl-pods demo", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--output_dir", default="pods-demo",
         help="Where the run is saved (default: ./pods-demo); if it holds files, the first free NAME-2, NAME-3, ...",
@@ -290,9 +282,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )  # fmt: skip
     options = parser.parse_args(argv)
     if options.max_steps < 1:  # transformers would still train one step
-        parser.exit(
-            2, f"trl-pods demo: error: --max_steps {options.max_steps}: give the steps to train (at least 1).\n"
-        )
+        parser.error(f"--max_steps {options.max_steps}: give the steps to train (at least 1).")
     torch.set_num_threads(cpu_threads())
     output_dir = fresh_folder(Path(options.output_dir))
     output_dir.mkdir(parents=True, exist_ok=True)

@@ -3,18 +3,17 @@
 A model or dataset named by the Hub (not a local folder or file) loads from the local cache, or else downloads.
 Offline (``HF_HUB_OFFLINE=1``) or without a network, transformers and datasets found out only after 30-80 s of
 retries and ended in a 40-80 line traceback. `check_on_hub` says it in one line at once: a name that is not in the
-cache while the Hub is offline or unreachable (one request, a few seconds at most) is a user error naming the flag
-and what to give instead.
+cache while the Hub is offline or unreachable (one request through huggingface_hub's own client, so that its proxy
+and certificate settings apply; a few seconds at most) is a user error naming the flag and what to give instead.
 """
 
 from __future__ import annotations
 
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from huggingface_hub import constants, snapshot_download
-from huggingface_hub.errors import LocalEntryNotFoundError
+from huggingface_hub.errors import HTTPError, LocalEntryNotFoundError
+from huggingface_hub.utils import get_session
 
 __all__ = ["check_on_hub", "hub_reachable", "in_cache"]
 
@@ -38,12 +37,12 @@ def in_cache(name: str, repo_type: str, revision: str | None = None) -> bool:
 
 
 def hub_reachable(timeout: float = REACH_TIMEOUT_S) -> bool:
-    """Whether the Hub (``HF_ENDPOINT``) answers an HTTP request within ``timeout`` seconds (any status counts)."""
+    """Whether the Hub (``HF_ENDPOINT``) answers an HTTP request within ``timeout`` seconds (any status counts), asked
+    through huggingface_hub's client (`huggingface_hub.set_client_factory`: a proxy, certificates), as a download
+    would be."""
     try:
-        urllib.request.urlopen(urllib.request.Request(constants.ENDPOINT, method="HEAD"), timeout=timeout)
-    except urllib.error.HTTPError:
-        return True  # it answered
-    except (OSError, ValueError):
+        get_session().head(constants.ENDPOINT, timeout=timeout)
+    except (HTTPError, OSError, ValueError):  # HTTPError: the client's transport errors (no status raises)
         return False
     return True
 

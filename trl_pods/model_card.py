@@ -5,8 +5,10 @@ TRL's card names the base model only when it is a Hub name: a run from a local f
 template instead, its ``base_model`` a local path. The PODS card names
 
 * the method: PODS, its paper and the run's N -> M, down-sampler and generation mode;
-* the base model: a Hub name, or a local folder by its path and by the Hub model that the folder's own card names
-  as its ``base_model`` (as `trl_pods.smollm2` writes for SmolLM2);
+* the base model by a name that means something once the run is shared: a Hub name; SmolLM2 as `trl_pods.smollm2`
+  builds it (its Hub name, and the command that builds it; the usage example loads it with `fetch_smollm2()`); or
+  another local folder by its name and the Hub model that its own card names as its ``base_model`` (the usage
+  example loads it from the path it was trained from, marked as the one line to change);
 * how to load this run: the adapter on its base model (LoRA), or the model itself;
 
 and the framework versions and the PODS citation. `PODSModelCard` puts it where TRL and transformers write theirs,
@@ -28,6 +30,7 @@ from huggingface_hub import ModelCardData, metadata_load
 from trl.trainer.utils import get_config_model_id
 
 from .paper import PODS_PAPER
+from .smollm2 import MODEL_NAME, is_built
 
 __all__ = [
     "PODSModelCard",
@@ -70,10 +73,22 @@ def _example_messages(dataset: Any) -> list[dict[str, str]]:
     return EXAMPLE
 
 
+def _built_smollm2(base: str) -> bool:
+    """Whether ``base`` is the SmolLM2 folder that `trl_pods.smollm2` builds (in any cache)."""
+    return bool(base) and Path(base).name == MODEL_NAME and is_built(Path(base).parent)
+
+
 def _usage(base: str, run: str, adapter: bool, messages: list[dict[str, str]], max_new_tokens: int) -> str:
     """Python that loads the run (``adapter``: on the ``base`` model) and answers ``messages``."""
-    unnamed = "...  # the model built from its config in training"
-    base_load = f"AutoModelForCausalLM.from_pretrained({base!r})" if base else unnamed
+    smollm2 = adapter and _built_smollm2(base)
+    if not base:
+        base_load = "...  # the model built from its config in training"
+    elif smollm2:
+        base_load = "AutoModelForCausalLM.from_pretrained(fetch_smollm2())"
+    elif Path(base).is_dir():
+        base_load = f"AutoModelForCausalLM.from_pretrained({base!r})  # the base model's folder here: your copy's path"
+    else:
+        base_load = f"AutoModelForCausalLM.from_pretrained({base!r})"
     load = (
         f"base = {base_load}\nmodel = PeftModel.from_pretrained(base, {run!r})"
         if adapter
@@ -81,6 +96,7 @@ def _usage(base: str, run: str, adapter: bool, messages: list[dict[str, str]], m
     )
     return "\n".join([
         *(["from peft import PeftModel"] if adapter else []),
+        *(["from trl_pods.smollm2 import fetch_smollm2"] if smollm2 else []),
         "from transformers import AutoModelForCausalLM, AutoTokenizer",
         "",
         load,
@@ -98,14 +114,21 @@ def _hub_link(name: str) -> str:
 
 
 def _base_model(base: str, hub: str | None) -> str:
-    """The base model in words: a Hub link, a local folder by its path and the Hub model its card names, or none (a
+    """The base model in words, by names that hold once the run is shared (no local path): a Hub link; SmolLM2 as
+    `trl_pods.smollm2` builds it, and how; a local folder by its name and the Hub model its card names; or none (a
     model built from its config)."""
     if not base:
         return "none (a model built from its config, not loaded from a folder or the Hub)"
     if not Path(base).is_dir():
         return _hub_link(base)
+    name = Path(base).name
+    if _built_smollm2(base) and hub:
+        return (
+            f"{_hub_link(hub)} as `trl_pods.smollm2` builds it offline (the folder `{name}`; "
+            "`python -m trl_pods.smollm2` builds it and prints its path)"
+        )
     named = f"; its card names {_hub_link(hub)} as its base model" if hub else ""
-    return f"`{base}` (a local folder{named})"
+    return f"the local folder `{name}`{named}"
 
 
 def _method(args: Any) -> str:

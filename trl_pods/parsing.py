@@ -6,8 +6,9 @@ errors fit on one line.
   flag, TRL's and transformers' included.
 * A user error (a bad flag value, an unknown name, a missing or malformed ``--config`` file, a value a dataclass's
   ``__post_init__`` refuses) prints one line ``<command>: error: <message>`` and exits with status 2; an unknown flag
-  close to a known one gets a "did you mean". Only errors raised while the arguments are parsed and checked count as
-  user errors: a crash later keeps its traceback.
+  close to a known one gets a "did you mean". Unknown flags are reported first: a typo (``--pods_mm 4``) otherwise
+  surfaced as whatever the config refused without it. Only errors raised while the arguments are parsed and checked
+  count as user errors: a crash later keeps its traceback.
 * The ``--no_FLAG`` of a boolean flag that defaults to true says that it turns the flag off.
 """
 
@@ -23,13 +24,15 @@ from typing import NoReturn
 import yaml
 from trl import TrlParser
 
-__all__ = ["CommandParser", "Section", "one_line"]
+__all__ = ["CommandParser", "OneLineErrors", "Section", "did_you_mean", "one_line"]
 
 Section = tuple[str, Iterable[str], bool]
 """An argument group of the help: ``(title, flag names (dataclass fields), shown by --help)``."""
 
 USER_ERRORS = (ValueError, OSError, yaml.YAMLError)
 """What parsing and checking raise for input the user can fix."""
+
+UNKNOWN_FLAGS = "Some specified arguments are not used by the HfArgumentParser: "
 
 _REWRITES = {
     # transformers.TrainingArguments on a machine without a bf16-capable GPU; its advice (use_cpu) alone does not
@@ -39,7 +42,7 @@ _REWRITES = {
         "float32, on the CPU when there is no GPU), or add --use_cpu true for bf16 autocast on the CPU."
     ),
     # HfArgumentParser's words for flags no dataclass has
-    "Some specified arguments are not used by the HfArgumentParser: ": "unknown flags (--help-all lists all): {rest}",
+    UNKNOWN_FLAGS: "unknown flags (--help-all lists all): {rest}",
 }
 """Messages reworded: ``{key found in the message: new message}``; ``{rest}`` is the text after the key."""
 
@@ -53,6 +56,26 @@ def one_line(error: BaseException) -> str:
         if key in message:
             return rewrite.format(rest=message.split(key, 1)[1])
     return message
+
+
+def did_you_mean(parser: argparse.ArgumentParser, message: str) -> str:
+    """``message`` followed by "did you mean --FLAG?" for each ``--name`` in it that is no flag of ``parser`` but
+    close to one."""
+    known = [option[2:] for action in parser._actions for option in action.option_strings if option[:2] == "--"]
+    guesses = [
+        f"--{match[0]}"
+        for name in re.findall(r"(?<![\w-])--([\w-]+)", message)
+        if name not in known and (match := difflib.get_close_matches(name, known, n=1, cutoff=0.8))
+    ]
+    return f"{message} (did you mean {' or '.join(guesses)}?)" if guesses else message
+
+
+class OneLineErrors(argparse.ArgumentParser):
+    """A plain `argparse` parser (`trl-pods demo`'s) whose errors are one line, as `CommandParser`'s: ``<command>:
+    error: <message>`` with a "did you mean" for a flag close to a known one, exit status 2, and no usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {did_you_mean(self, message)}\n")
 
 
 class _Help(argparse.Action):
@@ -112,23 +135,30 @@ class CommandParser(TrlParser):
             self._action_groups = groups
 
     def did_you_mean(self, message: str) -> str:
-        """``message`` followed by "did you mean --FLAG?" for each ``'--name'`` in it that is no flag of this parser
-        but close to one."""
-        known = [option[2:] for action in self._actions for option in action.option_strings if option[:2] == "--"]
-        guesses = [
-            f"--{match[0]}"
-            for name in re.findall(r"'--([\w-]+)'", message)
-            if name not in known and (match := difflib.get_close_matches(name, known, n=1, cutoff=0.8))
-        ]
-        return f"{message} (did you mean {' or '.join(guesses)}?)" if guesses else message
+        """`did_you_mean` with this parser's flags."""
+        return did_you_mean(self, message)
 
     def error(self, message: str) -> NoReturn:
         """One line on stderr, ``<command>: error: <message>``, and exit status 2 (argparse's status)."""
         self.exit(2, f"{self.prog}: error: {message}\n")
 
+    def check_known_flags(self, argv: Sequence[str]) -> None:
+        """Raise ValueError for flags of ``argv`` that no dataclass has (``--config FILE`` aside), before any dataclass
+        is built: `HfArgumentParser` builds them first, so that a typo hid behind what a dataclass then refused."""
+        args = list(argv)
+        if "--config" in args:
+            start = args.index("--config")
+            del args[start : start + 2]
+        _, unknown = self.parse_known_args(args)
+        if unknown:
+            raise ValueError(_REWRITES[UNKNOWN_FLAGS].format(rest=unknown))
+
     def parse_checked(self, argv: Sequence[str] | None, check: Callable[..., None] | None = None) -> tuple:
-        """`parse_args_and_config` then ``check(*parsed)``; a user error of either ends in one `error` line."""
+        """`parse_args_and_config` then ``check(*parsed)``; a user error of either ends in one `error` line, unknown
+        flags first (`check_known_flags`)."""
+        argv = list(sys.argv[1:] if argv is None else argv)
         try:
+            self.check_known_flags(argv)
             parsed = self.parse_args_and_config(args=argv)
             if check is not None:
                 check(*parsed)

@@ -2,7 +2,7 @@
 ``pods_log_all_rollouts``, every generated rollout) and the token counts `num_tokens` and `pods/tokens_generated`.
 
 Functions write into the trainer's TRL-owned logs (`_metrics`, `_logs`, `_pending_extra_logs`, `state`), which they
-receive as arguments.
+receive as arguments; `describe_plan` puts a generation plan in plain words.
 """
 
 from __future__ import annotations
@@ -27,6 +27,17 @@ LENGTH_METRICS = tuple(  # what TRL's `_generate` logs about the completions of 
     for name in ("mean_length", "min_length", "max_length", "clipped_ratio")
     + ("mean_terminated_length", "min_terminated_length", "max_terminated_length")
 )
+
+
+def describe_plan(n: int, m: int, calls: int) -> str:
+    """A generation plan in plain words: GRPO ``m`` when it keeps every one of ``n`` rollouts per prompt, PODS
+    ``n -> m`` when it down-samples, "with refill" when it may make more than one call (``calls``).
+
+    >>> describe_plan(4, 4, 3)
+    'this is GRPO 4 with refill'
+    """
+    method = f"GRPO {m}" if n == m else f"PODS {n} -> {m}"
+    return f"this is {method}{' with refill' if calls > 1 else ''}"
 
 
 def digest(value: Any) -> str:

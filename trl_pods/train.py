@@ -11,8 +11,10 @@ any download or model load; a user error prints one ``error:`` line. The task ch
 completion length the user does not set (`trl_pods.tasks.TASK_REWARDS`, ``TASK_COMPLETION_LENGTHS``). Without a GPU
 the run trains in float32 on the CPU, on the threads `trl_pods.cpu.cpu_threads` chooses, and the command says so in
 one line. The run saves the model, ``run_args.json`` (all arguments, and the device and precision that really ran),
-``train_results.json`` and ``trainer_state.json`` (every logged metric) in ``output_dir``;
-``--resume_from_checkpoint PATH`` (or ``last``) continues a run.
+``train_results.json`` and ``trainer_state.json`` (every logged metric) in ``output_dir``, and ends with a few lines:
+what it trained, where it saved it, and the `trl-pods eval` command to run next. ``--resume_from_checkpoint PATH`` (or
+``last``) continues a run; an ``output_dir`` that already holds files is refused unless the run resumes or
+``--overwrite_output_dir true`` empties it first, so that two runs never mix in one folder.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,6 +111,14 @@ class ScriptArguments:
             "problems exclude."
         },
     )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "trl-pods train (and scripts/train_pods.py): train into an --output_dir that already holds files "
+            "by emptying it first; such a folder is refused otherwise, unless --resume_from_checkpoint continues the "
+            "run there."
+        },
+    )
 
     def __post_init__(self):
         check_task(self.task, self.arithmetic_difficulty)
@@ -171,8 +183,9 @@ def check_hub_inputs(
 def check_arguments(script_args: ScriptArguments, training_args: PODSConfig, model_args: ModelConfig) -> None:
     """Refuse what the user can fix before any download or model load: the model folder, every name (reward
     functions; `ScriptArguments` checks the task and arithmetic difficulty, `PODSConfig` its down-sampler and
-    allocation rule), the reward weights, a local data file, ``--max_steps 0``, ``--resume_from_checkpoint last``,
-    and last a model or dataset that needs the Hub where it cannot be reached (`check_hub_inputs`).
+    allocation rule; ``--max_steps 0`` too), the reward weights, a local data file, the ``--resume_from_checkpoint``
+    folder (or ``last``: a checkpoint in ``output_dir``), and last a model or dataset that needs the Hub where it
+    cannot be reached (`check_hub_inputs`).
 
     Raises:
         ValueError: what is wrong and which flag to change.
@@ -190,11 +203,6 @@ def check_arguments(script_args: ScriptArguments, training_args: PODSConfig, mod
         )
     for flag in ("dataset_path", "eval_dataset_path"):
         check_data_file(flag, getattr(script_args, flag), script_args.task)
-    if training_args.max_steps == 0:
-        raise ValueError(
-            "--max_steps 0 would still train one step (transformers checks the count after a step): give the steps "
-            "to train (at least 1), or leave --max_steps unset to train --num_train_epochs epochs."
-        )
     _resume_checkpoint(training_args)
     data = [("train", script_args.dataset_path)]
     if script_args.eval_dataset_path or script_args.eval_split:
@@ -234,12 +242,74 @@ def _model_init_kwargs(model_args: ModelConfig, training_args: PODSConfig) -> di
 
 
 def _resume_checkpoint(training_args: PODSConfig) -> str | None:
+    """The checkpoint folder to resume from (None: none); ValueError for a folder that is not there."""
     checkpoint = training_args.resume_from_checkpoint
     if checkpoint in ("last", "latest", "true", "True"):
-        checkpoint = get_last_checkpoint(training_args.output_dir)
+        output_dir = training_args.output_dir
+        checkpoint = get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
         if checkpoint is None:
-            raise ValueError(f"--resume_from_checkpoint last: no checkpoint in {training_args.output_dir}.")
+            raise ValueError(f"--resume_from_checkpoint last: no checkpoint in {output_dir}.")
+    elif checkpoint is not None and not Path(checkpoint).is_dir():
+        raise ValueError(f"--resume_from_checkpoint {checkpoint}: no such folder.")
     return checkpoint
+
+
+def fresh_folder(wanted: Path) -> Path:
+    """``wanted`` if it is missing or empty, else the first of ``wanted-2``, ``wanted-3``, ... that is."""
+    folder, number = wanted, 1
+    while folder.exists() and any(folder.iterdir()):
+        number += 1
+        folder = wanted.with_name(f"{wanted.name}-{number}")
+    return folder
+
+
+def check_output_dir(output_dir: str, resuming: bool, overwrite: bool) -> None:
+    """Raise ValueError for an ``output_dir`` that already holds files, unless the run resumes (``resuming``) or
+    ``overwrite`` (``--overwrite_output_dir``) empties it first: two runs in one folder mixed their
+    ``pods_selections.jsonl`` and left one's evaluations beside the other's weights."""
+    folder = Path(output_dir)
+    if resuming or overwrite or folder == fresh_folder(folder):
+        return
+    raise ValueError(
+        f"--output_dir {output_dir} already holds files (an earlier run?): give a new folder ({fresh_folder(folder)} "
+        "is free), --resume_from_checkpoint to continue that run, or --overwrite_output_dir true to empty it first."
+    )
+
+
+def check_command(script_args: ScriptArguments, training_args: PODSConfig, model_args: ModelConfig) -> None:
+    """The output folder (`trl-pods train` only: `check_output_dir`), then `check_arguments`."""
+    resuming = training_args.resume_from_checkpoint is not None
+    check_output_dir(training_args.output_dir, resuming, script_args.overwrite_output_dir)
+    check_arguments(script_args, training_args, model_args)
+
+
+def empty_folder(folder: Path) -> None:
+    """Remove what ``folder`` holds (``--overwrite_output_dir``), on the main process while the others wait."""
+    state = PartialState()
+    if state.is_main_process and folder.is_dir():
+        for entry in folder.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+    state.wait_for_everyone()
+
+
+def summary(script_args: ScriptArguments, training_args: PODSConfig, model_args: ModelConfig, steps: int) -> list[str]:
+    """The lines a `trl-pods train` run ends with: what it trained, where it saved it, the command to run next."""
+    model, out = model_args.model_name_or_path, training_args.output_dir
+    method = f"PODS {training_args.pods_n} -> {training_args.pods_m}, {training_args.pods_down_sampler}"
+    if training_args.pods_generation != "fixed":
+        method += f", {training_args.pods_generation} generation"
+    saved = "the LoRA adapter" if model_args.use_peft else "the model"
+    return [
+        f"trl-pods train: trained {model} on the {script_args.task} task for {steps} step{'s' * (steps != 1)} "
+        f"({method})",
+        f"saved in {out}: {saved}, its card (README.md), run_args.json, and the metrics (train_results.json, "
+        "trainer_state.json)",
+        f"next, its accuracy: trl-pods eval --run_dir {shlex.quote(out)} --base_model {shlex.quote(model)} --task "
+        f"{script_args.task}",
+    ]
 
 
 def train(
@@ -273,7 +343,6 @@ def train(
     result = trainer.train(resume_from_checkpoint=_resume_checkpoint(training_args))
     trainer.save_model(training_args.output_dir)
     trainer.save_state()
-    trainer.log_metrics("train", result.metrics)
     trainer.save_metrics("train", result.metrics)
     if trainer.accelerator.is_main_process:
         arguments = {
@@ -336,7 +405,7 @@ def parse_arguments(command: CommandParser, argv: Sequence[str] | None) -> tuple
     length = TASK_COMPLETION_LENGTHS[parsed[0].task]
     if command.get_default("max_completion_length") != length:  # a YAML value is the default now: it stays
         command.set_defaults(max_completion_length=length)
-    return command.parse_checked(argv, check_arguments)
+    return command.parse_checked(argv, check_command)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -348,7 +417,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     script_args, training_args, model_args = parse_arguments(command, argv)
     if not torch.accelerator.is_available() and os.environ.get("RANK", "0") == "0":
         print(device_line(training_args, model_args), flush=True)
-    train(script_args, training_args, model_args)
+    if script_args.overwrite_output_dir and training_args.resume_from_checkpoint is None:
+        empty_folder(Path(training_args.output_dir))
+    trainer = train(script_args, training_args, model_args)
+    if trainer.accelerator.is_main_process:
+        print("\n".join(summary(script_args, training_args, model_args, trainer.state.global_step)), flush=True)
     leave_distributed_run()
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 import trl.trainer.grpo_trainer as grpo_trainer_module
+from tqdm.auto import tqdm
 from trl.models import unwrap_model_for_generation
 
 from . import rollout_fields
@@ -200,12 +201,13 @@ def generation_timing(trainer: Any) -> GenerationTiming | None:
 
 def end_generation(trainer: Any, rollouts: Any) -> None:
     """After phase 1: keep its calls' timing for a `GenerationMode.timed` mode (`generation_timing`), and print the
-    mode's notes on the main process (auto's choice when it changes)."""
+    mode's notes on the main process (auto's choice when it changes), on lines of their own beside the progress
+    bar."""
     mode = trainer._pods_mode
     if mode.timed:
         processes = trainer.accelerator.num_processes
         per_process = [rows // processes for rows in rollouts.call_rows]
         trainer._pods_last_generation = (per_process, rollouts.call_seconds, time.perf_counter())
     for line in mode.notes():
-        if trainer.accelerator.is_main_process:
-            print(f"[trl_pods] {line}", file=sys.stderr, flush=True)
+        if trainer.accelerator.is_main_process:  # through tqdm: on a line of its own beside the progress bar
+            tqdm.write(f"[trl_pods] {line}", file=sys.stderr)
