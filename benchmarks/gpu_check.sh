@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The device check for a lent CUDA GPU (about 10 minutes on an H200), writing under $OUT:
-#   1. the smallest pair of the reasoning-gym race (benchmarks/race_rg.py): the pilot's trl.GRPOTrainer setting
+#   1. the smallest pair of the reasoning-gym race (benchmarks/time_to_target_rg.py): the pilot's trl.GRPOTrainer setting
 #      against auto 16->4 on chain_sum, 2 seeds, $STEPS steps, an evaluation every $EVAL_EVERY steps on 200 held-out
 #      problems -> $OUT/race_rg_pair.jsonl (outside the plan: labelled as the smallest pair on a GPU);
 #   2. $ZERO_STEPS steps of the ZeRO-2 and ZeRO-3 recipes (recipes/accelerate/zero{2,3}.yaml) on one process, PODS
@@ -33,7 +33,7 @@ if "$PY" -c "import vllm" > /dev/null 2>&1; then ENGINE=vllm-cuda; fi
 run() { printf '+'; printf ' %q' "$@"; printf '\n'; if [[ $DRY == 0 ]]; then "$@"; fi; }
 mkdir -p "$OUT"
 
-run "$PY" benchmarks/race_rg.py --smoke --engine "$ENGINE" --model "$MODEL" --seeds 2 --steps "$STEPS" \
+run "$PY" benchmarks/time_to_target_rg.py --smoke --engine "$ENGINE" --model "$MODEL" --seeds 2 --steps "$STEPS" \
   --eval_every "$EVAL_EVERY" --held_out 200 --arms "trl.GRPOTrainer 8, 1 step/gen, lr 2e-04" "auto 16->4" \
   --pair "$OUT/race_rg_pair.jsonl"
 
@@ -48,7 +48,7 @@ for stage in 2 3; do
     --bf16 true --logging_steps 1 --save_strategy no --report_to none --disable_tqdm true
   if [[ $DRY == 0 ]]; then
     kill "$SAMPLER"
-    "$PY" benchmarks/gpu_check.py "$OUT/zero$stage" "$OUT/zero$stage.memory" "$stage" > "$OUT/zero$stage.json"
+    "$PY" scripts/gpu_check_summary.py "$OUT/zero$stage" "$OUT/zero$stage.memory" "$stage" > "$OUT/zero$stage.json"
     cat "$OUT/zero$stage.json"
   fi
 done

@@ -1,8 +1,8 @@
-"""The page of the reasoning-gym race (`race_rg.py --report`): ``docs/benchmarks/race-rg.md`` from the committed runs
-alone. Before any run it is the plan, the commands and the count of runs; each phase's section fills in as its runs
-land: the pilot and the tasks it chose, the tuning and the baseline, target and budget it fixed, and the evaluation
-runs against the baseline (`race_report.task_table`: restricted means, bootstrap 90% CIs, exact permutation p) in
-CPU minutes (measured: the interleaved timing run) and H200 minutes (priced with the trainers' own H200 costs).
+"""The page of the reasoning-gym race (`time_to_target_rg.py --report`): ``docs/benchmarks/time-to-target-rg.md`` from
+the committed runs alone. Before any run it is the plan, the commands and the count of runs; each phase's section fills
+in as its runs land: the pilot and the tasks it chose, the tuning and the baseline, target and budget it fixed, and the
+evaluation runs against the baseline (`race_report.task_table`: restricted means, bootstrap 90% CIs, exact permutation
+p) in CPU minutes (measured: the interleaved timing run) and H200 minutes (priced with the trainers' own H200 costs).
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import json
 import statistics
 from pathlib import Path
 
-import race_rg_plan as plan
-from harness import DATA, PAGES, RunStore
+import time_to_target_rg_plan as plan
+from harness import DATA, PAGES, RunStore, notes
 from race_analysis import Pricing, check_against_plan, fit_costs, lacking, minutes, misses, ratio, total
 from race_report import NOISE, RESTRICTED, task_table
 
-PAGE = PAGES / "race-rg.md"
+PAGE = PAGES / "time-to-target-rg.md"
 
 
 def targeted(runs: list[dict], fixing: dict) -> list[dict]:
@@ -130,10 +130,12 @@ def tuning_text(data: Path, found: dict) -> tuple[str, int]:
 def render(data: Path = DATA) -> str:
     """The page, from the runs under ``data`` alone (and the base-model table there, which names the candidates)."""
     table = data / plan.BASE_TABLE
-    try:
-        found = plan.candidates([json.loads(line) for line in table.read_text().splitlines() if line.strip()])
-    except (FileNotFoundError, ValueError) as err:
-        found, why = {}, f"none yet ({err})".replace(str(data) + "/", "")
+    found, why = {}, f"none yet: the base-model table (data/{plan.BASE_TABLE}, `reasoning_gym_base.py`) is not in"
+    if table.exists():
+        try:
+            found = plan.candidates([json.loads(line) for line in table.read_text().splitlines() if line.strip()])
+        except ValueError as err:
+            why = f"none yet: {err}"
     tuning, tuned = tuning_text(data, found)
     evaluation, evaluated = evaluation_text(data, found)
     candidates = "\n".join(f"- `{task}` `{json.dumps(c['config'])}`, {c['max_completion_length']} tokens"
@@ -141,18 +143,18 @@ def render(data: Path = DATA) -> str:
     plan_lines = "\n".join(f"- **{key}**: {value}" for key, value in plan.PLAN.items())
     return f"""# Time to target on reasoning-gym tasks against a tuned trl.GRPOTrainer
 
-<!-- Written by `python benchmarks/race_rg.py --report` from docs/benchmarks/data/race_rg*; do not edit. -->
+<!-- Written by `python benchmarks/time_to_target_rg.py --report` from docs/benchmarks/data/race_rg*; do not edit. -->
 
 How many minutes and rollouts each setting needs to reach a held-out accuracy on two reasoning-gym tasks, against
 TRL's own `GRPOTrainer` tuned as a TRL user would tune it (`num_generations`, `steps_per_generation`, learning rate).
 SmolLM2-135M-Instruct with LoRA (the demo's), the vLLM CPU engine, 4 prompts per optimizer step for every arm.
 
-**Runs: {tuned} of the pilot and tuning, {evaluated} of the {2 * sum(plan.EVALUATION_SEEDS.values())} evaluation
-runs.** The plan asks for {planned_count(2)}.
+**Runs: {tuned} of the pilot and tuning, {evaluated} of {2 * sum(plan.EVALUATION_SEEDS.values())} evaluation runs.**
+The plan asks for {planned_count(2)}.
 
 ## The plan
 
-Fixed before any run (`PLAN` and the rules in `benchmarks/race_rg_plan.py`; the git history shows the order):
+Fixed before any run (`PLAN` and the rules in `benchmarks/time_to_target_rg_plan.py`; the git history shows the order):
 
 {plan_lines}
 
@@ -175,10 +177,18 @@ Candidate tasks now (the base-model table's rows in the band, `candidates`):
 ## Commands
 
 ```bash
-python benchmarks/race_rg.py --phase timing     # on an idle machine
-python benchmarks/race_rg.py --phase pilot      # then tune, fix (commit race_rg_fixed.json), evaluate
-python benchmarks/race_rg.py --report           # this page
+python benchmarks/time_to_target_rg.py --phase timing     # on an idle machine
+python benchmarks/time_to_target_rg.py --phase pilot      # then tune, fix (commit race_rg_fixed.json), evaluate
+python benchmarks/time_to_target_rg.py --report           # this page
 ```
+
+On a CUDA machine with vLLM, the same race with a model of your own (its runs in a folder of their own), e.g.
+`python benchmarks/time_to_target_rg.py --engine vllm-cuda --model Qwen/Qwen2.5-0.5B-Instruct --data runs/qwen
+--phase pilot` (then `tune`, `fix`, `evaluate`, `--report --data runs/qwen`); `bash benchmarks/gpu_check.sh`
+runs the smallest pair (the pilot's setting against auto, 2 seeds) and a few steps of the ZeRO-2 and ZeRO-3 recipes
+on one GPU.
+
+{notes("race_rg")}
 """
 
 

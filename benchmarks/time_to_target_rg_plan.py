@@ -1,5 +1,5 @@
 """The plan of the time-to-target race on reasoning-gym tasks (`PLAN`), fixed before its first run; the git history
-shows the order. `race_rg.py` runs it and writes its page.
+shows the order. `time_to_target_rg.py` runs it and writes its page.
 
 The race has three phases, each fixed by a rule here from the committed runs of the phase before it, so that nothing
 is chosen by hand after a run:
@@ -15,7 +15,8 @@ is chosen by hand after a run:
    rounded up to the evaluation interval. Then the evaluation runs (`evaluation_race`): the baseline and auto on 8
    seeds, PODS 16->4 and sized refill on 5, all at the baseline's learning rate, every run to the budget.
 
-Every function of a rule is pure (runs in, a choice out) and tested on synthetic runs (tests/test_race_rg.py).
+Every function of a rule is pure (runs in, a choice out) and tested on synthetic runs
+(tests/test_time_to_target_rg.py).
 """
 
 from __future__ import annotations
@@ -140,7 +141,7 @@ PLAN = {
     "goals": "both tasks, CPU: auto <= 0.5x the baseline, CI upper bound < 0.8, fewer rollouts; H200 pricing: "
     "<= 0.7x, upper bound < 1; auto within 10% of the best trl_pods arm",
 }
-"""The measurement, fixed before its runs; `race_rg.py --report` refuses runs made otherwise."""
+"""The measurement, fixed before its runs; `time_to_target_rg.py --report` refuses runs made otherwise."""
 
 
 # ---------------------------------------------------------------------------------------------------------------

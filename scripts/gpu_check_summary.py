@@ -2,7 +2,7 @@
 from the run's ``trainer_state.json`` (TRL's ``step_time``; the first step, the warm-up, reported apart) and the peak
 GPU memory the ``nvidia-smi`` samples saw while it ran.
 
-    python benchmarks/gpu_check.py RUN_DIR MEMORY_LOG STAGE > zero2.json
+    python scripts/gpu_check_summary.py RUN_DIR MEMORY_LOG STAGE > zero2.json
 """
 
 from __future__ import annotations

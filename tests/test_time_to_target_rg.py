@@ -1,4 +1,4 @@
-"""The reasoning-gym race (`benchmarks/race_rg.py`, its plan and rules `race_rg_plan.py`, its page
+"""The reasoning-gym race (`benchmarks/time_to_target_rg.py`, its plan and rules `time_to_target_rg_plan.py`, its page
 `race_rg_report.py`) on synthetic runs, without training: the candidate tasks, the pilot's choice of two, the
 tuning queue and "clearly behind", the baseline, target and budget rules, the restricted mean, the page reproducing
 from the runs and refusing runs off the plan; and the command's smoke mode on the tiny model (HF generate, CPU)."""
@@ -26,9 +26,18 @@ def _benchmark(name: str):
         sys.path.remove(str(REPO / "benchmarks"))
 
 
+def _script(name: str):
+    """``scripts/<name>.py``, imported."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+
+
 @pytest.fixture(scope="module")
 def plan():
-    return _benchmark("race_rg_plan")
+    return _benchmark("time_to_target_rg_plan")
 
 
 def _run(task: str, arm: str, seed: int, accuracy: list[float], every: int = 10, rows: int = 16) -> dict:
@@ -153,7 +162,7 @@ def test_the_page_reproduces_from_the_runs_and_refuses_runs_off_the_plan(plan, t
     (tmp_path / "race_rg_tuning.jsonl").write_text(json.dumps(pilot) + "\n")
     page = report.render(tmp_path)
     assert page == report.render(tmp_path)
-    assert "**Runs: 1 of the pilot and tuning, 0 of the 52 evaluation" in page
+    assert "**Runs: 1 of the pilot and tuning, 0 of 52 evaluation runs.**" in page
     assert "`reasoning_gym:letter_counting`" in page and "| 0.140 | 0.300 |" in page
     pilot["settings"] = {**pilot["settings"], "max_steps": 60}
     (tmp_path / "race_rg_tuning.jsonl").write_text(json.dumps(pilot) + "\n")
@@ -166,9 +175,9 @@ def test_the_page_reproduces_from_the_runs_and_refuses_runs_off_the_plan(plan, t
 
 
 def test_the_command_refuses_what_it_cannot_run(capsys):
-    """`race_rg.py` with no phase, or another model's runs aimed at the committed data folder, exits with one
+    """`time_to_target_rg.py` with no phase, or another model's runs aimed at the committed data folder, exits with one
     ``error:`` line before loading any model."""
-    command = _benchmark("race_rg")
+    command = _benchmark("time_to_target_rg")
     for options, message in (([], "give --phase"), (["--phase", "pilot", "--model", "x"], "a folder of their own")):
         with pytest.raises(SystemExit) as stop:
             command.main(options)
@@ -177,18 +186,18 @@ def test_the_command_refuses_what_it_cannot_run(capsys):
 
 
 def test_smoke_trains_the_baseline_and_auto_on_chain_sum_with_the_tiny_model(tiny_model_path):
-    """`race_rg.py --smoke --engine hf --model <tiny>` trains the pilot's `trl.GRPOTrainer` setting and auto on
+    """`time_to_target_rg.py --smoke --engine hf --model <tiny>` trains a `trl.GRPOTrainer` setting and auto on
     chain_sum on the CPU, evaluates the base model and a checkpoint both ways (extracted and raw), writes nothing:
     the GPU command's code path (`--engine vllm-cuda` only swaps the engine)."""
     before = sorted((REPO / "docs").rglob("*"))
     result = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "race_rg.py"), "--smoke", "--engine", "hf", "--model",
+        [sys.executable, str(REPO / "benchmarks" / "time_to_target_rg.py"), "--smoke", "--engine", "hf", "--model",
          str(tiny_model_path), "--steps", "1", "--eval_every", "1", "--held_out", "4", "--arms", "auto 16->4",
          plan_arm := "trl.GRPOTrainer 4, 4 steps/gen, lr 2e-04"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    prefix = _benchmark("race_rg").SMOKE_LINE
+    prefix = _benchmark("time_to_target_rg").SMOKE_LINE
     lines = [json.loads(line.removeprefix(prefix)) for line in result.stdout.splitlines() if line.startswith(prefix)]
     assert [line["arm"] for line in lines] == ["auto 16->4", plan_arm]
     for line in lines:
@@ -198,9 +207,10 @@ def test_smoke_trains_the_baseline_and_auto_on_chain_sum_with_the_tiny_model(tin
 
 
 def test_gpu_check_dry_run_prints_commands_the_race_and_the_recipes_accept(tmp_path):
-    """`benchmarks/gpu_check.sh --dry-run` (no GPU needed) prints the smallest pair's command, which `race_rg.py`'s
-    own command line accepts (2 seeds of the pilot's setting and auto, saved with --pair), and one ZeRO launch per
-    stage whose recipe exists; without MODEL, or with an unknown argument, it stops with one ``error:`` line."""
+    """`benchmarks/gpu_check.sh --dry-run` (no GPU needed) prints the smallest pair's command, which
+    `time_to_target_rg.py`'s own command line accepts (2 seeds of the pilot's setting and auto, saved with --pair), and
+    one ZeRO launch per stage whose recipe exists; without MODEL, or with an unknown argument, it stops with one
+    ``error:`` line."""
     import shlex
 
     script = REPO / "benchmarks" / "gpu_check.sh"
@@ -208,8 +218,8 @@ def test_gpu_check_dry_run_prints_commands_the_race_and_the_recipes_accept(tmp_p
     result = subprocess.run(["bash", str(script), "--dry-run"], env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     commands = [shlex.split(line[2:]) for line in result.stdout.splitlines() if line.startswith("+ ")]
-    race = commands[0][commands[0].index("benchmarks/race_rg.py") + 1 :]
-    args = _benchmark("race_rg").parser().parse_args(race)
+    race = commands[0][commands[0].index("benchmarks/time_to_target_rg.py") + 1 :]
+    args = _benchmark("time_to_target_rg").parser().parse_args(race)
     assert (args.smoke, args.seeds, args.model, args.pair) == (
         True,
         2,
@@ -226,9 +236,9 @@ def test_gpu_check_dry_run_prints_commands_the_race_and_the_recipes_accept(tmp_p
 
 
 def test_gpu_check_summarizes_step_times_and_peak_memory(tmp_path):
-    """`benchmarks/gpu_check.py` reads a ZeRO run's step times (the first, the warm-up, apart; the median of the
+    """`scripts/gpu_check_summary.py` reads a ZeRO run's step times (the first, the warm-up, apart; the median of the
     rest) and the peak of nvidia-smi's memory samples; a run with no step time or no sample is refused."""
-    check = _benchmark("gpu_check")
+    check = _script("gpu_check_summary")
     history = [{"step": s, "step_time": t} for s, t in ((1, 9.0), (2, 1.0), (3, 3.0), (4, 2.0))] + [{"loss": 0.1}]
     (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": history}))
     (tmp_path / "memory").write_text("1200\n5300\n4100\n")

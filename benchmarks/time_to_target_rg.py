@@ -1,5 +1,6 @@
 """Time to target on reasoning-gym tasks against a tuned `trl.GRPOTrainer`, on a plan fixed before its runs
-(`race_rg_plan.PLAN`; the rules that choose the tasks, the baseline, the targets and the budget are its functions).
+(`time_to_target_rg_plan.PLAN`; the rules that choose the tasks, the baseline, the targets and the budget are its
+functions).
 
 Each phase takes its runs as a queue (`harness.RunStore`: any number of processes, resumes after a stop) and saves
 each run as it ends, to ``docs/benchmarks/data/race_rg_tuning.jsonl`` (pilot and tuning) or ``race_rg.jsonl``
@@ -7,17 +8,18 @@ each run as it ends, to ``docs/benchmarks/data/race_rg_tuning.jsonl`` (pilot and
 4 prompts per optimizer step, vLLM's CPU engine), on the task's dataset with the setting and completion length the
 base-model table measured, rewarded by the dataset's own scorer.
 
-    python benchmarks/race_rg.py --phase timing     # interleaved step times of every setting (idle machine)
-    python benchmarks/race_rg.py --phase pilot      # the pilot seed on every candidate task
-    python benchmarks/race_rg.py --phase tune       # the tuning runs (first seeds, then second seeds)
-    python benchmarks/race_rg.py --phase fix        # write race_rg_fixed.json (baseline, target, budget): commit it
-    python benchmarks/race_rg.py --phase evaluate   # the evaluation runs (refuses without the committed fixing)
-    python benchmarks/race_rg.py --report           # docs/benchmarks/race-rg.md from the runs
-    python benchmarks/race_rg.py --smoke --steps 2 --eval_every 1 --arms ...   # no files written
+    python benchmarks/time_to_target_rg.py --phase timing    # interleaved step times of every setting (idle)
+    python benchmarks/time_to_target_rg.py --phase pilot     # the pilot seed on every candidate task
+    python benchmarks/time_to_target_rg.py --phase tune      # the tuning runs (first seeds, then second seeds)
+    python benchmarks/time_to_target_rg.py --phase fix       # race_rg_fixed.json (baseline, target, budget): commit
+    python benchmarks/time_to_target_rg.py --phase evaluate  # the evaluation runs (refused without the fixing)
+    python benchmarks/time_to_target_rg.py --report          # docs/benchmarks/time-to-target-rg.md from the runs
+    python benchmarks/time_to_target_rg.py --smoke --steps 2 --eval_every 1 --arms ...   # no files written
 
 On a CUDA machine with vLLM (`--engine vllm-cuda`), the same race with another model and its own data folder:
 
-    python benchmarks/race_rg.py --engine vllm-cuda --model Qwen/Qwen2.5-0.5B-Instruct --data runs/qwen --phase ...
+    python benchmarks/time_to_target_rg.py --engine vllm-cuda --model Qwen/Qwen2.5-0.5B-Instruct --data runs/qwen \
+        --phase ...
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import json
 import os
 from pathlib import Path
 
-import race_rg_plan as plan
+import time_to_target_rg_plan as plan
 import torch
 from harness import DATA, RunStore
 from race_rg_report import render, write_report
@@ -136,7 +138,9 @@ def parser() -> argparse.ArgumentParser:
     """The command line."""
     found = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     found.add_argument("--phase", choices=PHASES, help="the phase whose runs to take (resumes)")
-    found.add_argument("--report", action="store_true", help="docs/benchmarks/race-rg.md from the saved runs")
+    found.add_argument(
+        "--report", action="store_true", help="docs/benchmarks/time-to-target-rg.md from the saved runs"
+    )
     found.add_argument("--arms", nargs="+", default=None, help="only these arms' runs")
     found.add_argument("--engine", choices=list(ENGINES), default="vllm-cpu", help="where runs generate (ENGINES)")
     found.add_argument("--model", default=None, help="model folder or Hub name (default: SmolLM2-135M-Instruct)")
