@@ -107,28 +107,28 @@ def step_records(history: list[dict], trl_rollouts: int | None, per_generation: 
     trained, per step of a `trl.GRPOTrainer` run, which logs no counts; None for a `PODSGRPOTrainer` run.
     ``per_generation``: optimizer steps per generation of a `trl.GRPOTrainer` run (its ``steps_per_generation`` over
     ``gradient_accumulation_steps``): its generation call and rollouts count on the step that makes them (steps 1,
-    1 + ``per_generation``, ...), none on the steps that train on them."""
+    1 + ``per_generation``, ...), none on the steps that train on them, and those steps carry the rewards and lengths
+    of the generation they train on (TRL logs them only on the step that generates)."""
 
     def generates(step: int) -> bool:
         return (step - 1) % per_generation == 0
 
-    return [
-        [
+    records, generation = [], {}
+    for e in (e for e in history if "step_time" in e):
+        generation = {key: e.get(key, generation.get(key)) for key in
+                      ("frac_reward_zero_std", "reward", "completions/mean_length")}  # fmt: skip
+        generated = None if trl_rollouts is None else trl_rollouts * per_generation * generates(e["step"])
+        records.append([
             e["step"],
             e["step_time"],
-            e.get(
-                "pods/rollouts_generated",
-                None if trl_rollouts is None else trl_rollouts * per_generation * generates(e["step"]),
-            ),
+            e.get("pods/rollouts_generated", generated),
             e.get("pods/rollouts_trained", trl_rollouts),
             e.get("pods/generation_calls", float(generates(e["step"]))),
-            e["frac_reward_zero_std"],
-            e["reward"],
-            e["completions/mean_length"],
-        ]  # fmt: skip
-        for e in history
-        if "step_time" in e
-    ]
+            generation["frac_reward_zero_std"],
+            generation["reward"],
+            generation["completions/mean_length"],
+        ])  # fmt: skip
+    return records
 
 
 def train_arm(

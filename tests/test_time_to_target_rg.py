@@ -132,7 +132,8 @@ def test_the_restricted_mean_counts_a_miss_at_the_budget(plan):
 def test_a_baseline_setting_counts_its_generation_on_the_step_that_makes_it(plan):
     """A `trl.GRPOTrainer` setting with 4 optimizer steps per generation sets TRL's ``steps_per_generation`` to 4 x
     its accumulation steps, and its step records count one call of 4 steps' rollouts every 4th step (none on the
-    others), so both pricings see what its calls save; a reasoning-gym task trains on its dataset and length."""
+    others), so both pricings see what its calls save, and give every step the rewards of the generation it trains on
+    (TRL logs them only on the step that generates); a reasoning-gym task trains on its dataset and length."""
     runner = _benchmark("race_runs")
     race = plan.tuning_race({"reasoning_gym:chain_sum": {"config": {"min_terms": 2}, "max_completion_length": 32}})
     where = (Path("model"), "out", "reasoning_gym:chain_sum", 100, 10, 5)
@@ -142,11 +143,12 @@ def test_a_baseline_setting_counts_its_generation_on_the_step_that_makes_it(plan
     assert (config.learning_rate, config.max_completion_length) == (5e-4, 32)
     assert (script.task, json.loads(script.task_config), script.task_test_size) == (
         "reasoning_gym:chain_sum", {"min_terms": 2}, 200)  # fmt: skip
-    history = [{"step": s, "step_time": 1.0, "frac_reward_zero_std": 0.0, "reward": 0.5,
-                "completions/mean_length": 9.0} for s in range(1, 6)]  # fmt: skip
-    records = runner.step_records(history, 32, per_generation=4)
+    generated = {"frac_reward_zero_std": 0.25, "reward": 0.5, "completions/mean_length": 9.0}
+    history = [{"step": s, "step_time": 1.0, **(generated if s in (1, 5) else {})} for s in range(1, 6)]
+    records = runner.step_records(history, 32, per_generation=4)  # TRL logs rewards only where it generates
     assert [(r[2], r[3], r[4]) for r in records] == [(128, 32, 1.0), (0, 32, 0.0), (0, 32, 0.0), (0, 32, 0.0),
                                                      (128, 32, 1.0)]  # fmt: skip
+    assert {(r[5], r[6], r[7]) for r in records} == {(0.25, 0.5, 9.0)}  # a step trains on its generation's rows
 
 
 def test_the_page_reproduces_from_the_runs_and_refuses_runs_off_the_plan(plan, tmp_path):
@@ -192,7 +194,7 @@ def test_smoke_trains_the_baseline_and_auto_on_chain_sum_with_the_tiny_model(tin
     before = sorted((REPO / "docs").rglob("*"))
     result = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "time_to_target_rg.py"), "--smoke", "--engine", "hf", "--model",
-         str(tiny_model_path), "--steps", "1", "--eval_every", "1", "--held_out", "4", "--arms", "auto 16->4",
+         str(tiny_model_path), "--steps", "2", "--eval_every", "2", "--held_out", "4", "--arms", "auto 16->4",
          plan_arm := "trl.GRPOTrainer 4, 4 steps/gen, lr 2e-04"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
@@ -201,8 +203,8 @@ def test_smoke_trains_the_baseline_and_auto_on_chain_sum_with_the_tiny_model(tin
     lines = [json.loads(line.removeprefix(prefix)) for line in result.stdout.splitlines() if line.startswith(prefix)]
     assert [line["arm"] for line in lines] == ["auto 16->4", plan_arm]
     for line in lines:
-        assert [p[0] for p in line["curve"]] == [0, 1] and len(line["raw_accuracy"]) == len(line["eval_seconds"]) == 2
-        assert len(line["step_seconds"]) == 1
+        assert [p[0] for p in line["curve"]] == [0, 2] and len(line["raw_accuracy"]) == len(line["eval_seconds"]) == 2
+        assert len(line["step_seconds"]) == 2
     assert "smoke run: nothing written" in result.stdout and sorted((REPO / "docs").rglob("*")) == before
 
 
