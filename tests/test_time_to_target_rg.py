@@ -250,3 +250,45 @@ def test_gpu_check_summarizes_step_times_and_peak_memory(tmp_path):
     (tmp_path / "memory").write_text("")
     with pytest.raises(ValueError, match="0 memory samples"):
         check.summarize(tmp_path, tmp_path / "memory", 3)
+
+
+def test_the_page_reports_every_arm_against_the_fixed_baseline_and_refuses_another_fixing(plan, tmp_path):
+    """From synthetic runs of every phase (base table, timing run, pilot and tuning, race_rg_fixed.json as the rules
+    give it, every evaluation run), the page gives each task's table, the rollouts ratio with its CI and p, the
+    final accuracy read both ways and the goals' verdicts; a fixing other than the rules' is refused."""
+    report = _benchmark("race_rg_report")
+    table = [_row("chain_sum", 0.14), _row("letter_counting", 0.3)]
+    (tmp_path / plan.BASE_TABLE).write_text("".join(json.dumps(r) + "\n" for r in table))
+    found = plan.candidates(table)
+    records = [[arm, 0, 2, 1.0 + 0.1 * i + 0.01 * j, 16 + 8 * i, 16, 1.0 + (i % 2), 0.5, 0.5, 20.0]
+               for i, arm in enumerate(plan.TIMING_ARMS) for j in range(3)]  # fmt: skip
+    (tmp_path / "race_rg_timing.json").write_text(json.dumps({"records": records}))
+    tuning, runs = plan.tuning_race(found), []
+    for task, curve in zip(found, ([0.14, 0.2, 0.3, 0.35, 0.4, 0.45, 0.5, 0.5, 0.5],
+                                   [0.3, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5]), strict=True):  # fmt: skip
+        for arm in plan.TUNING_ARMS:
+            runs.append({**_run(task, arm, 100, curve), "settings": tuning.settings(task)})
+    (tmp_path / "race_rg_tuning.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs))
+    costs = _benchmark("race_analysis").fit_costs({"records": records})
+    tasks = plan.choose_tasks(runs)
+    assert plan.tuning_runs(tasks, runs, costs)[-1][2] == 101  # second seeds would follow; here the rules use one
+    fixing = {"tasks": tasks, "fixed": plan.fixed(runs, tasks, costs)}
+    (tmp_path / "race_rg_fixed.json").write_text(json.dumps(fixing))
+    evaluation = []
+    for task, arm, seed in plan.evaluation_runs(tasks):
+        race = plan.evaluation_race(task, found[task], fixing["fixed"][task])
+        steps = fixing["fixed"][task]["max_steps"]
+        rising = [min(0.6, 0.14 + 0.05 * i * (2 if arm == "auto 16->4" else 1)) for i in range(steps // 10 + 1)]
+        run = _run(task, arm, seed, rising, rows=16 if arm != "baseline" else 32)
+        evaluation.append({**run, "settings": race.settings(task), "raw_accuracy": [0.0] * len(rising)})
+    (tmp_path / "race_rg.jsonl").write_text("".join(json.dumps(r) + "\n" for r in evaluation))
+    page = report.render(tmp_path)
+    assert "0 of 52" not in page and "52 of 52 evaluation runs" in page
+    for task in tasks:
+        assert f"**{task}** (baseline `{fixing['fixed'][task]['baseline']}`" in page
+        assert f"- {task}, CPU: auto " in page and f"- {task}, H200-priced: auto within 10%" in page
+    assert "- `auto 16->4`: 0." in page and "| baseline | 8 | " in page
+    fixing["fixed"][tasks[0]]["target"] += 0.01
+    (tmp_path / "race_rg_fixed.json").write_text(json.dumps(fixing))
+    with pytest.raises(SystemExit, match="not what the plan's rules give"):
+        report.render(tmp_path)
