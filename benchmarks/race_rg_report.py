@@ -145,16 +145,25 @@ def tuning_text(data: Path, found: dict) -> tuple[str, int]:
 def render(data: Path = DATA) -> str:
     """The page, from the runs under ``data`` alone (and the base-model table there, which names the candidates)."""
     table = data / plan.BASE_TABLE
-    found, why = {}, f"none yet: the base-model table (data/{plan.BASE_TABLE}, `reasoning_gym_base.py`) is not in"
+    found, rows, why = (
+        {},
+        [],
+        f"none yet: the base-model table (data/{plan.BASE_TABLE}, `reasoning_gym_base.py`) is not in",
+    )
     if table.exists():
+        rows = [json.loads(line) for line in table.read_text().splitlines() if line.strip()]
         try:
-            found = plan.candidates([json.loads(line) for line in table.read_text().splitlines() if line.strip()])
+            found = plan.candidates(rows)
         except ValueError as err:
             why = f"none yet: {err}"
+        if lacking := plan.missing(rows):
+            why = f"provisional: the base-model table lacks {', '.join(lacking)} (the pilot waits for all of it)"
     tuning, tuned = tuning_text(data, found)
     evaluation, evaluated = evaluation_text(data, found)
     candidates = "\n".join(f"- `{task}` `{json.dumps(c['config'])}`, {c['max_completion_length']} tokens"
                            for task, c in found.items()) or f"- {why}"  # fmt: skip
+    if found and plan.missing(rows):
+        candidates += f"\n- {why}"
     plan_lines = "\n".join(f"- **{key}**: {value}" for key, value in plan.PLAN.items())
     return f"""# Time to target on reasoning-gym tasks against a tuned trl.GRPOTrainer
 

@@ -81,6 +81,8 @@ def phase(args: argparse.Namespace, model: Path) -> None:
             (data / "race_rg_timing.json").write_text(json.dumps(measured) + "\n")
         return
     if args.phase == "pilot":
+        if lacking := plan.missing(read_jsonl(data / plan.BASE_TABLE)):
+            raise SystemExit(f"the base-model table lacks {', '.join(lacking)}: the pilot waits for all of it.")
         take(tuning, [(task, plan.PILOT_ARM, plan.TUNING_SEEDS[0]) for task in found], tuning_store, model, args)
         return
     pilots = [r for r in tuning_store.runs() if r["arm"] == plan.PILOT_ARM and r["seed"] == plan.TUNING_SEEDS[0]]

@@ -110,7 +110,8 @@ learning rate does not change what a step costs). Its fitted costs price the tun
 
 PLAN = {
     "fixed": "2026-11-28, before any run of this plan",
-    "tasks": "the base-model table's tasks at 10-50% extracted held-out accuracy, at most 3 (the closest to 30% of "
+    "tasks": "once the base-model table holds all 13 tasks of KINDS (`missing`), its tasks at 10-50% extracted "
+    "held-out accuracy, at most 3 (the closest to 30% of "
     "each kind first), with the table's setting and completion length (`candidates`); the pilot (trl.GRPOTrainer 8, "
     "1 step/gen, lr 2e-04, tuning seed 100, every candidate) chooses two of different kinds, preferring a curve whose "
     "plateau is >= 0.05 above its step-20 accuracy (`choose_tasks`); a task whose pilot plateau is < 0.10 above its "
@@ -152,6 +153,13 @@ PLAN = {
 def kind(task: str) -> str:
     """The kind of a base-table task (`KINDS`)."""
     return next((k for k, tasks in KINDS.items() if task in tasks), "other")
+
+
+def missing(table: Sequence[dict]) -> list[str]:
+    """The tasks of `KINDS` (those the base-model script measures) the table does not hold yet: the pilot waits for
+    the whole table, so that its candidates do not depend on when it started."""
+    have = {row["task"] for row in table}
+    return [task for tasks in KINDS.values() for task in tasks if task not in have]
 
 
 def candidates(table: Sequence[dict]) -> dict[str, dict]:
