@@ -25,7 +25,7 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from race_analysis import Race, confirmed
+from race_analysis import Race, confirmed, priced_minutes
 
 REASONING_GYM = "reasoning_gym:"
 BASE_TABLE = "reasoning_gym_base.jsonl"
@@ -216,8 +216,6 @@ def kind_of(run: dict) -> str:
 def minutes_to(run: dict, target: float, costs: dict[str, float]) -> float:
     """CPU minutes of ``run`` to its endpoint at ``target`` (`race_analysis.confirmed`), or to its last step when it
     does not confirm it (restricted)."""
-    from race_analysis import priced_minutes
-
     return priced_minutes(run, steps_to(run, target), costs)
 
 
