@@ -42,17 +42,22 @@ class Race:
     """A race's plan as the runs, the analysis and the report read it: its data files ``docs/benchmarks/data/<name>*``,
     the ``plan`` fixed before its runs (``tasks``: target per task; ``max_steps``, ``eval_every``, ``held_out``,
     ``prompts_per_step``; ``seeds``: per task, runs per arm; the rest is text the page prints), what each arm trains
-    (``arms``: trainer options) and the arms the baseline is chosen from (``baselines``: `trl.GRPOTrainer` arms)."""
+    (``arms``: trainer options), the arms the baseline is chosen from (``baselines``: `trl.GRPOTrainer` arms) and,
+    per reasoning-gym task of the plan (``reasoning_gym:<name>``; an arithmetic task is a difficulty and has none),
+    its dataset settings and completion length (``task_configs``: ``{"config": {...}, "max_completion_length": n}``).
+    """
 
     name: str
     plan: dict
     arms: dict[str, dict]
     baselines: tuple[str, ...]
+    task_configs: dict[str, dict] = dataclasses.field(default_factory=dict)
 
     def settings(self, task: str) -> dict:
         """What a run of ``task`` depends on besides its arm and seed; the report refuses runs with other ones."""
         keys = ("max_steps", "eval_every", "held_out", "prompts_per_step")
-        return {"target": self.plan["tasks"][task], **{key: self.plan[key] for key in keys}}
+        generated = {"task_config": self.task_configs[task]} if task in self.task_configs else {}
+        return {"target": self.plan["tasks"][task], **{key: self.plan[key] for key in keys}, **generated}
 
     def seeds(self, task: str) -> dict[str, int]:
         """Runs per arm the plan asks for on ``task``."""

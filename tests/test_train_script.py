@@ -243,7 +243,7 @@ BAD_FLAGS = {
         ["--pods_generation", "budgeted", "--pods_budget", "12", "--pods_allocation", "nope"],
         "'nope'",
     ),
-    "task": (["--task", "gsm9k"], "argument --task: invalid choice: 'gsm9k'"),
+    "task": (["--task", "gsm9k"], "Unknown task 'gsm9k'; known tasks: gsm8k, math, arithmetic, reasoning_gym:<name>"),
     "difficulty": (["--task", "arithmetic", "--arithmetic_difficulty", "add9"], "--arithmetic_difficulty 'add9'"),
     "reward weights": (["--reward_weights", "1", "2"], "--reward_weights has 2 value(s) for 1 --reward_funcs"),
     "group sizes": (["--pods_n", "3", "--pods_m", "4"], "pods_n (3) is smaller than pods_m (4)"),

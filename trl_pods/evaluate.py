@@ -35,6 +35,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from .cpu import set_up_cpu
 from .parsing import CommandParser
+from .reasoning_gym_tasks import is_reasoning_gym
 from .rewards import get_reward_func
 from .tasks import TASK_COMPLETION_LENGTHS, TASK_REWARDS, TASKS, load_task
 from .train import check_data_file, check_hub_inputs, check_model, check_task
@@ -78,7 +79,17 @@ class EvalArguments:
     )
     task: str = field(
         default="gsm8k",
-        metadata={"help": "Task: 'gsm8k', 'math' (Hub or --dataset_path) or 'arithmetic'.", "choices": list(TASKS)},
+        metadata={
+            "help": "Task: 'gsm8k', 'math' (Hub or --dataset_path), 'arithmetic' or 'reasoning_gym:<name>'. One of "
+            f"{', '.join(TASKS)}."
+        },
+    )
+    task_config: str | None = field(
+        default=None,
+        metadata={
+            "help": "Settings of a reasoning_gym:<name> task's dataset (JSON object), as in training. None: with "
+            "--run_dir the run's (its run_args.json), else the dataset's defaults."
+        },
     )
     dataset_path: str | None = field(
         default=None, metadata={"help": "Local .jsonl/.json/.parquet file in the task's schema instead of the Hub."}
@@ -120,12 +131,16 @@ class EvalArguments:
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling probability mass (1.0: off)."})
     max_new_tokens: int | None = field(
         default=None,
-        metadata={"help": "Most tokens generated per completion. None: the task's (arithmetic: 16, else 512)."},
+        metadata={
+            "help": "Most tokens generated per completion. None: the task's (arithmetic: 16, reasoning-gym: 64, "
+            "else 512)."
+        },
     )
     max_problems: int | None = field(
         default=None,
         metadata={
-            "help": "Evaluate only the first N problems (arithmetic: draw N; None: 50, the held-out set of training)."
+            "help": "Evaluate only the first N problems (arithmetic: draw N; None: 50, the held-out set of training; "
+            "reasoning-gym: the first N held-out ones; None: all of the run's, else 200)."
         },
     )
     batch_size: int = field(
@@ -177,7 +192,7 @@ class EvalArguments:
             )
         if self.max_problems is not None and self.max_problems < 1:
             raise ValueError(f"--max_problems must be at least 1, got {self.max_problems}.")
-        check_task(self.task, self.arithmetic_difficulty)
+        self.task_config = check_task(self.task, self.arithmetic_difficulty, self.task_config)
         if self.reward is None:
             self.reward = TASK_REWARDS[self.task]
         if self.max_new_tokens is None:
@@ -240,8 +255,28 @@ def _pass_ks(k: int) -> list[int]:
 # ----------------------------------------------------------------------------------------------------------------
 
 
+def _run_arguments(run_dir: str | None) -> dict:
+    """The ``run_args.json`` a training run saved in ``run_dir`` ({} without one)."""
+    file = Path(run_dir) / "run_args.json" if run_dir is not None else None
+    return json.loads(file.read_text()) if file is not None and file.is_file() else {}
+
+
+def _reasoning_gym_problems(args: EvalArguments) -> Dataset:
+    """A reasoning-gym task's held-out problems: with ``--run_dir``, the run's (its seed, task config and held-out
+    size, from ``run_args.json``; ``--max_problems`` may only take fewer), else drawn with ``--seed``."""
+    run = _run_arguments(args.run_dir)
+    script = run.get("script", {}) if run.get("script", {}).get("task") == args.task else {}
+    config = args.task_config if args.task_config is not None else script.get("task_config")
+    seed = run.get("training", {}).get("seed", args.seed) if script else args.seed
+    n_test = script.get("task_test_size", args.max_problems or 200)
+    dataset = load_task(args.task, "test", config=config, seed=seed, n_test=n_test)
+    return dataset.select(range(min(args.max_problems or n_test, n_test)))
+
+
 def _load_problems(args: EvalArguments) -> Dataset:
     """The test problems: ``prompt`` and gold columns."""
+    if is_reasoning_gym(args.task):
+        return _reasoning_gym_problems(args)
     if args.task == "arithmetic":
         seed = args.seed if args.arithmetic_seed is None else args.arithmetic_seed
         difficulty = args.arithmetic_difficulty
@@ -483,13 +518,14 @@ def output_paths(args: EvalArguments) -> tuple[Path, Path]:
         output = Path(args.output)
     else:
         folder = Path(args.run_dir or args.model_name_or_path)
-        output = (folder if folder.is_dir() else Path(".")) / f"eval_{args.task}.json"
+        output = (folder if folder.is_dir() else Path(".")) / f"eval_{args.task.replace(':', '_')}.json"
     return output, Path(args.plot) if args.plot is not None else output.with_suffix(".png")
 
 
 def describe(args: EvalArguments) -> str:
     """What an evaluation measures, in one line: the task and data, samples per problem and how they are drawn."""
-    data = args.dataset_path or ("generated offline" if args.task == "arithmetic" else f"split {args.split}")
+    generated = args.task == "arithmetic" or is_reasoning_gym(args.task)
+    data = args.dataset_path or ("generated offline" if generated else f"split {args.split}")
     sampling = (
         "greedy (temperature 0)"
         if args.temperature == 0

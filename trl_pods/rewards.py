@@ -480,8 +480,9 @@ REWARD_FUNCS: dict[str, RewardFunc] = {
 
 
 def get_reward_func(name_or_path: str) -> RewardFunc:
-    """Return the reward registered as ``name_or_path`` (`REWARD_FUNCS`, or ``"arithmetic"`` for the built-in offline
-    task) or import it from a dotted path ``"pkg.mod.fn"``.
+    """Return the reward registered as ``name_or_path`` (`REWARD_FUNCS`; ``"arithmetic"`` for the built-in offline
+    task; ``"reasoning_gym"`` and ``"reasoning_gym_format"`` for reasoning-gym tasks, `trl_pods.reasoning_gym_tasks`)
+    or import it from a dotted path ``"pkg.mod.fn"``.
 
     Raises:
         ValueError: the name is neither registered nor an importable callable; the message lists the known names.
@@ -489,5 +490,11 @@ def get_reward_func(name_or_path: str) -> RewardFunc:
     # Imported here: the reward worker loads this file on its own, outside the package.
     from trl_pods._lookup import resolve
     from trl_pods.arithmetic import arithmetic_reward
+    from trl_pods.reasoning_gym_tasks import reasoning_gym_format_reward, reasoning_gym_reward
 
-    return resolve(name_or_path, {**REWARD_FUNCS, "arithmetic": arithmetic_reward}, "reward function")
+    task_rewards = {
+        "arithmetic": arithmetic_reward,
+        "reasoning_gym": reasoning_gym_reward,
+        "reasoning_gym_format": reasoning_gym_format_reward,
+    }
+    return resolve(name_or_path, {**REWARD_FUNCS, **task_rewards}, "reward function")

@@ -7,6 +7,8 @@ message when ``system_prompt`` is None) and which keeps the gold answer:
 * GSM8K: ``answer``, the dataset's own answer text (reasoning, then ``#### <number>``).
 * MATH: ``solution`` (with ``\boxed{}``) and, where the source has one, ``answer`` (MATH-500's final answer).
 * arithmetic: ``answer``, the integer result; generated offline (`trl_pods.arithmetic`), no system message.
+* ``reasoning_gym:<name>``: any reasoning-gym dataset, generated offline with its own settings and scored by its
+  own scorer (`trl_pods.reasoning_gym_tasks`; needs ``pip install 'trl-pods[tasks]'``).
 
 For GSM8K and MATH, with ``path=None`` the data comes from the Hugging Face Hub (not available offline); otherwise
 from a local ``.jsonl``, ``.json`` or ``.parquet`` file with the source's columns. Each task has its own reward
@@ -20,6 +22,8 @@ from pathlib import Path
 from datasets import Dataset, concatenate_datasets, load_dataset
 
 from .arithmetic import train_test_arithmetic
+from .reasoning_gym_tasks import PREFIX as REASONING_GYM_PREFIX
+from .reasoning_gym_tasks import is_reasoning_gym, load_reasoning_gym
 
 __all__ = [
     "MATH_SUBJECTS",
@@ -28,6 +32,7 @@ __all__ = [
     "TASKS",
     "TASK_COMPLETION_LENGTHS",
     "TASK_REWARDS",
+    "check_task_name",
     "hub_dataset",
     "load_arithmetic",
     "load_gsm8k",
@@ -35,16 +40,31 @@ __all__ = [
     "load_task",
 ]
 
-TASKS = ("gsm8k", "math", "arithmetic")
+REASONING_GYM_TASKS = f"{REASONING_GYM_PREFIX}<name>"
+TASKS = ("gsm8k", "math", "arithmetic", REASONING_GYM_TASKS)
+"""The tasks; ``reasoning_gym:<name>`` stands for every reasoning-gym dataset (`check_task_name`)."""
 
-TASK_REWARDS = {"gsm8k": "gsm8k", "math": "accuracy", "arithmetic": "arithmetic"}
+
+class _PerTask(dict):
+    """A dict by task whose ``reasoning_gym:<name>`` entry answers for every reasoning-gym dataset's task."""
+
+    def __missing__(self, task: str):
+        if is_reasoning_gym(task):
+            return self[REASONING_GYM_TASKS]
+        raise KeyError(task)
+
+
+TASK_REWARDS = _PerTask(
+    {"gsm8k": "gsm8k", "math": "accuracy", "arithmetic": "arithmetic", REASONING_GYM_TASKS: "reasoning_gym"}
+)
 """The reward each task trains and is evaluated with when none is named (names of `trl_pods.rewards.get_reward_func`):
-the paper's GSM8K reward (correctness plus format credit), the paper's binary MATH reward, the exact integer."""
+the paper's GSM8K reward (correctness plus format credit), the paper's binary MATH reward, the exact integer, the
+reasoning-gym dataset's own scorer."""
 
-TASK_COMPLETION_LENGTHS = {"gsm8k": 512, "math": 512, "arithmetic": 16}
+TASK_COMPLETION_LENGTHS = _PerTask({"gsm8k": 512, "math": 512, "arithmetic": 16, REASONING_GYM_TASKS: 64})
 """Most tokens a completion of each task may take when none is set: TRL's default (512) for the reasoning tasks; 16
 for arithmetic, whose answer is a few tokens (the demo's length: with 512, two CPU steps of SmolLM2-135M had not
-finished after 400 s)."""
+finished after 400 s); 64 for reasoning-gym, whose prompt asks for the bare answer in ``<answer>`` tags."""
 
 SYSTEM_PROMPT_THINK = (
     "A conversation between User and Assistant. The user asks a question, and the Assistant solves it. The Assistant "
@@ -81,7 +101,7 @@ GSM8K_HUB, MATH_TRAIN_HUB, MATH_TEST_HUB = "openai/gsm8k", "EleutherAI/hendrycks
 def hub_dataset(task: str, split: str, path: str | Path | None = None) -> str | None:
     """The Hub dataset `load_task` reads for ``task``, ``split`` and ``path``: ``path`` when it names no local file,
     else the task's own; None when it reads none (the arithmetic task, a local file, a split the task lacks)."""
-    if task == "arithmetic":
+    if task == "arithmetic" or is_reasoning_gym(task):
         return None
     if path is not None:
         return None if Path(path).suffix.lower() in _FILE_FORMATS or Path(path).exists() else str(path)
@@ -195,31 +215,45 @@ def load_arithmetic(
 _HUB_LOADERS = {"gsm8k": load_gsm8k, "math": load_math}
 
 
+def check_task_name(name: str) -> None:
+    """Raise ValueError unless ``name`` is one of `TASKS` or ``reasoning_gym:<name>`` (whose dataset is checked
+    when it is loaded, `trl_pods.reasoning_gym_tasks.check_reasoning_gym_task`)."""
+    if name not in TASKS and not is_reasoning_gym(name) or name == REASONING_GYM_TASKS:
+        raise ValueError(f"Unknown task {name!r}; known tasks: {', '.join(TASKS)}.")
+
+
 def load_task(
-    name: str, split: str = "train", path: str | Path | None = None, prompt_style: str = "think", **arithmetic
+    name: str, split: str = "train", path: str | Path | None = None, prompt_style: str = "think", **generated
 ) -> Dataset:
     """Load task ``name`` (one of `TASKS`); GSM8K and MATH with the system prompt of ``prompt_style``.
 
     Args:
-        name: ``"gsm8k"``, ``"math"`` or ``"arithmetic"`` (generated offline, no download).
-        split: ``"train"`` or ``"test"`` (GSM8K and MATH: a Hub split, see `load_gsm8k` and `load_math`).
+        name: ``"gsm8k"``, ``"math"``, ``"arithmetic"`` or ``"reasoning_gym:<name>"`` (both generated offline).
+        split: ``"train"`` or ``"test"`` (GSM8K and MATH: a Hub split, see `load_gsm8k` and `load_math`; the
+            generated tasks: their held-out problems, which training excludes).
         path: Local data file instead of the hub (GSM8K and MATH only).
         prompt_style: ``"think"`` (`SYSTEM_PROMPT_THINK`, for ``format``/``gsm8k`` rewards) or ``"plain"``
-            (`SYSTEM_PROMPT_PLAIN`, for the ``accuracy`` reward alone); the arithmetic prompts have no system message.
-        **arithmetic: ``difficulty``, ``seed``, ``n_train``, ``n_test`` of `load_arithmetic`.
+            (`SYSTEM_PROMPT_PLAIN`, for the ``accuracy`` reward alone); the arithmetic prompts have no system message,
+            the reasoning-gym ones reasoning-gym's own.
+        **generated: ``difficulty``, ``seed``, ``n_train``, ``n_test`` of `load_arithmetic`; ``config``, ``seed``,
+            ``n_train``, ``n_test`` of `trl_pods.reasoning_gym_tasks.load_reasoning_gym`.
 
     Raises:
-        ValueError: unknown task or prompt style, or a ``path`` for the arithmetic task.
-        TypeError: arithmetic options for another task.
+        ValueError: unknown task or prompt style, a ``path`` for a generated task, and for reasoning-gym: the
+            package missing, an unknown dataset or a bad setting.
+        TypeError: options of a generated task for another task.
     """
-    if name not in TASKS:
-        raise ValueError(f"Unknown task {name!r}; known tasks: {', '.join(TASKS)}.")
+    check_task_name(name)
     if prompt_style not in PROMPT_STYLES:
         raise ValueError(f"Unknown prompt style {prompt_style!r}; use one of {', '.join(PROMPT_STYLES)}.")
-    if name == "arithmetic":
+    if name == "arithmetic" or is_reasoning_gym(name):
         if path is not None:
-            raise ValueError(f"The arithmetic task is generated, not read from a file: drop the path {str(path)!r}.")
-        return load_arithmetic(split, **arithmetic)
-    if arithmetic:
-        raise TypeError(f"{', '.join(arithmetic)}: options of the arithmetic task, not of {name!r}.")
+            raise ValueError(f"The {name} task is generated, not read from a file: drop the path {str(path)!r}.")
+        if name == "arithmetic":
+            return load_arithmetic(split, **generated)
+        return load_reasoning_gym(name, split, **generated)
+    if generated:
+        raise TypeError(
+            f"{', '.join(generated)}: options of the arithmetic task (or a reasoning-gym one), not of {name!r}."
+        )
     return _HUB_LOADERS[name](split=split, path=path, system_prompt=PROMPT_STYLES[prompt_style])

@@ -39,8 +39,9 @@ from .config import PODSConfig
 from .cpu import leave_distributed_run, quiet_trl_deprecations, set_up_cpu
 from .hub import check_on_hub
 from .parsing import CommandParser
+from .reasoning_gym_tasks import check_reasoning_gym_task, is_reasoning_gym, parse_task_config
 from .rewards import get_reward_func
-from .tasks import TASK_COMPLETION_LENGTHS, TASK_REWARDS, TASKS, hub_dataset, load_task
+from .tasks import TASK_COMPLETION_LENGTHS, TASK_REWARDS, check_task_name, hub_dataset, load_task
 from .trainer import PODSGRPOTrainer
 
 DESCRIPTION = (
@@ -62,8 +63,22 @@ class ScriptArguments:
     task: str = field(
         default="gsm8k",
         metadata={
-            "help": "Task: 'gsm8k', 'math' (Hub or --dataset_path) or 'arithmetic' (generated offline).",
-            "choices": list(TASKS),
+            "help": "Task: 'gsm8k', 'math' (Hub or --dataset_path), 'arithmetic' or 'reasoning_gym:<name>' (any "
+            "reasoning-gym dataset; pip install 'trl-pods[tasks]'), both generated offline."
+        },
+    )
+    task_config: str | None = field(
+        default=None,
+        metadata={
+            "help": "A reasoning_gym:<name> dataset's settings: JSON (e.g. '{\"min_terms\": 2}'; a mapping in YAML)."
+        },
+    )
+    task_train_size: int = field(default=2000, metadata={"help": "Training problems of a reasoning_gym:<name> task."})
+    task_test_size: int = field(
+        default=200,
+        metadata={
+            "help": "Held-out problems of a reasoning_gym:<name> task (training excludes them; `trl-pods eval "
+            "--run_dir` evaluates them)."
         },
     )
     dataset_path: str | None = field(
@@ -90,9 +105,9 @@ class ScriptArguments:
     reward_funcs: list[str] | None = field(
         default=None,
         metadata={
-            "help": "Reward functions by name ('accuracy', 'format', 'gsm8k', 'arithmetic') or dotted import "
-            "path; weight them with --reward_weights. None: the task's own (gsm8k: gsm8k, math: accuracy, "
-            "arithmetic: arithmetic)."
+            "help": "Reward functions by name ('accuracy', 'format', 'gsm8k', 'arithmetic', 'reasoning_gym', "
+            "'reasoning_gym_format') or dotted import path; weight them with --reward_weights. None: the task's own "
+            "(gsm8k: gsm8k, math: accuracy, arithmetic: arithmetic, reasoning_gym:<name>: reasoning_gym)."
         },
     )
     max_train_samples: int | None = field(
@@ -121,21 +136,33 @@ class ScriptArguments:
     )
 
     def __post_init__(self):
-        check_task(self.task, self.arithmetic_difficulty)
+        self.task_config = check_task(self.task, self.arithmetic_difficulty, self.task_config)
         if self.reward_funcs is None:
             self.reward_funcs = [TASK_REWARDS[self.task]]
 
 
-def check_task(task: str, arithmetic_difficulty: str) -> None:
-    """Raise ValueError for an unknown ``--task``, or an unknown ``--arithmetic_difficulty`` of the arithmetic task."""
-    if task not in TASKS:
-        raise ValueError(f"Unknown --task {task!r}; use one of {', '.join(TASKS)}.")
+def check_task(task: str, arithmetic_difficulty: str, task_config: str | dict | None = None) -> str | None:
+    """Raise ValueError for an unknown ``--task``, an unknown ``--arithmetic_difficulty`` of the arithmetic task, or
+    (a reasoning-gym task) reasoning-gym not installed, an unknown dataset or a bad ``--task_config``; return the
+    task config as canonical JSON (None when not given).
+
+    Raises:
+        ValueError: also for a ``--task_config`` given to a task other than reasoning-gym's.
+    """
+    check_task_name(task)
     from .arithmetic import DIFFICULTIES
 
     if task == "arithmetic" and arithmetic_difficulty not in DIFFICULTIES:
         raise ValueError(
             f"Unknown --arithmetic_difficulty {arithmetic_difficulty!r}; use one of {', '.join(DIFFICULTIES)}."
         )
+    if not is_reasoning_gym(task):
+        if task_config is not None:
+            raise ValueError(f"--task_config sets a reasoning_gym:<name> task's dataset, not --task {task}.")
+        return None
+    config = parse_task_config(task_config)
+    check_reasoning_gym_task(task, config)
+    return json.dumps(config, sort_keys=True) if task_config is not None else None
 
 
 def check_model(flag: str, name: str) -> None:
@@ -149,9 +176,9 @@ def check_model(flag: str, name: str) -> None:
 
 
 def check_data_file(flag: str, path: str | None, task: str) -> None:
-    """Raise ValueError for a data path given to the generated arithmetic task, or a missing local data file."""
-    if path and task == "arithmetic":
-        raise ValueError(f"--{flag}: the arithmetic task is generated, not read from a file; drop --{flag}.")
+    """Raise ValueError for a data path given to a generated task, or a missing local data file."""
+    if path and (task == "arithmetic" or is_reasoning_gym(task)):
+        raise ValueError(f"--{flag}: the {task} task is generated, not read from a file; drop --{flag}.")
     if path and Path(path).suffix.lower() in (".jsonl", ".json", ".parquet") and not Path(path).is_file():
         raise ValueError(f"--{flag} {path}: no such file.")
 
@@ -212,17 +239,20 @@ def check_arguments(script_args: ScriptArguments, training_args: PODSConfig, mod
 
 
 def load_datasets(script_args: ScriptArguments, seed: int):
-    """``(train, eval or None)`` for the task of ``script_args`` (the arithmetic task drawn with ``seed``)."""
+    """``(train, eval or None)`` for the task of ``script_args`` (a generated task drawn with ``seed``)."""
     task, style = script_args.task, script_args.prompt_style
-    arithmetic = {}
+    generated = {}
     if task == "arithmetic":
         difficulty, size = script_args.arithmetic_difficulty, script_args.arithmetic_train_size
-        arithmetic = dict(difficulty=difficulty, seed=seed, n_train=size, n_test=script_args.arithmetic_test_size)
-    train = load_task(task, "train", script_args.dataset_path, style, **arithmetic)
+        generated = dict(difficulty=difficulty, seed=seed, n_train=size, n_test=script_args.arithmetic_test_size)
+    elif is_reasoning_gym(task):
+        config, size = script_args.task_config, script_args.task_train_size
+        generated = dict(config=config, seed=seed, n_train=size, n_test=script_args.task_test_size)
+    train = load_task(task, "train", script_args.dataset_path, style, **generated)
     evaluation = None
     if script_args.eval_dataset_path or script_args.eval_split:
         split = script_args.eval_split or "test"
-        evaluation = load_task(task, split, script_args.eval_dataset_path, style, **arithmetic)
+        evaluation = load_task(task, split, script_args.eval_dataset_path, style, **generated)
     if script_args.max_train_samples is not None:
         train = train.select(range(min(script_args.max_train_samples, len(train))))
     return train, evaluation

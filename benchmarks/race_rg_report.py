@@ -1,0 +1,223 @@
+"""The page of the reasoning-gym race (`time_to_target_rg.py --report`): ``docs/benchmarks/time-to-target-rg.md`` from
+the committed runs alone. Before any run it is the plan, the commands and the count of runs; each phase's section fills
+in as its runs land: the pilot and the tasks it chose, the tuning and the baseline, target and budget it fixed, and the
+evaluation runs against the baseline (`race_report.task_table`: restricted means, bootstrap 90% CIs, exact permutation
+p) in CPU minutes (measured: the interleaved timing run) and H200 minutes (priced with the trainers' own H200 costs).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import statistics
+from pathlib import Path
+
+import time_to_target_rg_plan as plan
+from harness import DATA, PAGES, RunStore, notes
+from race_analysis import Pricing, check_against_plan, fit_costs, lacking, minutes, misses, ratio, ratio_text, total
+from race_report import NOISE, RESTRICTED, task_table
+
+PAGE = PAGES / "time-to-target-rg.md"
+
+
+def targeted(runs: list[dict], fixing: dict) -> list[dict]:
+    """The evaluation runs with their task's fixed target in their settings (they ran with none: no early stop)."""
+    found = copy.deepcopy(runs)
+    for run in found:
+        run["settings"]["target"] = fixing["fixed"][run["task"]]["target"]
+    return found
+
+
+def planned_count(tasks: int) -> str:
+    """How many runs the plan asks for, in words: pilot, tuning (at most) and evaluation."""
+    tuning = tasks * len(plan.TUNING_ARMS) * len(plan.TUNING_SEEDS)
+    evaluation = 2 * sum(plan.EVALUATION_SEEDS.values())
+    return (f"the pilot (one run per candidate task), at most {tuning} tuning runs ({len(plan.TUNING_ARMS)} settings "
+            f"x {len(plan.TUNING_SEEDS)} tuning seeds x 2 tasks, fewer where a setting is clearly behind) and "
+            f"{evaluation} evaluation runs")  # fmt: skip
+
+
+def pricings(data: Path) -> list[Pricing]:
+    """CPU (the timing run's costs, None before it) and the H200 pricing (costs fitted on the trainers' own H200
+    steps)."""
+    timing = data / "race_rg_timing.json"
+    cpu = fit_costs(json.loads(timing.read_text())) if timing.exists() else None
+    h200 = fit_costs(json.loads((DATA / plan.H200_TIMING).read_text()))
+    return [Pricing("CPU", cpu, 1), Pricing("H200-priced", h200, 2)]
+
+
+def accuracy_text(runs: list[dict], task: str, race) -> str:
+    """Per arm, the final held-out accuracy read both ways: the scorer on the extraction rule's answer and on the
+    raw completion (mean over the arm's runs), and the base model's."""
+    rows = []
+    for arm in race.arms:
+        mine = [r for r in runs if r["task"] == task and r["arm"] == arm]
+        if mine:
+            means = [statistics.fmean(values) for values in ([r["curve"][0][1] for r in mine],
+                     [r["curve"][-1][1] for r in mine], [r["raw_accuracy"][-1] for r in mine])]  # fmt: skip
+            rows.append(f"| {arm} | {len(mine)} | {means[0]:.3f} | {means[1]:.3f} | {means[2]:.3f} |")
+    header = "| arm | runs | base (extracted) | final, extracted | final, raw |\n|---|---|---|---|---|\n"
+    return header + "\n".join(rows) if rows else "No evaluation runs yet."
+
+
+def goals_text(runs: list[dict], task: str, race, prices: list[Pricing]) -> str:
+    """The issue's goals on ``task``, measured once every arm compared has all its runs (pending until then)."""
+    if waiting := lacking(runs, task, race.arms, race):
+        return f"- {task}: pending (waiting for {', '.join(waiting)})"
+    lines, mine = [], [r for r in runs if r["task"] == task]
+    rollouts = {arm: [total(r, "rollouts") for r in mine if r["arm"] == arm] for arm in race.arms}
+    for pricing, goal, bound in zip(prices, (0.5, 0.7), (0.8, 1.0), strict=True):
+        if pricing.costs is None:
+            lines.append(f"- {task}, {pricing.name}: pending (no timing run yet)")
+            continue
+        found = minutes(mine, pricing.costs)
+        value, _, high, _ = ratio(found["auto 16->4"], found["baseline"])
+        fewer = statistics.fmean(rollouts["auto 16->4"]) < statistics.fmean(rollouts["baseline"])
+        missed = misses(mine, task, "auto 16->4")  # then its restricted mean is a lower bound: not met
+        met = value <= goal and high < bound and (fewer or pricing.name != "CPU") and not missed
+        lines.append(f"- {task}, {pricing.name}: auto {value:.2f}x the baseline, upper {high:.2f} (goal <= {goal}, "
+                     f"< {bound}{', fewer rollouts' * (pricing.name == 'CPU')}; {missed} "
+                     f"auto runs missed): **{'met' if met else 'not met'}**")  # fmt: skip
+        best = min(plan.pods_arms(0), key=lambda a: statistics.fmean(found[a]))
+        within = statistics.fmean(found["auto 16->4"]) / statistics.fmean(found[best])
+        lines.append(f"- {task}, {pricing.name}: auto within 10% of the best trl_pods arm (`{best}`): {within:.2f}x: "
+                     f"**{'met' if within <= 1.1 else 'not met'}**")  # fmt: skip
+    return "\n".join(lines)
+
+
+def rollouts_text(runs: list[dict], task: str, race) -> str:
+    """Per trl_pods arm with runs in, its rollouts to target (restricted: a miss at the budget) over the baseline's:
+    ratio of means, bootstrap 90% CI over seeds, exact permutation p."""
+    rollouts = {
+        arm: [total(r, "rollouts") for r in runs if r["task"] == task and r["arm"] == arm] for arm in race.arms
+    }
+    lines = [f"- `{arm}`: {ratio_text(rollouts[arm], rollouts['baseline'])}" for arm in race.arms
+             if arm != "baseline" and rollouts[arm] and rollouts["baseline"]]  # fmt: skip
+    return "\n".join(lines) or "- No trl_pods arm and the baseline both have runs yet."
+
+
+def evaluation_text(data: Path, found: dict) -> tuple[str, int]:
+    """The evaluation section and how many evaluation runs are in (refusing runs the plan does not ask for)."""
+    fixed_file = data / "race_rg_fixed.json"
+    runs = RunStore(data / "race_rg.jsonl", ("task", "arm", "seed")).runs()
+    if not fixed_file.exists():
+        if runs:
+            raise SystemExit("evaluation runs without race_rg_fixed.json: they cannot be reported.")
+        return "Not started: the tuning fixes the baseline, the targets and the budget first.", 0
+    fixing, prices, parts = json.loads(fixed_file.read_text()), pricings(data), []
+    tuning = RunStore(data / "race_rg_tuning.jsonl", ("task", "arm", "seed")).runs()
+    if prices[0].costs is None or fixing["fixed"] != plan.fixed(tuning, fixing["tasks"], prices[0].costs):
+        raise SystemExit("race_rg_fixed.json is not what the plan's rules give on the tuning runs and the timing run.")
+    for task in fixing["tasks"]:
+        race = plan.evaluation_race(task, found[task], fixing["fixed"][task])
+        mine = [r for r in runs if r["task"] == task]
+        check_against_plan(mine, [k for k in plan.evaluation_runs(fixing["tasks"]) if k[0] == task], race)
+        scored = plan.evaluation_race(task, found[task], fixing["fixed"][task], targets=True)
+        fix, scored_runs = fixing["fixed"][task], targeted(mine, fixing)
+        parts.append(
+            f"**{task}** (baseline `{fix['baseline']}`, target {fix['target']}, budget {fix['max_steps']} steps):"
+            f"\n\n{task_table(scored_runs, task, scored, prices)}\n\nRollouts to target over the baseline's:\n\n"
+            f"{rollouts_text(scored_runs, task, scored)}\n\nFinal held-out accuracy:\n\n"
+            f"{accuracy_text(mine, task, race)}\n\nGoals:\n\n{goals_text(scored_runs, task, scored, prices)}"
+        )
+    return "\n\n".join(parts), len(runs)
+
+
+def tuning_text(data: Path, found: dict) -> tuple[str, int]:
+    """The pilot's and the tuning's runs so far, per task and setting: runs, mean plateau, base accuracy."""
+    runs = RunStore(data / "race_rg_tuning.jsonl", ("task", "arm", "seed")).runs()
+    tuning = plan.tuning_race(found)
+    for run in runs:
+        if run["settings"] != tuning.settings(run["task"]) or run["seed"] not in plan.TUNING_SEEDS:
+            raise SystemExit(f"{(run['task'], run['arm'], run['seed'])} is not a tuning run of the plan.")
+    rows = [
+        f"| {task} | {arm} | {len(mine)} | {statistics.fmean(r['curve'][0][1] for r in mine):.3f} | "
+        f"{statistics.fmean(plan.plateau(r['curve']) for r in mine):.3f} |"
+        for task in found
+        for arm, mine in plan.by_arm(runs, task).items()
+    ]
+    header = (
+        "| task | setting | runs | base accuracy | plateau (mean of the last 3 evaluations) |\n|---|---|---|---|---|\n"
+    )
+    return (header + "\n".join(rows) if rows else "No pilot or tuning runs yet."), len(runs)
+
+
+def render(data: Path = DATA) -> str:
+    """The page, from the runs under ``data`` alone (and the base-model table there, which names the candidates)."""
+    table = data / plan.BASE_TABLE
+    found, rows, why = (
+        {},
+        [],
+        f"none yet: the base-model table (data/{plan.BASE_TABLE}, `reasoning_gym_base.py`) is not in",
+    )
+    if table.exists():
+        rows = [json.loads(line) for line in table.read_text().splitlines() if line.strip()]
+        try:
+            found = plan.candidates(rows)
+        except ValueError as err:
+            why = f"none yet: {err}"
+        if lacking := plan.missing(rows):
+            why = f"provisional: the base-model table lacks {', '.join(lacking)} (the pilot waits for all of it)"
+    tuning, tuned = tuning_text(data, found)
+    evaluation, evaluated = evaluation_text(data, found)
+    candidates = "\n".join(f"- `{task}` `{json.dumps(c['config'])}`, {c['max_completion_length']} tokens"
+                           for task, c in found.items()) or f"- {why}"  # fmt: skip
+    if found and plan.missing(rows):
+        candidates += f"\n- {why}"
+    plan_lines = "\n".join(f"- **{key}**: {value}" for key, value in plan.PLAN.items())
+    return f"""# Time to target on reasoning-gym tasks against a tuned trl.GRPOTrainer
+
+<!-- Written by `python benchmarks/time_to_target_rg.py --report` from docs/benchmarks/data/race_rg*; do not edit. -->
+
+How many minutes and rollouts each setting needs to reach a held-out accuracy on two reasoning-gym tasks, against
+TRL's own `GRPOTrainer` tuned as a TRL user would tune it (`num_generations`, `steps_per_generation`, learning rate).
+SmolLM2-135M-Instruct with LoRA (the demo's), the vLLM CPU engine, 4 prompts per optimizer step for every arm.
+
+**Runs: {tuned} of the pilot and tuning, {evaluated} of {2 * sum(plan.EVALUATION_SEEDS.values())} evaluation runs.**
+The plan asks for {planned_count(2)}.
+
+## The plan
+
+Fixed before any run (`PLAN` and the rules in `benchmarks/time_to_target_rg_plan.py`; the git history shows the order):
+
+{plan_lines}
+
+Candidate tasks now (the base-model table's rows in the band, `candidates`):
+
+{candidates}
+
+## Pilot and tuning
+
+{tuning}
+
+## Evaluation
+
+{RESTRICTED}
+
+{NOISE}
+
+{evaluation}
+
+## Commands
+
+```bash
+python benchmarks/time_to_target_rg.py --phase timing     # on an idle machine
+python benchmarks/time_to_target_rg.py --phase pilot      # then tune, fix (commit race_rg_fixed.json), evaluate
+python benchmarks/time_to_target_rg.py --report           # this page
+```
+
+On a CUDA machine with vLLM, the same race with a model of your own (its runs, and its base-model table from
+`reasoning_gym_base.py --model`, in a folder of their own), e.g.
+`python benchmarks/time_to_target_rg.py --engine vllm-cuda --model Qwen/Qwen2.5-0.5B-Instruct --data runs/qwen
+--phase pilot` (then `tune`, `fix`, `evaluate`, `--report --data runs/qwen`); `bash benchmarks/gpu_check.sh`
+runs the smallest pair (the pilot's setting against auto, 2 seeds) and a few steps of the ZeRO-2 and ZeRO-3 recipes
+on one GPU.
+
+{notes("race_rg")}
+"""
+
+
+def write_report(data: Path = DATA) -> None:
+    """Write the page (`render`)."""
+    PAGE.write_text(render(data))
+    print(f"wrote {PAGE}")

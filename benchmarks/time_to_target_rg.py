@@ -1,0 +1,195 @@
+"""Time to target on reasoning-gym tasks against a tuned `trl.GRPOTrainer`, on a plan fixed before its runs
+(`time_to_target_rg_plan.PLAN`; the rules that choose the tasks, the baseline, the targets and the budget are its
+functions).
+
+Each phase takes its runs as a queue (`harness.RunStore`: any number of processes, resumes after a stop) and saves
+each run as it ends, to ``docs/benchmarks/data/race_rg_tuning.jsonl`` (pilot and tuning) or ``race_rg.jsonl``
+(evaluation). Runs train and generate as the earlier race's (`race_runs`: the demo's SmolLM2-135M-Instruct + LoRA,
+4 prompts per optimizer step, vLLM's CPU engine), on the task's dataset with the setting and completion length the
+base-model table measured, rewarded by the dataset's own scorer.
+
+    python benchmarks/time_to_target_rg.py --phase timing    # interleaved step times of every setting (idle)
+    python benchmarks/time_to_target_rg.py --phase pilot     # the pilot seed on every candidate task
+    python benchmarks/time_to_target_rg.py --phase tune      # the tuning runs (first seeds, then second seeds)
+    python benchmarks/time_to_target_rg.py --phase fix       # race_rg_fixed.json (baseline, target, budget): commit
+    python benchmarks/time_to_target_rg.py --phase evaluate  # the evaluation runs (refused without the fixing)
+    python benchmarks/time_to_target_rg.py --report          # docs/benchmarks/time-to-target-rg.md from the runs
+    python benchmarks/time_to_target_rg.py --smoke --steps 2 --eval_every 1 --arms ...   # no files written
+
+On a CUDA machine with vLLM (`--engine vllm-cuda`), the same race with another model and its own data folder:
+
+    python benchmarks/time_to_target_rg.py --engine vllm-cuda --model Qwen/Qwen2.5-0.5B-Instruct --data runs/qwen \
+        --phase ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+import time_to_target_rg_plan as plan
+import torch
+from harness import DATA, RunStore
+from race_rg_report import render, write_report
+from race_runs import ENGINES, free_port, run, timing
+
+SMOKE_TASK = {"reasoning_gym:chain_sum": {"config": {"min_terms": 2, "max_terms": 3, "min_digits": 1,
+                                                     "max_digits": 1}, "max_completion_length": 32}}  # fmt: skip
+"""The smoke run's task: chain_sum as the base-model table measured it (10-50%: 0.14)."""
+SMOKE_LINE = "race_rg smoke: "
+"""What starts the line a smoke run prints per run (its step and evaluation seconds, curve, raw accuracies)."""
+__all__ = ["main", "render"]
+PHASES = ("timing", "pilot", "tune", "fix", "evaluate")
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The JSON lines of ``path`` ([] when it is missing)."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def costs(data: Path) -> dict[str, float] | None:
+    """The CPU costs fitted on the race's timing run (None before it is measured)."""
+    from race_analysis import fit_costs
+
+    path = data / "race_rg_timing.json"
+    return fit_costs(json.loads(path.read_text())) if path.exists() else None
+
+
+def take(race, queue: list[tuple], store: RunStore, model: Path, args: argparse.Namespace) -> None:
+    """Take the runs of ``queue`` nobody has saved or claimed, one at a time, saving each as it ends."""
+    for key in queue:
+        task, arm, seed = key
+        if args.arms and arm not in args.arms:
+            continue
+        with store.claim(key) as mine:
+            if mine:
+                store.append(run(race, model, task, arm, seed, race.settings(task), args.engine))
+
+
+def phase(args: argparse.Namespace, model: Path) -> None:
+    """Run ``args.phase`` on the runs saved under ``args.data`` so far."""
+    data = Path(args.data)
+    found = plan.candidates(read_jsonl(data / plan.BASE_TABLE))
+    tuning = plan.tuning_race(found)
+    tuning_store = RunStore(data / "race_rg_tuning.jsonl", ("task", "arm", "seed"))
+    if args.phase == "timing":
+        race = plan.Race("race_rg_timing", tuning.plan, plan.TIMING_ARMS, tuple(plan.TUNING_ARMS), found)
+        args.arms, args.tasks = args.arms or list(plan.TIMING_ARMS), [next(iter(found))]
+        for measured in timing(race, model, args):
+            (data / "race_rg_timing.json").write_text(json.dumps(measured) + "\n")
+        return
+    if args.phase == "pilot":
+        if lacking := plan.missing(read_jsonl(data / plan.BASE_TABLE)):
+            raise SystemExit(f"the base-model table lacks {', '.join(lacking)}: the pilot waits for all of it.")
+        take(tuning, [(task, plan.PILOT_ARM, plan.TUNING_SEEDS[0]) for task in found], tuning_store, model, args)
+        return
+    pilots = [r for r in tuning_store.runs() if r["arm"] == plan.PILOT_ARM and r["seed"] == plan.TUNING_SEEDS[0]]
+    if len(pilots) < len(found):
+        raise SystemExit(f"the pilot has {len(pilots)} of its {len(found)} runs: run --phase pilot first.")
+    tasks = plan.choose_tasks(pilots)
+    if args.phase == "tune":
+        first = [r for r in tuning_store.runs() if r["seed"] == plan.TUNING_SEEDS[0]]
+        take(tuning, plan.tuning_runs(tasks, first, costs(data)), tuning_store, model, args)
+        return
+    cpu = costs(data)
+    if cpu is None:
+        raise SystemExit("no timing run yet: run --phase timing (idle machine) first.")
+    queue = plan.tuning_runs(tasks, [r for r in tuning_store.runs() if r["seed"] == plan.TUNING_SEEDS[0]], cpu)
+    done = {(r["task"], r["arm"], r["seed"]) for r in tuning_store.runs()}
+    if missing := [key for key in queue if key not in done]:
+        raise SystemExit(f"{len(missing)} tuning runs are missing (first: {missing[0]}): run --phase tune first.")
+    fixing = {"tasks": tasks, "fixed": plan.fixed(tuning_store.runs(), tasks, cpu)}
+    fixed_file = data / "race_rg_fixed.json"
+    if args.phase == "fix":
+        fixed_file.write_text(json.dumps(fixing, indent=1) + "\n")
+        print(f"wrote {fixed_file}: commit it before any evaluation run.\n{json.dumps(fixing, indent=1)}")
+        return
+    if not fixed_file.exists() or json.loads(fixed_file.read_text()) != fixing:
+        raise SystemExit(f"{fixed_file} is missing or differs from the rules on the tuning runs: run --phase fix.")
+    evaluation_store = RunStore(data / "race_rg.jsonl", ("task", "arm", "seed"))
+    for task in tasks:
+        race = plan.evaluation_race(task, found[task], fixing["fixed"][task])
+        take(race, [key for key in plan.evaluation_runs(tasks) if key[0] == task], evaluation_store, model, args)
+
+
+def smoke(args: argparse.Namespace, model: Path) -> None:
+    """``--steps`` steps of each of ``--arms`` (default: the pilot's setting and the trl_pods arms) on chain_sum, on
+    each of ``--seeds`` seeds, an evaluation every ``--eval_every`` on ``--held_out`` problems; prints each run's step
+    and evaluation seconds; writes nothing, or with ``--pair FILE`` appends each run to that file (outside the plan:
+    the smallest pair on a GPU, `gpu_check.sh`)."""
+    arms = {**plan.TUNING_ARMS, **plan.pods_arms(plan.LEARNING_RATES[0])}
+    race = plan.tuning_race(SMOKE_TASK)
+    race = plan.Race("smoke", {**race.plan, "held_out": args.held_out}, arms, tuple(plan.TUNING_ARMS), SMOKE_TASK)
+    task = next(iter(SMOKE_TASK))
+    settings = {**race.settings(task), "max_steps": args.steps, "eval_every": args.eval_every}
+    for seed in range(args.seeds):
+        for arm in args.arms or [plan.PILOT_ARM, *plan.pods_arms(0)]:
+            result = run(race, model, task, arm, seed, settings, args.engine)
+            keys = ("curve", "eval_seconds", "raw_accuracy")
+            found = {"arm": arm, "step_seconds": [s[1] for s in result["steps"]], **{k: result[k] for k in keys}}
+            print(SMOKE_LINE + json.dumps(found), flush=True)
+            if args.pair:
+                with open(args.pair, "a") as file:
+                    file.write(json.dumps(result) + "\n")
+    print(f"pair runs appended to {args.pair}" if args.pair else "smoke run: nothing written")
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line."""
+    found = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    found.add_argument("--phase", choices=PHASES, help="the phase whose runs to take (resumes)")
+    found.add_argument(
+        "--report", action="store_true", help="docs/benchmarks/time-to-target-rg.md from the saved runs"
+    )
+    found.add_argument("--arms", nargs="+", default=None, help="only these arms' runs")
+    found.add_argument("--engine", choices=list(ENGINES), default="vllm-cpu", help="where runs generate (ENGINES)")
+    found.add_argument("--model", default=None, help="model folder or Hub name (default: SmolLM2-135M-Instruct)")
+    found.add_argument("--data", default=str(DATA), help="folder of the runs (another model's: a folder of its own)")
+    found.add_argument("--timing_rounds", type=int, default=3)
+    found.add_argument("--timing_steps", type=int, default=5, help="steps per arm and round (the first unused)")
+    found.add_argument("--smoke", action="store_true", help="train a few steps per arm on seed 0; write nothing")
+    found.add_argument("--steps", type=int, default=2, help="--smoke: steps per run")
+    found.add_argument("--eval_every", type=int, default=1, help="--smoke: steps between evaluations")
+    found.add_argument("--held_out", type=int, default=plan.HELD_OUT, help="--smoke: held-out problems")
+    found.add_argument("--seeds", type=int, default=1, help="--smoke: seeds 0..SEEDS-1 of every arm")
+    found.add_argument("--pair", default=None, help="--smoke: append each run to this JSON-lines file (gpu_check.sh)")
+    return found
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    if args.report:
+        write_report(Path(args.data))
+        return
+    if not args.smoke and args.phase is None:
+        parser().error("give --phase, --report or --smoke")
+    if args.pair and not args.smoke:
+        parser().error("--pair saves the runs of --smoke: give --smoke")
+    unknown = [arm for arm in args.arms or () if arm not in {**plan.TUNING_ARMS, **plan.pods_arms(0)}]
+    if unknown:
+        parser().error(f"unknown arm(s) {unknown}: the arms are {[*plan.TUNING_ARMS, *plan.pods_arms(0)]}")
+    if args.model is not None and not args.smoke and Path(args.data).resolve() == DATA.resolve():
+        parser().error("--model trains another model: give its runs a folder of their own (--data)")
+    if args.engine == "vllm-cpu":
+        from trl_pods.vllm_engine import check_cpu_vllm
+
+        torch.set_num_threads(1)  # one run per core; vLLM's CPU engine keeps it
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM-CPU's default would take much more
+        os.environ.setdefault("MASTER_PORT", str(free_port()))  # processes side by side would collide on 29500
+        if not check_cpu_vllm():
+            parser().error("--engine vllm-cpu needs vLLM's CPU build: run it in the vLLM environment")
+    elif args.engine == "vllm-cuda" and not torch.cuda.is_available():
+        parser().error("--engine vllm-cuda needs a CUDA GPU")
+    if args.model is None:
+        from trl_pods.smollm2 import fetch_smollm2
+
+        model = fetch_smollm2()
+    else:
+        model = Path(args.model) if Path(args.model).exists() else args.model
+    smoke(args, model) if args.smoke else phase(args, model)
+
+
+if __name__ == "__main__":
+    main()

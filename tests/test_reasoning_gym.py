@@ -1,0 +1,261 @@
+"""reasoning-gym tasks (`trl_pods.reasoning_gym_tasks`): the split, the extraction rule, the dataset's scorer as the
+reward, the scorers that evaluate text kept from running it, one-line errors, and a tiny-model train and eval."""
+
+import json
+import sys
+import time
+
+import pytest
+import reasoning_gym
+
+from trl_pods import reasoning_gym_tasks as rg
+from trl_pods.evaluate import EvalArguments, _load_problems, evaluate
+from trl_pods.evaluate import main as eval_main
+from trl_pods.rewards import get_reward_func
+from trl_pods.tasks import load_task
+from trl_pods.train import main as train_main
+
+CHAIN_SUM = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}  # 200 distinct questions
+LEGS = {"min_animals": 1, "max_animals": 1, "max_instances": 2}  # 74 distinct questions
+
+
+def _columns(rows) -> dict:
+    return {name: list(rows[name]) for name in rows.column_names if name != "prompt"}
+
+
+def _questions(rows) -> list[str]:
+    return [prompt[-1]["content"] for prompt in rows["prompt"]]
+
+
+def test_held_out_problems_are_distinct_fixed_by_the_seed_and_never_trained_on():
+    """On a setting with few distinct questions (74), the held-out problems are distinct, the training problems
+    (repeats allowed) share none of them, and the held-out set depends on the seed and its size alone, not on the
+    training size."""
+    train = load_task("reasoning_gym:leg_counting", "train", config=LEGS, seed=3, n_train=300, n_test=30)
+    test = load_task("reasoning_gym:leg_counting", "test", config=json.dumps(LEGS), seed=3, n_test=30)
+    held_out = _questions(test)
+    assert len(set(held_out)) == 30 and len(train) == 300
+    assert not set(_questions(train)) & set(held_out)
+    assert len(set(_questions(train))) < 300  # repeats: the setting has 74 questions
+    smaller = rg.split_items("leg_counting", LEGS, 3, 5, 30)[1]
+    assert [item["question"] for item in smaller] == held_out
+    assert [item["question"] for item in rg.split_items("leg_counting", LEGS, 4, 0, 30)[1]] != held_out
+
+
+def test_too_few_distinct_questions_for_the_held_out_set_is_a_clear_error():
+    """Asking for more held-out problems than the setting has distinct questions says how many there are and what to
+    change, instead of holding out repeats or training on held-out questions."""
+    with pytest.raises(ValueError, match=r"only 74 distinct questions .*\(--task_test_size\)"):
+        rg.split_items("leg_counting", LEGS, 0, 10, 100)
+    with pytest.raises(ValueError, match=r"left only 0 training problems"):
+        rg.split_items("leg_counting", LEGS, 0, 10, 74)
+
+
+@pytest.mark.parametrize(
+    ("text", "numeric", "answer"),
+    [
+        ("<answer> 12 </answer>", True, "12"),
+        ("<answer>1</answer> then <answer>ynam</answer>\nmore", False, "ynam"),
+        ("3 + 4 is 7, so 1,007.", True, "1007"),
+        ("The result is -4", True, "-4"),
+        ("no number here", True, ""),
+        ("Reversed:\nnus\n\n", False, "nus"),
+        ("<answer>unclosed 5", True, "5"),
+        ("", False, ""),
+    ],
+)
+def test_extract_answer_reads_the_answer_tag_else_the_last_number_or_line(text, numeric, answer):
+    """The documented rule: the last ``<answer>`` content, else the last number (numeric tasks, commas dropped),
+    else the last non-empty line."""
+    assert rg.extract_answer(text, numeric) == answer
+
+
+def test_the_datasets_scorer_is_the_reward_right_wrong_and_hostile():
+    """The `reasoning_gym` reward is the dataset's `score_answer` of the extracted answer: 1.0 for the gold in tags
+    or as the last number, the scorer's own value for a wrong answer, 0.0 for a hostile one; on a text task it equals
+    `score_answer` itself."""
+    rows = load_task("reasoning_gym:chain_sum", "test", config=CHAIN_SUM, seed=0, n_test=3)
+    gold = rows["answer"]
+    assert rows["reasoning_gym_numeric"] == [True] * 3
+    completions = [
+        [{"role": "assistant", "content": f"<answer>{gold[0]}</answer>"}],
+        [{"role": "assistant", "content": f"It is {int(gold[1]) + 1}."}],
+        [{"role": "assistant", "content": "<answer>__import__('os').getpid()</answer>"}],
+    ]
+    assert get_reward_func("reasoning_gym")(completions, **_columns(rows)) == [1.0, 0.0, 0.0]
+    assert get_reward_func("reasoning_gym")([f"so {gold[2]}"], **_columns(rows.select([2]))) == [1.0]
+
+    words = load_task("reasoning_gym:spell_backward", "test", seed=0, n_test=2)
+    assert words["reasoning_gym_numeric"] == [False, False]
+    entries = [json.loads(e) for e in words["reasoning_gym_entry"]]
+    answers = [entries[0]["answer"], f"the word is {entries[1]['answer']}"]
+    scorer = reasoning_gym.create_dataset("spell_backward", seed=0, size=1)
+    expected = [scorer.score_answer(a, e) for a, e in zip(answers, entries, strict=True)]
+    assert expected == [1.0, 0.0]
+    assert get_reward_func("reasoning_gym")(answers, **_columns(words)) == expected
+
+
+def test_format_reward_wants_one_non_empty_answer_tag():
+    """`reasoning_gym_format`: 1.0 for one ``<answer>…</answer>`` with content, else 0.0."""
+    completions = ["<answer>7</answer>", "x <answer> 7 </answer> y", "<answer></answer>", "7", "<answer>7"]
+    assert get_reward_func("reasoning_gym_format")(completions) == [1.0, 1.0, 0.0, 0.0, 0.0]
+
+
+def _hostile(marker) -> list[str]:
+    """Completions that run ``touch marker`` wherever a scorer evaluates them as code."""
+    code = f"__import__('os').system('touch {marker}')"
+    return [code, f"<answer>{code}</answer>", f"The answer:\n{code}", f"[{code}]", f"<answer>[{code}, 1]</answer>"]
+
+
+def test_the_hazard_is_real_an_unguarded_scorer_runs_the_completion(tmp_path):
+    """What the guard prevents: reasoning-gym's own scorers (an ``eval`` one and a sympy one) called on a hostile
+    answer in this process write the marker file (so the tests below can fail)."""
+    for task in ("string_insertion", "countdown"):
+        marker = tmp_path / task
+        dataset = reasoning_gym.create_dataset(task, seed=0, size=1)
+        dataset.score_answer(_hostile(marker)[0], dataset[0])
+        assert marker.exists(), task
+
+
+@pytest.mark.parametrize("task", sorted(rg.EVALUATING_SCORERS))
+def test_a_completion_that_would_run_code_runs_nothing_in_the_reward_or_eval(
+    task, tiny_model_path, tmp_path, monkeypatch
+):
+    """Each scorer that evaluates text (`EVALUATING_SCORERS`) gets hostile completions (bare, in tags, on the last
+    line, inside a list) through the reward and through `trl-pods eval`'s scoring: no marker file is written, and
+    each scores 0."""
+    marker = tmp_path / "MARKER"
+    rows = load_task(f"reasoning_gym:{task}", "test", seed=0, n_test=1)
+    hostile = _hostile(marker)
+    scores = get_reward_func("reasoning_gym")(hostile, **{k: v * len(hostile) for k, v in _columns(rows).items()})
+    assert scores == [0.0] * len(hostile) and not marker.exists()
+
+    def generate(model, tokenizer, prompts, args, device):
+        return [hostile for _ in prompts], 0
+
+    monkeypatch.setattr("trl_pods.evaluate._generate_hf", generate)
+    args = EvalArguments(
+        model_name_or_path=str(tiny_model_path), task=f"reasoning_gym:{task}", max_problems=1,
+        num_samples=len(hostile), temperature=1.0, device="cpu", output=str(tmp_path / "eval.json"),
+    )  # fmt: skip
+    assert evaluate(args)["results"][0]["accuracy"] == 0.0 and not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("task", "answer", "expected"),
+    [
+        ("string_insertion", "ABCAD", True),
+        ("string_insertion", "['A', 'B']", True),
+        ("string_insertion", "''.join(['A'])", False),
+        ("spiral_matrix", "1 2 3\n4", True),
+        ("n_queens", "_ Q\nQ _", True),
+        ("binary_matrix", "[[0, 1], [1, 2]]", True),
+        ("binary_matrix", "[[0, 1], [1, x]]", False),
+        ("countdown", "94*4 - 61 - 6", True),
+        ("countdown", "x*4", False),
+        ("puzzle24", "open(chr(120)+chr(120), chr(119))", False),
+        ("simple_integration", "-34*x**8/15 - 5*x/4 + C", True),
+        ("intermediate_integration", "-4*(-2*x - 8)**(3/2)/3 + sin(x) + C", True),
+        ("intermediate_integration", "exec(chr(49))", False),
+        ("polynomial_multiplication", "S(x).func", False),
+        ("polynomial_multiplication", "exec(x)", False),
+        ("chain_sum", "__import__('os')", True),  # its scorer does not evaluate text
+    ],
+)
+def test_admissible_lets_through_only_literals_or_the_golds_alphabet(task, answer, expected):
+    """`admissible`: an ``eval`` scorer gets a Python literal or text of its gold's alphabet; a sympy scorer gets
+    its gold's alphabet with one-letter names and maths functions only; other scorers get anything."""
+    assert rg.admissible(task, answer) is expected
+
+
+def test_a_scorer_that_hangs_or_raises_scores_0_and_the_next_answer_is_scored(monkeypatch):
+    """countdown's scorer (sympy) on ``9**9**9**9`` computes for hours: it scores 0.0 after the timeout, the worker is
+    restarted and the next answer is scored; a scorer that raises (an entry without its metadata) scores 0.0."""
+    monkeypatch.setattr(rg, "SCORE_TIMEOUT_S", 1.0)
+    rows = load_task("reasoning_gym:countdown", "test", seed=0, n_test=1)
+    columns = {k: v * 2 for k, v in _columns(rows).items()}
+    gold = rows["answer"][0]
+    start = time.perf_counter()
+    scores = get_reward_func("reasoning_gym")(["<answer>9**9**9**9</answer>", f"<answer>{gold}</answer>"], **columns)
+    assert scores == [0.0, 1.0]
+    assert time.perf_counter() - start < 30  # hours without the timeout
+    queens = load_task("reasoning_gym:n_queens", "test", seed=0, n_test=1)
+    entry = json.dumps({**json.loads(queens["reasoning_gym_entry"][0]), "metadata": {"source_dataset": "n_queens"}})
+    answer = ["<answer>_ Q</answer>"]
+    assert get_reward_func("reasoning_gym")(answer, **{**_columns(queens), "reasoning_gym_entry": [entry]}) == [0.0]
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--task", "reasoning_gym:chain_summ"], "Unknown reasoning-gym dataset 'chain_summ'; known: ab, acre,"),
+        (
+            ["--task", "reasoning_gym:chain_sum", "--task_config", '{"min_term": 2}'],
+            "is not a setting of chain_sum (ChainSumConfig.__init__() got an unexpected keyword argument 'min_term'); "
+            "its settings (defaults): min_terms=2, max_terms=6,",
+        ),
+        (
+            ["--task", "reasoning_gym:chain_sum", "--task_config", '{"min_terms": 5, "max_terms": 2}'],
+            "(max_terms must be >= min_terms); its settings (defaults): min_terms=2",
+        ),
+        (["--task", "reasoning_gym:chain_sum", "--task_config", "{min_terms: 2}"], "--task_config is not JSON"),
+        (["--task", "reasoning_gym:chain_sum", "--task_config", '{"seed": 2}'], "trl_pods sets itself: use --seed"),
+        (["--task", "arithmetic", "--task_config", "{}"], "--task_config sets a reasoning_gym:<name> task's dataset"),
+        (["--task", "gsm9k"], "Unknown task 'gsm9k'; known tasks: gsm8k, math, arithmetic, reasoning_gym:<name>"),
+    ],
+)
+@pytest.mark.parametrize("command", ["train", "eval"])
+def test_unknown_names_and_bad_settings_are_one_line_listing_what_is_known(command, flags, message, tmp_path, capsys):
+    """An unknown dataset lists the known ones, a bad setting the dataset's settings with their defaults; both in
+    one `error:` line, exit status 2, before any model load."""
+    with pytest.raises(SystemExit) as exit_:
+        if command == "train":
+            train_main(["--model_name_or_path", "Qwen/Qwen2.5-0.5B-Instruct", "--output_dir", str(tmp_path), *flags])
+        else:
+            eval_main(["--model_name_or_path", "m", *flags])
+    assert exit_.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"trl-pods {command}: error: ") and message in line, line
+
+
+@pytest.mark.parametrize("command", ["train", "eval"])
+def test_without_the_extra_one_line_says_how_to_install_it(command, tmp_path, monkeypatch, capsys):
+    """With reasoning-gym not installed (its import fails), `--task reasoning_gym:<name>` is one `error:` line with
+    the install command."""
+    monkeypatch.setitem(sys.modules, "reasoning_gym", None)
+    flags = ["--task", "reasoning_gym:chain_sum"]
+    with pytest.raises(SystemExit) as exit_:
+        if command == "train":
+            train_main(["--model_name_or_path", "Qwen/Qwen2.5-0.5B-Instruct", "--output_dir", str(tmp_path), *flags])
+        else:
+            eval_main(["--model_name_or_path", "m", *flags])
+    assert exit_.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"trl-pods {command}: error: ") and "pip install 'trl-pods[tasks]'" in line, line
+
+
+@pytest.mark.parametrize(
+    ("task", "config"), [("chain_sum", CHAIN_SUM), ("spell_backward", {"min_word_len": 3, "max_word_len": 4})]
+)
+def test_tiny_model_trains_and_evaluates_on_the_runs_held_out_problems(task, config, tiny_model_path, tmp_path):
+    """`trl-pods train --task reasoning_gym:<name> --task_config ...` trains 2 PODS steps with the dataset's scorer
+    (a numeric and a text task), saves the task and its config in run_args.json, and `trl-pods eval --run_dir`
+    scores the run's own held-out problems (its seed, config and held-out size) with the same scorer."""
+    out = tmp_path / "run"
+    train_main([
+        "--model_name_or_path", str(tiny_model_path), "--output_dir", str(out), "--task", f"reasoning_gym:{task}",
+        "--task_config", json.dumps(config), "--task_train_size", "16", "--task_test_size", "3", "--seed", "5",
+        "--pods_n", "4", "--pods_m", "2", "--per_device_train_batch_size", "2", "--max_steps", "2",
+        "--max_completion_length", "6", "--logging_steps", "1", "--save_strategy", "no", "--report_to", "none",
+        "--use_cpu", "true", "--bf16", "false", "--disable_tqdm", "true",
+    ])  # fmt: skip
+    script = json.loads((out / "run_args.json").read_text())["script"]
+    assert script["task"] == f"reasoning_gym:{task}" and json.loads(script["task_config"]) == config
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    assert [e["step"] for e in history if "rewards/reasoning_gym_reward/mean" in e] == [1, 2]
+    eval_main(["--run_dir", str(out), "--task", f"reasoning_gym:{task}", "--max_new_tokens", "6", "--device", "cpu"])
+    report = json.loads((out / f"eval_reasoning_gym_{task}.json").read_text())
+    assert report["results"][0]["num_problems"] == 3
+    held_out = load_task(f"reasoning_gym:{task}", "test", config=config, seed=5, n_test=3)
+    args = EvalArguments(run_dir=str(out), task=f"reasoning_gym:{task}")
+    assert _questions(_load_problems(args)) == _questions(held_out)

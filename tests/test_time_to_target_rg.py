@@ -1,0 +1,299 @@
+"""The reasoning-gym race (`benchmarks/time_to_target_rg.py`, its plan and rules `time_to_target_rg_plan.py`, its page
+`race_rg_report.py`) on synthetic runs, without training: the candidate tasks, the pilot's choice of two, the
+tuning queue and "clearly behind", the baseline, target and budget rules, the restricted mean, the page reproducing
+from the runs and refusing runs off the plan; and the command's smoke mode on the tiny model (HF generate, CPU)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).parent.parent
+COSTS = {"call": 1.0, "rollout": 0.01, "row": 0.1, "update": 0.5}
+
+
+def _benchmark(name: str):
+    """``benchmarks/<name>.py``, imported as the scripts import each other."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+
+
+def _script(name: str):
+    """``scripts/<name>.py``, imported."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+
+
+@pytest.fixture(scope="module")
+def plan():
+    return _benchmark("time_to_target_rg_plan")
+
+
+def _run(task: str, arm: str, seed: int, accuracy: list[float], every: int = 10, rows: int = 16) -> dict:
+    """A synthetic run: an evaluation every ``every`` steps (step 0 first), one call of ``rows`` rollouts a step."""
+    steps = [[s, 1.0, rows, rows, 1.0, 0.5, 0.5, 20.0] for s in range(1, every * (len(accuracy) - 1) + 1)]
+    curve = [[i * every, a, 0, 0, 0] for i, a in enumerate(accuracy)]
+    return {"task": task, "arm": arm, "seed": seed, "curve": curve, "steps": steps}
+
+
+def _row(task: str, accuracy: float) -> dict:
+    return {"task": task, "extracted_accuracy": accuracy, "config": {"n": 1}, "max_new_tokens": 32}
+
+
+def test_candidates_are_in_the_band_closest_to_30_percent_of_each_kind_first(plan):
+    """The candidates are at most 3 tasks at 10-50% extracted accuracy, the best (closest to 30%) of each kind before
+    a second of any kind, with the table's setting and length; a table with one kind in the band is refused; the
+    tasks the table still lacks are named (the pilot waits for all 13)."""
+    table = [_row("chain_sum", 0.14), _row("products", 0.31), _row("letter_counting", 0.45),
+             _row("spell_backward", 0.05), _row("gcd", 0.6), _row("word_sorting", 0.2)]  # fmt: skip
+    found = plan.candidates(table)
+    assert list(found) == ["reasoning_gym:products", "reasoning_gym:word_sorting", "reasoning_gym:letter_counting"]
+    assert "countdown" in plan.missing(table) and "chain_sum" not in plan.missing(table)
+    every = [_row(task, 0.0) for tasks in plan.KINDS.values() for task in tasks]
+    assert plan.missing(every) == [] and len(every) == 13
+    assert found["reasoning_gym:products"] == {"config": {"n": 1}, "max_completion_length": 32}
+    with pytest.raises(ValueError, match="1 kind"):
+        plan.candidates([_row("chain_sum", 0.14), _row("basic_arithmetic", 0.16)])
+
+
+def test_the_pilot_chooses_two_kinds_preferring_a_curve_that_keeps_rising(plan):
+    """Of the pilot runs, a task that jumps by step 20 and stays flat loses to one that keeps rising; a task that
+    does not learn (plateau < base + 0.10) is never chosen; the second task is of another kind than the first."""
+    flat = _run("reasoning_gym:letter_counting", plan.PILOT_ARM, 100, [0.25, 0.45, 0.48, 0.48, 0.49, 0.48, 0.49])
+    rising = _run("reasoning_gym:chain_sum", plan.PILOT_ARM, 100, [0.14, 0.16, 0.2, 0.26, 0.32, 0.36, 0.4])
+    same_kind = _run("reasoning_gym:products", plan.PILOT_ARM, 100, [0.2, 0.22, 0.25, 0.3, 0.35, 0.38, 0.42])
+    idle = _run("reasoning_gym:word_sorting", plan.PILOT_ARM, 100, [0.2, 0.2, 0.21, 0.2, 0.22, 0.21, 0.2])
+    assert plan.choose_tasks([flat, rising, same_kind, idle]) == ["reasoning_gym:chain_sum",
+                                                                  "reasoning_gym:letter_counting"]  # fmt: skip
+    with pytest.raises(ValueError, match="two pilot tasks"):
+        plan.choose_tasks([rising, same_kind, idle])
+
+
+def test_tuning_takes_second_seeds_only_where_a_setting_is_not_clearly_behind(plan):
+    """The tuning queue is every setting's first seed; once all are in, a second seed of each setting whose first
+    run's CPU minutes to 0.9 x the best first plateau are under 2 x the lowest (a miss at its budget)."""
+    task, arms = "reasoning_gym:chain_sum", list(plan.TUNING_ARMS)
+    assert plan.tuning_runs([task], None, None) == [(task, arm, 100) for arm in arms]
+    fast = [0.1, 0.3, 0.5, 0.5, 0.5, 0.5, 0.5]  # reaches 0.45 at step 20, confirmed at 30
+    slow = [0.1, 0.2, 0.3, 0.4, 0.5, 0.5, 0.5]  # reaches it at step 40: 2x the steps
+    never = [0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1]
+    first = [_run(task, arm, 100, fast if i == 0 else slow if i == 1 else never if i == 2 else fast)
+             for i, arm in enumerate(arms)]  # fmt: skip
+    assert plan.clearly_behind(first, task, COSTS) == {arms[1], arms[2]}
+    queue = plan.tuning_runs([task], first, COSTS)
+    assert queue[len(arms) :] == [(task, arm, 101) for arm in arms if arm not in (arms[1], arms[2])]
+    assert plan.tuning_runs([task], first[:-1], COSTS) == queue[: len(arms)]  # not all first seeds in: wait
+
+
+def test_baseline_target_and_budget_follow_the_rules_with_misses_counted(plan):
+    """The baseline is the lowest restricted mean CPU minutes to 0.9 x the highest setting plateau (a miss at its
+    budget: a setting with one fast run and one miss loses to a steady one); the target is 0.9 x its plateau, rounded
+    down to 0.01; the budget 1.5 x its restricted mean steps to that target, rounded up to 10; a baseline that does
+    not learn beyond noise is refused."""
+    task = "reasoning_gym:chain_sum"
+    a, b = plan.arm_name(4, 1, 2e-4), plan.arm_name(8, 4, 5e-4)
+    runs = [
+        _run(task, a, 100, [0.1, 0.5, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6]),  # confirmed at 20
+        _run(task, a, 101, [0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1]),  # a miss: 120
+        _run(task, b, 100, [0.1, 0.3, 0.4, 0.55, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6]),  # confirmed at 30
+        _run(task, b, 101, [0.1, 0.3, 0.4, 0.55, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.59]),  # confirmed at 30
+    ]
+    assert plan.choose_baseline(runs, task, COSTS) == b  # a: (20 + 120) / 2 = 70 steps' minutes against b's 30
+    assert plan.target(runs, task, b) == 0.53  # 0.9 x 0.5983 = 0.5385
+    assert plan.budget(runs, task, b, 0.53) == 50  # 1.5 x 30 = 45, up to 50
+    assert plan.fixed(runs, [task], COSTS) == {task: {"baseline": b, "target": 0.53, "max_steps": 50}}
+    with pytest.raises(ValueError, match="within 0.1"):
+        plan.target([runs[1]], task, a)
+
+
+def test_the_restricted_mean_counts_a_miss_at_the_budget(plan):
+    """An evaluation run that never confirms the target counts at its budget's minutes and rollouts, and the one
+    that does at its endpoint's (`race_analysis.minutes`, `total` on the runs `race_rg_report.targeted` reads)."""
+    analysis, report = _benchmark("race_analysis"), _benchmark("race_rg_report")
+    task = "reasoning_gym:chain_sum"
+    fixing = {"fixed": {task: {"baseline": plan.PILOT_ARM, "target": 0.4, "max_steps": 30}}}
+    runs = [_run(task, "baseline", 0, [0.1, 0.4, 0.45, 0.5]), _run(task, "baseline", 1, [0.1, 0.2, 0.3, 0.41])]
+    for run in runs:
+        run["settings"] = {"target": None, "max_steps": 30}
+    scored = report.targeted(runs, fixing)
+    assert runs[0]["settings"]["target"] is None  # the saved runs are left as they are
+    step = sum(COSTS[k] * n for k, n in (("call", 1), ("rollout", 16), ("row", 16))) + COSTS["update"]
+    assert analysis.minutes(scored, COSTS)["baseline"] == pytest.approx([10 * step / 60, 30 * step / 60])
+    assert [analysis.total(r, "rollouts") for r in scored] == [160, 480]
+
+
+def test_a_baseline_setting_counts_its_generation_on_the_step_that_makes_it(plan):
+    """A `trl.GRPOTrainer` setting with 4 optimizer steps per generation sets TRL's ``steps_per_generation`` to 4 x
+    its accumulation steps, and its step records count one call of 4 steps' rollouts every 4th step (none on the
+    others), so both pricings see what its calls save, and give every step the rewards of the generation it trains on
+    (TRL logs them only on the step that generates); a reasoning-gym task trains on its dataset and length."""
+    runner = _benchmark("race_runs")
+    race = plan.tuning_race({"reasoning_gym:chain_sum": {"config": {"min_terms": 2}, "max_completion_length": 32}})
+    where = (Path("model"), "out", "reasoning_gym:chain_sum", 100, 10, 5)
+    arm = plan.arm_name(8, 4, 5e-4)
+    _, (script, config, _) = runner.method_arguments(race, arm, *where)
+    assert (config.num_generations, config.gradient_accumulation_steps, config.steps_per_generation) == (8, 2, 8)
+    assert (config.learning_rate, config.max_completion_length) == (5e-4, 32)
+    assert (script.task, json.loads(script.task_config), script.task_test_size) == (
+        "reasoning_gym:chain_sum", {"min_terms": 2}, 200)  # fmt: skip
+    generated = {"frac_reward_zero_std": 0.25, "reward": 0.5, "completions/mean_length": 9.0}
+    history = [{"step": s, "step_time": 1.0, **(generated if s in (1, 5) else {})} for s in range(1, 6)]
+    records = runner.step_records(history, 32, per_generation=4)  # TRL logs rewards only where it generates
+    assert [(r[2], r[3], r[4]) for r in records] == [(128, 32, 1.0), (0, 32, 0.0), (0, 32, 0.0), (0, 32, 0.0),
+                                                     (128, 32, 1.0)]  # fmt: skip
+    assert {(r[5], r[6], r[7]) for r in records} == {(0.25, 0.5, 9.0)}  # a step trains on its generation's rows
+
+
+def test_the_page_reproduces_from_the_runs_and_refuses_runs_off_the_plan(plan, tmp_path):
+    """The page is a function of the data folder alone (twice the same), counts the runs, names the candidates from
+    the base-model table, and refuses a tuning run with other settings or evaluation runs without a fixing."""
+    report = _benchmark("race_rg_report")
+    table = [_row("chain_sum", 0.14), _row("letter_counting", 0.3)]
+    (tmp_path / plan.BASE_TABLE).write_text("".join(json.dumps(r) + "\n" for r in table))
+    found = plan.candidates(table)
+    race = plan.tuning_race(found)
+    pilot = _run("reasoning_gym:chain_sum", plan.PILOT_ARM, 100, [0.14] + [0.3] * 12)
+    pilot["settings"] = race.settings("reasoning_gym:chain_sum")
+    (tmp_path / "race_rg_tuning.jsonl").write_text(json.dumps(pilot) + "\n")
+    page = report.render(tmp_path)
+    assert page == report.render(tmp_path)
+    assert "**Runs: 1 of the pilot and tuning, 0 of 52 evaluation runs.**" in page
+    assert "`reasoning_gym:letter_counting`" in page and "| 0.140 | 0.300 |" in page
+    assert "- provisional: the base-model table lacks basic_arithmetic, products, gcd" in page
+    pilot["settings"] = {**pilot["settings"], "max_steps": 60}
+    (tmp_path / "race_rg_tuning.jsonl").write_text(json.dumps(pilot) + "\n")
+    with pytest.raises(SystemExit, match="not a tuning run"):
+        report.render(tmp_path)
+    (tmp_path / "race_rg_tuning.jsonl").unlink()
+    (tmp_path / "race_rg.jsonl").write_text(json.dumps({**pilot, "arm": "baseline", "seed": 0}) + "\n")
+    with pytest.raises(SystemExit, match="without race_rg_fixed.json"):
+        report.render(tmp_path)
+
+
+def test_the_command_refuses_what_it_cannot_run(capsys):
+    """`time_to_target_rg.py` with no phase, or another model's runs aimed at the committed data folder, exits with one
+    ``error:`` line before loading any model."""
+    command = _benchmark("time_to_target_rg")
+    for options, message in (([], "give --phase"), (["--phase", "pilot", "--model", "x"], "a folder of their own")):
+        with pytest.raises(SystemExit) as stop:
+            command.main(options)
+        last = capsys.readouterr().err.splitlines()[-1]
+        assert stop.value.code == 2 and "error: " in last and message in last, last
+
+
+def test_smoke_trains_the_baseline_and_auto_on_chain_sum_with_the_tiny_model(tiny_model_path):
+    """`time_to_target_rg.py --smoke --engine hf --model <tiny>` trains a `trl.GRPOTrainer` setting and auto on
+    chain_sum on the CPU, evaluates the base model and a checkpoint both ways (extracted and raw), writes nothing:
+    the GPU command's code path (`--engine vllm-cuda` only swaps the engine)."""
+    before = sorted((REPO / "docs").rglob("*"))
+    result = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "time_to_target_rg.py"), "--smoke", "--engine", "hf", "--model",
+         str(tiny_model_path), "--steps", "2", "--eval_every", "2", "--held_out", "4", "--arms", "auto 16->4",
+         plan_arm := "trl.GRPOTrainer 4, 4 steps/gen, lr 2e-04"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    prefix = _benchmark("time_to_target_rg").SMOKE_LINE
+    lines = [json.loads(line.removeprefix(prefix)) for line in result.stdout.splitlines() if line.startswith(prefix)]
+    assert [line["arm"] for line in lines] == ["auto 16->4", plan_arm]
+    for line in lines:
+        assert [p[0] for p in line["curve"]] == [0, 2] and len(line["raw_accuracy"]) == len(line["eval_seconds"]) == 2
+        assert len(line["step_seconds"]) == 2
+    assert "smoke run: nothing written" in result.stdout and sorted((REPO / "docs").rglob("*")) == before
+
+
+def test_gpu_check_dry_run_prints_commands_the_race_and_the_recipes_accept(tmp_path):
+    """`benchmarks/gpu_check.sh --dry-run` (no GPU needed) prints the smallest pair's command, which
+    `time_to_target_rg.py`'s own command line accepts (2 seeds of the pilot's setting and auto, saved with --pair), and
+    one ZeRO launch per stage whose recipe exists; without MODEL, or with an unknown argument, it stops with one
+    ``error:`` line."""
+    import shlex
+
+    script = REPO / "benchmarks" / "gpu_check.sh"
+    env = {"PATH": "/usr/bin:/bin", "MODEL": "/models/smol", "OUT": str(tmp_path), "PYTHON": sys.executable}
+    result = subprocess.run(["bash", str(script), "--dry-run"], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    commands = [shlex.split(line[2:]) for line in result.stdout.splitlines() if line.startswith("+ ")]
+    race = commands[0][commands[0].index("benchmarks/time_to_target_rg.py") + 1 :]
+    args = _benchmark("time_to_target_rg").parser().parse_args(race)
+    assert (args.smoke, args.seeds, args.model, args.pair) == (
+        True,
+        2,
+        "/models/smol",
+        f"{tmp_path}/race_rg_pair.jsonl",
+    )
+    assert args.arms == ["trl.GRPOTrainer 8, 1 step/gen, lr 2e-04", "auto 16->4"]
+    recipes = [Path(c[c.index("--config_file") + 1]) for c in commands[1:]]
+    assert [r.name for r in recipes] == ["zero2.yaml", "zero3.yaml"] and all((REPO / r).is_file() for r in recipes)
+    for extra, arguments in (({"MODEL": ""}, ["--dry-run"]), ({}, ["--dry-run", "x"])):
+        result = subprocess.run(["bash", str(script), *arguments], env={**env, **extra}, capture_output=True,
+                                text=True, timeout=60)  # fmt: skip
+        assert result.returncode == 2 and result.stderr.startswith("error: "), result.stderr
+
+
+def test_gpu_check_summarizes_step_times_and_peak_memory(tmp_path):
+    """`scripts/gpu_check_summary.py` reads a ZeRO run's step times (the first, the warm-up, apart; the median of the
+    rest) and the peak of nvidia-smi's memory samples; a run with no step time or no sample is refused."""
+    check = _script("gpu_check_summary")
+    history = [{"step": s, "step_time": t} for s, t in ((1, 9.0), (2, 1.0), (3, 3.0), (4, 2.0))] + [{"loss": 0.1}]
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": history}))
+    (tmp_path / "memory").write_text("1200\n5300\n4100\n")
+    found = check.summarize(tmp_path, tmp_path / "memory", 3)
+    assert found == {"stage": 3, "steps": 4, "first_step_s": 9.0, "median_step_s": 2.0, "peak_memory_mib": 5300,
+                     "samples": 3}  # fmt: skip
+    (tmp_path / "memory").write_text("")
+    with pytest.raises(ValueError, match="0 memory samples"):
+        check.summarize(tmp_path, tmp_path / "memory", 3)
+
+
+def test_the_page_reports_every_arm_against_the_fixed_baseline_and_refuses_another_fixing(plan, tmp_path):
+    """From synthetic runs of every phase (base table, timing run, pilot and tuning, race_rg_fixed.json as the rules
+    give it, every evaluation run), the page gives each task's table, the rollouts ratio with its CI and p, the
+    final accuracy read both ways and the goals' verdicts; a fixing other than the rules' is refused."""
+    report = _benchmark("race_rg_report")
+    table = [_row("chain_sum", 0.14), _row("letter_counting", 0.3)]
+    (tmp_path / plan.BASE_TABLE).write_text("".join(json.dumps(r) + "\n" for r in table))
+    found = plan.candidates(table)
+    records = [[arm, 0, 2, 1.0 + 0.1 * i + 0.01 * j, 16 + 8 * i, 16, 1.0 + (i % 2), 0.5, 0.5, 20.0]
+               for i, arm in enumerate(plan.TIMING_ARMS) for j in range(3)]  # fmt: skip
+    (tmp_path / "race_rg_timing.json").write_text(json.dumps({"records": records}))
+    tuning, runs = plan.tuning_race(found), []
+    for task, curve in zip(found, ([0.14, 0.2, 0.3, 0.35, 0.4, 0.45, 0.5, 0.5, 0.5],
+                                   [0.3, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5]), strict=True):  # fmt: skip
+        for arm in plan.TUNING_ARMS:
+            runs.append({**_run(task, arm, 100, curve), "settings": tuning.settings(task)})
+    (tmp_path / "race_rg_tuning.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs))
+    costs = _benchmark("race_analysis").fit_costs({"records": records})
+    tasks = plan.choose_tasks(runs)
+    assert plan.tuning_runs(tasks, runs, costs)[-1][2] == 101  # second seeds would follow; here the rules use one
+    fixing = {"tasks": tasks, "fixed": plan.fixed(runs, tasks, costs)}
+    (tmp_path / "race_rg_fixed.json").write_text(json.dumps(fixing))
+    evaluation = []
+    for task, arm, seed in plan.evaluation_runs(tasks):
+        race = plan.evaluation_race(task, found[task], fixing["fixed"][task])
+        steps = fixing["fixed"][task]["max_steps"]
+        rising = [min(0.6, 0.14 + 0.05 * i * (2 if arm == "auto 16->4" else 1)) for i in range(steps // 10 + 1)]
+        run = _run(task, arm, seed, rising, rows=16 if arm != "baseline" else 32)
+        evaluation.append({**run, "settings": race.settings(task), "raw_accuracy": [0.0] * len(rising)})
+    (tmp_path / "race_rg.jsonl").write_text("".join(json.dumps(r) + "\n" for r in evaluation))
+    page = report.render(tmp_path)
+    assert "0 of 52" not in page and "52 of 52 evaluation runs" in page
+    for task in tasks:
+        assert f"**{task}** (baseline `{fixing['fixed'][task]['baseline']}`" in page
+        assert f"- {task}, CPU: auto " in page and f"- {task}, H200-priced: auto within 10%" in page
+    assert "- `auto 16->4`: 0." in page and "| baseline | 8 | " in page
+    fixing["fixed"][tasks[0]]["target"] += 0.01
+    (tmp_path / "race_rg_fixed.json").write_text(json.dumps(fixing))
+    with pytest.raises(SystemExit, match="not what the plan's rules give"):
+        report.render(tmp_path)

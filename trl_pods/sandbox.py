@@ -1,0 +1,202 @@
+"""Run untrusted work (a scorer fed model text) in a persistent worker process, each item under a wall-clock limit.
+
+`Sandbox(module, function)` calls ``trl_pods.<module>.<function>(item)`` for every item in a worker process of its
+own and returns the answers in order; an item that raises gives None, and so does one that runs past its timeout:
+the worker is then killed, a fresh one started, and the remaining items sent to it. The worker is a fresh
+interpreter (``python -c``, the equivalent of a 'spawn' start: nothing of the trainer's threads, CUDA state or open
+files is inherited) that registers ``trl_pods`` as a bare package, so only the named module and what it imports are
+loaded, never ``trl_pods/__init__.py`` (torch, TRL). It lives as long as its `Sandbox`: starting one costs the
+module's imports once (about a second for reasoning-gym), an item then costs one pipe round trip.
+
+Safety nets: each item also caps the worker's own CPU time (``RLIMIT_CPU``, timeout + 2 s) so that the kernel ends a
+runaway worker even when its parent is gone; an idle worker exits when its pipe closes; ``atexit`` kills every
+worker; a forked child (a DataLoader worker) drops its copies of the parent's workers. What a sandbox does not do:
+restrict what the code may do. Code that must never run (``eval`` of model text) has to be refused before it is
+sent (see `trl_pods.reasoning_gym_tasks.admissible`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import math
+import multiprocessing
+import os
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+__all__ = ["Sandbox"]
+
+STARTUP_TIMEOUT_S = 120.0
+"""Longest wait for a worker to import its module and say it is ready."""
+
+_READY = "ready"
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# Runs in the worker: `trl_pods` becomes a bare package (its __init__, which imports torch, never runs), then the
+# module is imported and serves.
+_BOOT = (
+    "import importlib, sys, types\n"
+    "package = types.ModuleType('trl_pods')\n"
+    "package.__path__ = [sys.argv[1]]\n"
+    "sys.modules['trl_pods'] = package\n"
+    "importlib.import_module('trl_pods.sandbox')._serve(*sys.argv[2:5], int(sys.argv[5]))\n"
+)
+
+logger = logging.getLogger(__name__)
+
+
+def _limit_cpu(seconds: float) -> None:
+    """Have the kernel end this process (SIGXCPU) once it uses ``seconds`` more CPU time."""
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    soft = math.ceil(time.process_time() + seconds)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
+
+
+def _serve(module: str, function: str, prepare: str, fd: int) -> None:
+    """Worker main loop: run ``prepare`` (if named), then answer each ``(items, timeout)`` request with one message
+    per item, in order."""
+    import importlib
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # being killed by RLIMIT_CPU must not dump core
+    code = importlib.import_module(f"trl_pods.{module}")
+    if prepare:
+        getattr(code, prepare)()
+    work = getattr(code, function)
+    conn = Connection(fd)
+    conn.send(_READY)
+    while True:
+        try:
+            items, timeout = conn.recv()
+        except EOFError:  # the parent closed the pipe or died
+            return
+        for item in items:
+            _limit_cpu(timeout + 2)
+            try:
+                result = work(item)
+            except Exception:  # the work's own failure is the caller's None, not the worker's end
+                result = None
+            conn.send(result)
+
+
+class Sandbox:
+    """A persistent worker process that runs ``trl_pods.<module>.<function>`` on items, each under a timeout.
+
+    Args:
+        module: Module of the `trl_pods` package, e.g. ``"reasoning_gym_tasks"``; it must not import torch or the
+            package's ``__init__`` names at import time.
+        function: Function of that module called with one item (picklable) and returning a picklable result.
+        prepare: Function of that module called once in each new worker before it takes items (e.g. heavy imports,
+            so that they do not count against the first item's timeout); "" for none.
+    """
+
+    def __init__(self, module: str, function: str, prepare: str = "") -> None:
+        self.module, self.function, self.prepare = module, function, prepare
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._conn: Connection | None = None
+        _SANDBOXES.add(self)
+
+    def run(self, items: Sequence[Any], timeout: float) -> list[Any]:
+        """The function's result for every item, in order; None for an item that raised or ran past ``timeout``
+        seconds (the worker is then restarted for the items after it).
+
+        Raises:
+            RuntimeError: the worker could not be started.
+        """
+        results: list[Any] = []
+        with self._lock:
+            while len(results) < len(items):
+                self._ensure_running()
+                todo = list(items[len(results) :])
+                try:
+                    self._conn.send((todo, timeout))
+                    for _ in todo:
+                        if not self._conn.poll(timeout):
+                            raise TimeoutError
+                        results.append(self._conn.recv())
+                except (OSError, EOFError) as err:  # TimeoutError is an OSError
+                    logger.warning(
+                        "%s.%s %s on an item; it counts as None and the worker was restarted.",
+                        self.module,
+                        self.function,
+                        f"took over {timeout:g} s" if isinstance(err, TimeoutError) else f"failed ({err!r})",
+                    )
+                    self.close()
+                    results.append(None)
+                except BaseException:
+                    self.close()  # e.g. KeyboardInterrupt: answers left in the pipe must never reach a later call
+                    raise
+        return results
+
+    def _ensure_running(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            return
+        self.close()
+        parent_conn, child_conn = multiprocessing.Pipe()
+        fd = child_conn.fileno()
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-c", _BOOT, _PACKAGE_DIR, self.module, self.function, self.prepare, str(fd)],
+                pass_fds=(fd,),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+            )
+        finally:
+            child_conn.close()
+        self._conn = parent_conn
+        try:
+            ready = parent_conn.poll(STARTUP_TIMEOUT_S) and parent_conn.recv() == _READY
+        except (OSError, EOFError):
+            ready = False
+        except BaseException:
+            self.close()
+            raise
+        if not ready:
+            self.close()
+            raise RuntimeError(
+                f"The worker for trl_pods.{self.module}.{self.function} ({sys.executable}) did not start within "
+                f"{STARTUP_TIMEOUT_S:g} s."
+            )
+
+    def close(self) -> None:
+        """Kill the worker process, if any (lock-free, so that it can run at interpreter exit)."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+            self._proc = None
+
+    def _forget_after_fork(self) -> None:
+        # A forked child must not talk to its parent's worker; closing its copy of the pipe keeps "parent gone =>
+        # pipe closed => idle worker exits" true. The child starts its own worker when it needs one.
+        if self._conn is not None:
+            self._conn.close()
+        self._conn, self._proc, self._lock = None, None, threading.Lock()
+
+
+_SANDBOXES: weakref.WeakSet[Sandbox] = weakref.WeakSet()
+
+
+def _close_all() -> None:
+    for sandbox in list(_SANDBOXES):
+        sandbox.close()
+
+
+def _forget_all_after_fork() -> None:
+    for sandbox in list(_SANDBOXES):
+        sandbox._forget_after_fork()
+
+
+os.register_at_fork(after_in_child=_forget_all_after_fork)
+atexit.register(_close_all)
