@@ -47,11 +47,11 @@ from .costs import CallTiming, Costs, fit_costs, parse_costs
 from .refill import DrawPlan, RefillMode
 from .waves import WaveState
 
-__all__ = ["AutoMode", "Outcome", "best_plan", "expected_outcome", "rollout_ladder"]
+__all__ = ["AutoMode", "Outcome", "best_plan", "expected_outcome", "kept_calls", "rollout_ladder"]
 
 DEFAULT_COVERAGE = 0.9  # later draws: cover what is missing with this probability, unless pods_draw_coverage is set
 TIES = 0.99  # plans within 1% of the best rate count as equally good
-KEPT_CALLS, KEPT_GAPS = 200, 50  # timings kept: the most recent calls and times between generations
+KEPT_CALLS, KEPT_GAPS = 50, 50  # timings kept: the most recent calls of each size class, and times between generations
 
 
 @dataclass(frozen=True)
@@ -147,6 +147,20 @@ def best_plan(
     return plan, outcome, seconds
 
 
+def kept_calls(calls: list[CallTiming]) -> list[CallTiming]:
+    """The timings auto fits its costs to: the most recent `KEPT_CALLS` of each size class (rollouts per process
+    within a factor of two), in order. A steady plan, which times one size generation after generation, then does
+    not push the other sizes out of the fit (they would leave the costs impossible to tell apart)."""
+    seen: dict[int, int] = {}
+    kept = []
+    for call in reversed(calls):
+        size = max(call.rollouts, 1).bit_length()
+        seen[size] = seen.get(size, 0) + 1
+        if seen[size] <= KEPT_CALLS:
+            kept.append(call)
+    return kept[::-1]
+
+
 class AutoMode(RefillMode):
     """``pods_generation="auto"``: refill whose `DrawPlan` is chosen each generation for the most signal per second
     (see the module docstring)."""
@@ -208,7 +222,7 @@ class AutoMode(RefillMode):
             self.calls.append(CallTiming(rollouts, seconds, i == 0))
         if timing.between is not None:
             self.gaps.append(timing.between)
-        self.calls, self.gaps = self.calls[-KEPT_CALLS:], self.gaps[-KEPT_GAPS:]
+        self.calls, self.gaps = kept_calls(self.calls), self.gaps[-KEPT_GAPS:]
 
     def _announce(self, plan: DrawPlan, reason: str) -> None:
         """One line when the plan changes what it is: its rollouts per prompt or its calls, or its first call's
