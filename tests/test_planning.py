@@ -3,14 +3,18 @@ survives steady plans (issue 57)."""
 
 from __future__ import annotations
 
+import functools
+import itertools
 import time
 from types import SimpleNamespace
 
+import planning_reference as reference
 import pytest
 import torch
 from test_phase1 import FakeSteps, _inputs, _settings
 
-from trl_pods.auto import KEPT_CALLS, AutoMode
+from trl_pods.auto import KEPT_CALLS, AutoMode, best_plan, rollout_ladder
+from trl_pods.contrast import contrast_rate, prompts_to_cover
 from trl_pods.costs import Costs, parse_costs
 from trl_pods.phase1 import generate_and_score
 from trl_pods.waves import FixedMode, GenerationTiming, WaveState
@@ -60,3 +64,33 @@ def test_costs_that_make_a_step_free_are_refused():
     with pytest.raises(ValueError, match="a step must take time"):
         parse_costs("call=0,rollout=0,step=0")
     assert parse_costs("call=1,rollout=0,step=0.5") == Costs(1.0, 0.0, 0.5)
+
+
+H200, CPU, MIXED = Costs(1.03, 0.00012, 0.32), Costs(0.05, 0.041, 0.5), Costs(0.3, 0.002, 0.3)
+BETAS = [(0.5, 1.5), (0.2, 0.2), (2.0, 0.5), (0.05, 0.5)]
+
+
+@pytest.mark.parametrize("share,ratio", [(1, 4), (2, 3), (3, 4), (4, 2), (4, 4), (6, 4), (8, 4)])
+def test_plan_choices_equal_the_exact_search(share, ratio):
+    """Where the exact search of issue 57's time is feasible, the fast planner (log-space terms, a covering search in
+    about sqrt steps, merged states) chooses the same plan, with the same expected outcome, on a grid of contrast
+    rates, costs and coverages (the reference: `planning_reference`, the search as it was)."""
+    for beta, costs, coverage in itertools.product(BETAS, (H200, CPU, MIXED), (0.9, 0.75)):
+        rate = functools.partial(contrast_rate, *beta)
+        args = (costs, share, rollout_ladder(4, 16), share * ratio, 3, coverage)
+        fast, exact = best_plan(rate, *args), reference.best_plan(rate, *args)
+        assert fast[0] == exact[0], (beta, costs, coverage)
+        assert fast[1].contrast == pytest.approx(exact[1].contrast, rel=1e-9)
+
+
+def test_planning_never_overflows():
+    """Auto's search and sized refill's draw sizes at 16,384 prompts a process and 65,536 of room (the exact terms,
+    ``math.comb(n, k) * p**k``, raised OverflowError past about 1,030 prompts): a plan whose expected outcome is
+    within reach, and a covering draw that covers (expected groups with contrast at least the missing ones)."""
+    rate = functools.partial(contrast_rate, 0.5, 1.5)
+    for costs in (H200, CPU):
+        plan, outcome, seconds = best_plan(rate, costs, 16384, rollout_ladder(4, 16), 65536, 3, 0.9)
+        assert 16384 <= plan.first <= 65536 and 0 < outcome.contrast <= 16384 and seconds > 0
+    drawn = prompts_to_cover(16384, 0.3, 0.9, 65536)
+    assert 16384 / 0.3 < drawn < 16384 / 0.3 * 1.05
+    assert prompts_to_cover(16384, 0.2, 0.9, 65536) == 65536  # 0.2 x 65,536 falls short: all the room
