@@ -19,9 +19,9 @@ of the first call (from the batch's share up to ``pods_max_prompt_ratio`` times 
 plan stopped after each of its calls: exactly at small sizes, and at any size in bounded work (log-space terms,
 neighbouring states merged, a normal distribution for a call's outcomes once they spread over many counts), so that
 planning takes milliseconds to a few tenths of a second a generation up to 1,024 prompts a process and never
-overflows (`benchmarks/planning.py`); it is left out of the generation's timing. `best_plan` takes the plan with the most trained groups with contrast per second of step, and among plans
-within 1% of it, the most rollouts per prompt (more for max-variance down-sampling to choose from), then the fewest
-calls, then the fewest prompts.
+overflows (`benchmarks/planning.py`); it is left out of the generation's timing. `best_plan` takes the plan with the
+most trained groups with contrast per second of step, and among plans within 1% of it, the most rollouts per prompt
+(more for max-variance down-sampling to choose from), then the fewest calls, then the fewest prompts.
 
 Until the costs can be told apart, auto measures them with plans it would also train well with: the run's first two
 generations are plain refill at ``n = pods_m`` (calls of different sizes), the third one call of ``pods_n`` rollouts
