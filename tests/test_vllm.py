@@ -100,18 +100,20 @@ def test_colocate_engine_is_sized_for_generated_rows(
     ("generation", "largest_call"),
     [
         (dict(pods_generation="screened", pods_screen_ratio=3, pods_n_initial=6), 3 * 2 * 6),
-        (dict(pods_generation="refill", pods_max_draws=2), 2 * 8),
+        (dict(pods_generation="refill", pods_max_draws=2, pods_draw_coverage=0.0), 2 * 8),
+        (dict(pods_generation="refill", pods_max_draws=2), 4 * 2 * 8),
         (dict(pods_generation="adaptive", pods_n_initial=4), 2 * 8),
     ],
-    ids=["screened", "refill", "adaptive"],
+    ids=["screened", "refill-exact", "refill-sized", "adaptive"],
 )
 def test_colocate_engine_fits_the_largest_generation_call(
     tiny_model_path, tmp_path, monkeypatch, generation, largest_call
 ):
     """The engine decodes every generation call in one wave. Screened generation's pilot asks for pods_n_initial
     rollouts of each of its pods_screen_ratio x B prompts in one call (here 3 x 2 prompts x 6 = 36), more than the
-    B x pods_n (16) an engine sized for the kept prompts holds, which decoded it in 3 waves; refill draws and adaptive
-    waves never ask for more than B x pods_n."""
+    B x pods_n (16) an engine sized for the kept prompts holds, which decoded it in 3 waves; sized refill (the
+    default) may cover the batch with up to pods_max_prompt_ratio x B prompts in one call; exact refill's draws and
+    adaptive waves never ask for more than B x pods_n."""
     install(monkeypatch)
     model, tokenizer = load(tiny_model_path)
     config = pods_config(

@@ -50,12 +50,11 @@ import torch
 
 from .contrast import TAIL, ContrastHistory, binomial_terms, prompts_to_cover
 from .costs import CallTiming, Costs, fit_costs, parse_costs
-from .refill import DrawPlan, RefillMode
+from .refill import DEFAULT_DRAW_COVERAGE, DrawPlan, RefillMode
 from .waves import WaveState
 
 __all__ = ["AutoMode", "Outcome", "best_plan", "expected_outcome", "expected_outcomes", "kept_calls", "rollout_ladder"]
 
-DEFAULT_COVERAGE = 0.9  # later draws: cover what is missing with this probability, unless pods_draw_coverage is set
 EXACT_POINTS, RUNS = 40, 16  # `expected_outcomes` keeps up to 40 outcomes of a call (or states) apart, else 16 runs
 NORMAL_VARIANCE = 400.0  # past this variance (20 groups' standard deviation) a call's outcomes are normal (`_found`)
 TIES = 0.99  # plans within 1% of the best rate count as equally good
@@ -195,7 +194,7 @@ def _first_calls(share: int, room: int) -> list[int]:
 
 
 def best_plan(
-    rate, costs: Costs, share: int, ladder: list[int], room: int, max_calls: int, coverage: float
+    rate, costs: Costs, share: int, ladder: list[int], room: int, max_calls: int, coverage: float | None
 ) -> tuple[DrawPlan, Outcome, float]:
     """The plan with the most trained groups with contrast per second (ties: see the module docstring), its expected
     `Outcome` and predicted seconds per step. ``rate(n)`` is the contrast rate of ``n`` rollouts."""
@@ -237,7 +236,8 @@ class AutoMode(RefillMode):
         super().__init__(config)
         self.m, self.n_max = config.pods_m, config.pods_n
         self.groups_laid_out = config.pods_max_prompt_ratio
-        self.later_coverage = config.pods_draw_coverage or DEFAULT_COVERAGE
+        coverage = config.pods_draw_coverage
+        self.later_coverage = DEFAULT_DRAW_COVERAGE if coverage is None else coverage or None  # 0: exactly the missing
         self.history = ContrastHistory()
         self.given = None if config.pods_auto_costs is None else parse_costs(config.pods_auto_costs)
         self.timed = self.given is None
