@@ -1,0 +1,150 @@
+"""Planning a generation: how long auto's plan search and sized refill's first draw take, per generation, at 16 to
+1,024 prompts a process, and at 16,384 with 65,536 prompts of room (the most any plan considers).
+
+Auto (`trl_pods.auto.best_plan`) searches every plan of rollouts per prompt (4, 8, 16: ``pods_m`` 4 doubling up to
+``pods_n`` 16), prompts in the first call (25 from the share up to ``pods_max_prompt_ratio`` 4 times it) and calls
+(up to ``pods_max_draws`` 3, later ones sized at coverage 0.9), for the expected outcome of each; sized refill
+(`trl_pods.contrast.prompts_to_cover`) finds the fewest prompts that cover the share at the observed contrast rate.
+Both run once per generation on every process, so their time is what a generation waits for before its first call.
+Each generation here plans with another contrast rate (pass rates ``Beta(a, 1)``, ``a`` in `GENERATIONS`), as a run's
+fit moves from step to step, so the caches of one generation do not serve the next. Costs: an H200's (HF
+``generate``: a call 1.03 s, a rollout 0.12 ms) and a CPU engine's (a rollout 41 ms), as in tests/test_draw_sizing.py.
+
+Times are the process's CPU time (``time.process_time``), so that other jobs on the machine do not inflate them as
+much as they would wall time. "Before" is the exact search as it was before issue 57 (tests/planning_reference.py,
+the same code): measured where it finishes in seconds; at 16,384 prompts it raises OverflowError.
+
+    python benchmarks/planning.py            # measure, save docs/benchmarks/data/planning.json, write the page
+    python benchmarks/planning.py --report   # the page from the saved measurement
+    python benchmarks/planning.py --smoke    # 16 and 32 prompts, one generation: prints, writes nothing
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+from harness import DATA, REPO, Study, command_line, environment
+
+sys.path.insert(0, str(REPO / "tests"))  # the exact search as it was, kept as the tests' reference
+
+import planning_reference  # noqa: E402
+
+from trl_pods.auto import best_plan, rollout_ladder  # noqa: E402
+from trl_pods.contrast import contrast_rate, prompts_to_cover  # noqa: E402
+from trl_pods.costs import Costs  # noqa: E402
+
+STUDY = Study("planning.py", "planning", "Planning time: auto's search and sized refill's draw", "planning")
+SHARES = (16, 32, 64, 128, 256, 512, 1024, 16384)
+"""Prompts a process trains on per generation; the room is `RATIO` times as many."""
+RATIO, LADDER, MAX_CALLS, COVERAGE = 4, rollout_ladder(4, 16), 3, 0.9
+COSTS = {
+    "H200": Costs(call=1.031, rollout=0.000116, step=0.321),
+    "CPU engine": Costs(call=0.3, rollout=0.041, step=10.4),
+}
+GENERATIONS = (0.3, 0.5, 0.8, 1.2, 2.0)
+"""Each generation's pass rates ``Beta(a, 1)``: contrast rates from 0.38 to 0.61 at 4 rollouts."""
+BEFORE_UP_TO = 64
+"""The largest share the exact search is timed at (4-7 s a generation at 64; minutes at 128)."""
+PARSER = STUDY.parser(__doc__)
+PARSER.add_argument("--before_up_to", type=int, default=BEFORE_UP_TO, help="time the exact search up to this share")
+
+
+def _rate(a: float, n: int) -> float:
+    """The contrast rate of ``n`` rollouts when pass rates follow ``Beta(a, 1)``."""
+    return contrast_rate(a, 1.0, n)
+
+
+def _milliseconds(plan: Callable[[], object]) -> float:
+    began = time.process_time()
+    plan()
+    return 1000 * (time.process_time() - began)
+
+
+def _timings(search: Callable, share: int, costs: Costs, generations: tuple[float, ...]) -> dict:
+    """Milliseconds per generation of ``search`` (auto's), or the error it raises."""
+    try:
+        plans = [functools.partial(_rate, a) for a in generations]
+        args = (costs, share, LADDER, RATIO * share, MAX_CALLS, COVERAGE)
+        return {"ms": [_milliseconds(functools.partial(search, rate, *args)) for rate in plans]}
+    except OverflowError as error:
+        return {"error": f"OverflowError: {error}"}
+
+
+def measure(shares: tuple[int, ...], generations: tuple[float, ...], before_up_to: int) -> list[dict]:
+    """A row per share: auto's search (now, and before where timed) with each cost model, sized refill's draw."""
+    rows = []
+    for share in shares:
+        row = {"share": share, "room": RATIO * share}
+        for name, costs in COSTS.items():
+            row[f"auto {name}"] = _timings(best_plan, share, costs, generations)
+            if share <= before_up_to or share > 1030:  # past ~1,030 prompts the exact terms overflow at once
+                row[f"before {name}"] = _timings(planning_reference.best_plan, share, costs, generations)
+        draws = [
+            functools.partial(prompts_to_cover, share, _rate(a, 16), COVERAGE, RATIO * share) for a in generations
+        ]
+        row["sized refill"] = {"ms": [_milliseconds(draw) for draw in draws]}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def _cell(timing: dict | None) -> str:
+    if timing is None:
+        return "not timed"
+    if "error" in timing:
+        return timing["error"].split(":")[0]
+    times = timing["ms"]
+    return f"{_ms(statistics.median(times))} ({_ms(max(times))})"
+
+
+def _ms(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.2g}" if value < 1 else f"{value:.3g}"
+
+
+def table(rows: list[dict]) -> str:
+    """The measurement as a markdown table: median (max) milliseconds a generation."""
+    names = [f"auto {name}" for name in COSTS] + ["sized refill"] + [f"before {name}" for name in COSTS]
+    lines = [
+        "| prompts a process (room) | " + " | ".join(names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
+    for row in rows:
+        cells = [_cell(row.get(name)) for name in names]
+        lines.append(f"| {row['share']:,} ({row['room']:,}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def render() -> str:
+    """The page from the saved measurement."""
+    saved = json.loads((DATA / "planning.json").read_text())
+    return STUDY.render(
+        f"{__doc__.split(chr(10) + chr(10))[0]}\n\n"
+        "Milliseconds of CPU time a generation, median (max) over the generations: auto's search with each cost\n"
+        "model, sized refill's first draw, and the exact search as it was (before):\n\n"
+        f"{table(saved['rows'])}\n\nCommand: `{saved['command']}`\n\n{saved['environment']}"
+    )
+
+
+def main() -> None:
+    args = PARSER.parse_args()
+    if args.report:
+        STUDY.write(render())
+        return
+    if args.smoke:
+        print(table(measure((16, 32), GENERATIONS[:1], 16)))
+        print("smoke run: nothing written")
+        return
+    rows = measure(SHARES, GENERATIONS, args.before_up_to)
+    command = command_line(STUDY.script, PARSER, vars(args))
+    saved = {"rows": rows, "command": command, "environment": environment()}
+    (DATA / "planning.json").write_text(json.dumps(saved, indent=1) + "\n")
+    STUDY.write(render())
+
+
+if __name__ == "__main__":
+    main()
