@@ -13,10 +13,11 @@ import pytest
 import torch
 from test_phase1 import FakeSteps, _inputs, _settings
 
-from trl_pods.auto import KEPT_CALLS, AutoMode, best_plan, rollout_ladder
+from trl_pods.auto import KEPT_CALLS, AutoMode, best_plan, expected_outcomes, rollout_ladder
 from trl_pods.contrast import contrast_rate, prompts_to_cover
 from trl_pods.costs import Costs, parse_costs
 from trl_pods.phase1 import generate_and_score
+from trl_pods.refill import DrawPlan, RefillMode
 from trl_pods.waves import FixedMode, GenerationTiming, WaveState
 
 
@@ -94,3 +95,45 @@ def test_planning_never_overflows():
     drawn = prompts_to_cover(16384, 0.3, 0.9, 65536)
     assert 16384 / 0.3 < drawn < 16384 / 0.3 * 1.05
     assert prompts_to_cover(16384, 0.2, 0.9, 65536) == 65536  # 0.2 x 65,536 falls short: all the room
+
+
+def _auto_and_refill(m: int, n: int, costs: Costs, beta: tuple[float, float], share: int):
+    """Auto's plan with given ``costs`` and the contrast fit ``beta`` for a process training ``share`` groups (room
+    for 4 times as many), and sized refill's plan at ``pods_n`` from the same history."""
+    given = f"call={costs.call},rollout={costs.rollout},step={costs.step}"
+    config = SimpleNamespace(pods_m=m, pods_n=n, pods_max_draws=3, pods_draw_coverage=0.9, pods_max_prompt_ratio=4,
+                             pods_auto_costs=given)  # fmt: skip
+    auto, refill = AutoMode(config), RefillMode(config)
+    auto.history.beta = refill.history.beta = beta
+    room = 4 * share
+    state = WaveState(n, 1, room, share, torch.full((room, n), torch.nan), torch.zeros(room, dtype=torch.long),
+                      torch.arange(room) < share)  # fmt: skip
+    return auto.plan(state), refill.plan(state), auto.history.rate, room
+
+
+def _first_call(rate, share: int, plan: DrawPlan, room: int) -> float:
+    """Expected groups with contrast after a plan's first call."""
+    return expected_outcomes(rate(plan.n), share, plan, room)[0].contrast
+
+
+@pytest.mark.parametrize("share", [2, 4, 8])
+def test_autos_first_call_finds_at_least_what_sized_refills_does(share):
+    """Auto's first call is never smaller in expected groups with contrast than sized refill's (its n = pods_n, its
+    prompts covering the share with probability 0.9), whatever the costs: its plans differ from sized refill's only in
+    what the costs pay for (with a CPU engine's costs it used to plan a smaller first call and a second one)."""
+    for beta, costs in itertools.product(BETAS, (H200, CPU, MIXED)):
+        auto, refill, rate, room = _auto_and_refill(4, 16, costs, beta, share)
+        assert _first_call(rate, share, auto, room) >= _first_call(rate, share, refill, room) - 1e-9, (beta, costs)
+
+
+@pytest.mark.parametrize("share", [2, 4, 8])
+def test_auto_with_natural_groups_is_never_worse_than_sized_refill(share):
+    """With pods_n == pods_m auto chooses prompts per call and calls only; by its own cost model its plan trains at
+    least as many groups with contrast a second as sized refill's plan at the same n."""
+    for beta, costs in itertools.product(BETAS, (H200, CPU, MIXED)):
+        auto, refill, rate, room = _auto_and_refill(4, 4, costs, beta, share)
+        score = []
+        for plan in (auto, refill):
+            outcome = expected_outcomes(rate(4), share, plan, room)[-1]
+            score.append(outcome.contrast / costs.seconds(outcome.calls, 4 * outcome.prompts))
+        assert score[0] >= score[1] * (1 - 1e-9), (beta, costs, auto, refill)

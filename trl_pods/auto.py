@@ -21,7 +21,11 @@ neighbouring states merged, a normal distribution for a call's outcomes once the
 planning takes milliseconds to a few tenths of a second a generation up to 1,024 prompts a process and never
 overflows (`benchmarks/planning.py`); it is left out of the generation's timing. `best_plan` takes the plan with the
 most trained groups with contrast per second of step, and among plans within 1% of it, the most rollouts per prompt
-(more for max-variance down-sampling to choose from), then the fewest calls, then the fewest prompts.
+(more for max-variance down-sampling to choose from), then the fewest calls, then the fewest prompts. It never plans
+worse than sized refill (`trl_pods.refill.RefillMode.plan`, ``pods_n`` rollouts for as many prompts as cover the
+share with probability ``pods_draw_coverage``): only plans whose first call finds at least as many groups with
+contrast as refill's, and that score at least refill's plan, are chosen from, so auto's plans differ from sized
+refill's only where the costs say so.
 
 Until the costs can be told apart, auto measures them with plans it would also train well with: the run's first two
 generations are plain refill at ``n = pods_m`` (calls of different sizes), the third one call of ``pods_n`` rollouts
@@ -194,21 +198,39 @@ def _first_calls(share: int, room: int) -> list[int]:
 
 
 def best_plan(
-    rate, costs: Costs, share: int, ladder: list[int], room: int, max_calls: int, coverage: float | None
+    rate,
+    costs: Costs,
+    share: int,
+    ladder: list[int],
+    room: int,
+    max_calls: int,
+    coverage: float | None,
+    floor: DrawPlan | None = None,
 ) -> tuple[DrawPlan, Outcome, float]:
     """The plan with the most trained groups with contrast per second (ties: see the module docstring), its expected
-    `Outcome` and predicted seconds per step. ``rate(n)`` is the contrast rate of ``n`` rollouts."""
-    scored = []
+    `Outcome` and predicted seconds per step. ``rate(n)`` is the contrast rate of ``n`` rollouts.
+
+    With a ``floor`` plan (sized refill's), only plans whose first call finds at least as many groups with contrast
+    as the floor's first call, and that score at least the floor's, are chosen from; the floor is one of them."""
+    scored, least_first, least = [], -math.inf, 0.0
+    firsts = _first_calls(share, room)
+    if floor is not None:
+        outcomes = expected_outcomes(rate(floor.n), share, floor, room)
+        least_first = outcomes[0].contrast - 1e-9
+        least = outcomes[-1].contrast / costs.seconds(outcomes[-1].calls, floor.n * outcomes[-1].prompts)
+        firsts = sorted({*firsts, min(floor.first, room)})
     for n in ladder:
         p = rate(n)
-        for first in _first_calls(share, room):
+        for first in firsts:
             outcomes = expected_outcomes(p, share, DrawPlan(n, first, max_calls, coverage), room)
+            if outcomes[0].contrast < least_first:
+                continue
             for calls, outcome in enumerate(outcomes, 1):
                 seconds = costs.seconds(outcome.calls, n * outcome.prompts)
                 scored.append((outcome.contrast / seconds, DrawPlan(n, first, calls, coverage), outcome, seconds))
     best = max(rate for rate, *_ in scored)
     _, plan, outcome, seconds = max(
-        (entry for entry in scored if entry[0] >= TIES * best),
+        (entry for entry in scored if entry[0] >= max(TIES * best, least * (1 - 1e-12))),
         key=lambda e: (e[1].n, -round(e[2].calls, 6), -round(e[2].prompts, 6)),
     )
     return plan, outcome, seconds
@@ -260,8 +282,9 @@ class AutoMode(RefillMode):
             self._announce(exploring, f"measuring what generating costs ({len(self.calls)} calls timed so far)")
             return exploring
         ladder = rollout_ladder(self.m, self.n_max)
+        floor = None if self.coverage is None else RefillMode.plan(self, state)  # sized refill's plan
         plan, outcome, seconds = best_plan(
-            self.history.rate, costs, state.share, ladder, room, self.max_draws, self.later_coverage
+            self.history.rate, costs, state.share, ladder, room, self.max_draws, self.later_coverage, floor
         )
         rates = ", ".join(f"{self.history.rate(n):.2f} at {n}" for n in ladder)
         self._announce(
