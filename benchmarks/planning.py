@@ -14,7 +14,13 @@ Times are the process's CPU time (``time.process_time``), so that other jobs on 
 much as they would wall time. "Before" is the exact search as it was before issue 57 (tests/planning_reference.py,
 the same code): measured where it finishes in seconds; at 16,384 prompts it raises OverflowError.
 
+``--sweep`` records what auto chooses (its rollouts per prompt, first-call prompts and calls) on a sweep of given
+costs, a call 1 s and the rest of a step 0.3 s, a rollout from 100 ms down to 0.01 ms, with ``pods_n`` 64, for three
+mixes of prompts (`SWEEP_BETAS`): IsoCompute's finding is that the best rollouts per prompt grow with the budget,
+then saturate.
+
     python benchmarks/planning.py            # measure, save docs/benchmarks/data/planning.json, write the page
+    python benchmarks/planning.py --sweep    # auto's choices on a sweep of given costs (no timing), then the page
     python benchmarks/planning.py --report   # the page from the saved measurement
     python benchmarks/planning.py --smoke    # 16 and 32 prompts, one generation: prints, writes nothing
 """
@@ -35,7 +41,7 @@ sys.path.insert(0, str(REPO / "tests"))  # the exact search as it was, kept as t
 import planning_reference  # noqa: E402
 
 from trl_pods.auto import best_plan, rollout_ladder  # noqa: E402
-from trl_pods.contrast import contrast_rate, prompts_to_cover  # noqa: E402
+from trl_pods.contrast import contrast_rate, kept_signal, prompts_to_cover  # noqa: E402
 from trl_pods.costs import Costs  # noqa: E402
 
 STUDY = Study("planning.py", "planning", "Planning time: auto's search and sized refill's draw", "planning")
@@ -48,10 +54,14 @@ COSTS = {
 }
 GENERATIONS = (0.3, 0.5, 0.8, 1.2, 2.0)
 """Each generation's pass rates ``Beta(a, 1)``: contrast rates from 0.38 to 0.61 at 4 rollouts."""
+SWEEP_BETAS = ((0.5, 1.5), (0.2, 0.2), (2.0, 0.5))
+"""Pass rates ``Beta(a, b)``: mostly hard prompts; prompts mostly solved or unsolved; mostly easy prompts."""
+SWEEP_ROLLOUT_MS = (100, 30, 10, 3, 1, 0.3, 0.1, 0.01)
 BEFORE_UP_TO = 64
 """The largest share the exact search is timed at (4-7 s a generation at 64; minutes at 128)."""
 PARSER = STUDY.parser(__doc__)
 PARSER.add_argument("--before_up_to", type=int, default=BEFORE_UP_TO, help="time the exact search up to this share")
+PARSER.add_argument("--sweep", action="store_true", help="record auto's choices on a sweep of given costs")
 
 
 def _rate(a: float, n: int) -> float:
@@ -93,6 +103,30 @@ def measure(shares: tuple[int, ...], generations: tuple[float, ...], before_up_t
     return rows
 
 
+def sweep() -> list[dict]:
+    """Auto's plan (share 4, room 16, rollouts per prompt 4 to 64) for each mix of prompts and rollout cost."""
+    rows = []
+    for beta in SWEEP_BETAS:
+        rate, value = functools.partial(contrast_rate, *beta), functools.partial(kept_signal, *beta, m=4)
+        for rollout_ms in SWEEP_ROLLOUT_MS:
+            costs = Costs(call=1.0, rollout=rollout_ms / 1000, step=0.3)
+            plan, *_ = best_plan(rate, costs, 4, rollout_ladder(4, 64), 16, MAX_CALLS, COVERAGE, None, value)
+            rows.append(
+                {"beta": beta, "rollout_ms": rollout_ms, "n": plan.n, "first": plan.first, "calls": plan.calls}
+            )
+    return rows
+
+
+def sweep_table(rows: list[dict]) -> str:
+    """Rollouts per prompt (first-call prompts, calls) auto chooses, a row per mix of prompts."""
+    header = "| pass rates | " + " | ".join(f"{ms:g} ms" for ms in SWEEP_ROLLOUT_MS) + " |"
+    lines = [header, "|---|" + "---|" * len(SWEEP_ROLLOUT_MS)]
+    for beta in SWEEP_BETAS:
+        cells = [f"{r['n']} ({r['first']}, {r['calls']})" for r in rows if tuple(r["beta"]) == beta]
+        lines.append(f"| Beta{beta} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def _cell(timing: dict | None) -> str:
     if timing is None:
         return "not timed"
@@ -122,17 +156,30 @@ def table(rows: list[dict]) -> str:
 def render() -> str:
     """The page from the saved measurement."""
     saved = json.loads((DATA / "planning.json").read_text())
+    swept = DATA / "planning_sweep.json"
+    choices = ""
+    if swept.exists():
+        choices = (
+            "\n\n## Auto's choices on a sweep of given costs\n\nRollouts per prompt (first-call prompts, calls) auto "
+            "chooses for 4 prompts a process (room 16, rollouts per prompt 4 to 64), a call 1 s and the rest of a "
+            f"step 0.3 s, by a rollout's cost:\n\n{sweep_table(json.loads(swept.read_text()))}\n\n"
+            "Command: `python benchmarks/planning.py --sweep`"
+        )
     return STUDY.render(
         f"{__doc__.split(chr(10) + chr(10))[0]}\n\n"
         "Milliseconds of CPU time a generation, median (max) over the generations: auto's search with each cost\n"
         "model, sized refill's first draw, and the exact search as it was (before):\n\n"
-        f"{table(saved['rows'])}\n\nCommand: `{saved['command']}`\n\n{saved['environment']}"
+        f"{table(saved['rows'])}\n\nCommand: `{saved['command']}`\n\n{saved['environment']}{choices}"
     )
 
 
 def main() -> None:
     args = PARSER.parse_args()
     if args.report:
+        STUDY.write(render())
+        return
+    if args.sweep:
+        (DATA / "planning_sweep.json").write_text(json.dumps(sweep(), indent=1) + "\n")
         STUDY.write(render())
         return
     if args.smoke:

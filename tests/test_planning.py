@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import time
 from types import SimpleNamespace
 
@@ -14,7 +15,7 @@ import torch
 from test_phase1 import FakeSteps, _inputs, _settings
 
 from trl_pods.auto import KEPT_CALLS, AutoMode, best_plan, expected_outcomes, rollout_ladder
-from trl_pods.contrast import contrast_rate, prompts_to_cover
+from trl_pods.contrast import contrast_rate, kept_signal, prompts_to_cover
 from trl_pods.costs import Costs, parse_costs
 from trl_pods.phase1 import generate_and_score
 from trl_pods.refill import DrawPlan, RefillMode
@@ -137,3 +138,35 @@ def test_auto_with_natural_groups_is_never_worse_than_sized_refill(share):
             outcome = expected_outcomes(rate(4), share, plan, room)[-1]
             score.append(outcome.contrast / costs.seconds(outcome.calls, 4 * outcome.prompts))
         assert score[0] >= score[1] * (1 - 1e-9), (beta, costs, auto, refill)
+
+
+def test_a_group_kept_from_more_rollouts_carries_more_signal():
+    """`kept_signal`: the expected reward variance of the M rollouts a group with contrast keeps grows with the
+    rollouts max-variance down-sampling chooses from (a group of 4 chosen from 16 is more often balanced than one of
+    4 taken from 4), whatever the mix of easy and hard prompts; with N == M it is the group's own variance, by
+    enumeration."""
+    for beta in BETAS:
+        signals = [kept_signal(*beta, n, 4) for n in (4, 8, 16, 32)]
+        assert all(0 < low < high <= 0.25 for low, high in itertools.pairwise(signals)), (beta, signals)
+    a, b, n = 0.5, 1.5, 4
+    beta = math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
+    weights = {
+        k: math.comb(n, k) * math.exp(math.lgamma(a + k) + math.lgamma(b + n - k) - math.lgamma(a + b + n) - beta)
+        for k in (1, 2, 3)
+    }
+    variance = sum(w * k * (n - k) / n**2 for k, w in weights.items()) / sum(weights.values())
+    assert kept_signal(a, b, n, n) == pytest.approx(variance)
+
+
+def test_autos_objective_weighs_what_a_group_teaches():
+    """Auto scores a plan by its groups with contrast times what such a group teaches at its rollouts per prompt
+    (`best_plan`'s ``value``; auto passes `ContrastHistory.signal`): with a CPU engine's costs it keeps 4 rollouts per
+    prompt counting groups alone, and takes 16 once a group of 16 teaches enough more."""
+    rate = functools.partial(contrast_rate, 0.5, 1.5)
+    counted, *_ = best_plan(rate, CPU, 4, rollout_ladder(4, 16), 16, 3, 0.9)
+    weighed, *_ = best_plan(rate, CPU, 4, rollout_ladder(4, 16), 16, 3, 0.9, value=lambda n: 4.0 if n == 16 else 1.0)
+    assert (counted.n, weighed.n) == (4, 16)
+    fields = dict(pods_max_draws=3, pods_draw_coverage=0.9, pods_max_prompt_ratio=4, pods_auto_costs=None)
+    mode = AutoMode(SimpleNamespace(pods_m=4, pods_n=16, **fields))
+    mode.history.beta = (0.5, 1.5)
+    assert mode.history.signal(16, 4) == kept_signal(0.5, 1.5, 16, 4) > mode.history.signal(4, 4)

@@ -20,7 +20,9 @@ plan stopped after each of its calls: exactly at small sizes, and at any size in
 neighbouring states merged, a normal distribution for a call's outcomes once they spread over many counts), so that
 planning takes milliseconds to a few tenths of a second a generation up to 1,024 prompts a process and never
 overflows (`benchmarks/planning.py`); it is left out of the generation's timing. `best_plan` takes the plan with the
-most trained groups with contrast per second of step, and among plans within 1% of it, the most rollouts per prompt
+most signal per second of step (its expected trained groups with contrast, each weighed by what it teaches at the
+plan's rollouts per prompt: `trl_pods.contrast.kept_signal`, the expected variance of the rewards max-variance
+down-sampling keeps), and among plans within 1% of it, the most rollouts per prompt
 (more for max-variance down-sampling to choose from), then the fewest calls, then the fewest prompts. It never plans
 worse than sized refill (`trl_pods.refill.RefillMode.plan`, ``pods_n`` rollouts for as many prompts as cover the
 share with probability ``pods_draw_coverage``): only plans whose first call finds at least as many groups with
@@ -47,6 +49,7 @@ import functools
 import itertools
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -198,7 +201,7 @@ def _first_calls(share: int, room: int) -> list[int]:
 
 
 def best_plan(
-    rate,
+    rate: Callable[[int], float],
     costs: Costs,
     share: int,
     ladder: list[int],
@@ -206,34 +209,45 @@ def best_plan(
     max_calls: int,
     coverage: float | None,
     floor: DrawPlan | None = None,
+    value: Callable[[int], float] | None = None,
 ) -> tuple[DrawPlan, Outcome, float]:
-    """The plan with the most trained groups with contrast per second (ties: see the module docstring), its expected
-    `Outcome` and predicted seconds per step. ``rate(n)`` is the contrast rate of ``n`` rollouts.
+    """The plan with the most signal per second (ties: see the module docstring), its expected `Outcome` and
+    predicted seconds per step. ``rate(n)`` is the contrast rate of ``n`` rollouts; the signal of a plan is its
+    expected trained groups with contrast times ``value(n)``, what such a group teaches at ``n`` rollouts
+    (`trl_pods.contrast.kept_signal`; 1 without ``value``: the count of groups with contrast).
 
     With a ``floor`` plan (sized refill's), only plans whose first call finds at least as many groups with contrast
     as the floor's first call, and that score at least the floor's, are chosen from; the floor is one of them."""
     scored, least_first, least = [], -math.inf, 0.0
+    worth = (lambda n: 1.0) if value is None else value
     firsts = _first_calls(share, room)
     if floor is not None:
         outcomes = expected_outcomes(rate(floor.n), share, floor, room)
         least_first = outcomes[0].contrast - 1e-9
-        least = outcomes[-1].contrast / costs.seconds(outcomes[-1].calls, floor.n * outcomes[-1].prompts)
+        seconds = costs.seconds(outcomes[-1].calls, floor.n * outcomes[-1].prompts)
+        least = outcomes[-1].contrast * worth(floor.n) / seconds
         firsts = sorted({*firsts, min(floor.first, room)})
     for n in ladder:
-        p = rate(n)
+        p, signal = rate(n), worth(n)
         for first in firsts:
             outcomes = expected_outcomes(p, share, DrawPlan(n, first, max_calls, coverage), room)
             if outcomes[0].contrast < least_first:
                 continue
             for calls, outcome in enumerate(outcomes, 1):
                 seconds = costs.seconds(outcome.calls, n * outcome.prompts)
-                scored.append((outcome.contrast / seconds, DrawPlan(n, first, calls, coverage), outcome, seconds))
+                plan = DrawPlan(n, first, calls, coverage)
+                scored.append((outcome.contrast * signal / seconds, plan, outcome, seconds))
     best = max(rate for rate, *_ in scored)
     _, plan, outcome, seconds = max(
         (entry for entry in scored if entry[0] >= max(TIES * best, least * (1 - 1e-12))),
         key=lambda e: (e[1].n, -round(e[2].calls, 6), -round(e[2].prompts, 6)),
     )
     return plan, outcome, seconds
+
+
+def _signal(history: ContrastHistory, m: int, n: int) -> float:
+    """What a trained group with contrast teaches at ``n`` rollouts kept to ``m`` (`ContrastHistory.signal`)."""
+    return history.signal(n, m)
 
 
 def kept_calls(calls: list[CallTiming]) -> list[CallTiming]:
@@ -283,8 +297,9 @@ class AutoMode(RefillMode):
             return exploring
         ladder = rollout_ladder(self.m, self.n_max)
         floor = None if self.coverage is None else RefillMode.plan(self, state)  # sized refill's plan
+        signal = functools.partial(_signal, self.history, self.m)
         plan, outcome, seconds = best_plan(
-            self.history.rate, costs, state.share, ladder, room, self.max_draws, self.later_coverage, floor
+            self.history.rate, costs, state.share, ladder, room, self.max_draws, self.later_coverage, floor, signal
         )
         rates = ", ".join(f"{self.history.rate(n):.2f} at {n}" for n in ladder)
         self._announce(

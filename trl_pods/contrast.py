@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 __all__ = [
-    "ContrastHistory", "at_least", "binomial_terms", "contrast_rate", "fit_pass_rates", "pass_counts",
+    "ContrastHistory", "at_least", "binomial_terms", "contrast_rate", "fit_pass_rates", "kept_signal", "pass_counts",
     "prompts_to_cover",
 ]  # fmt: skip
 
@@ -91,6 +91,32 @@ def contrast_rate(a: float, b: float, n: int) -> float:
     all_pass = math.lgamma(a + n) + math.lgamma(b) - math.lgamma(a + b + n) - base
     all_fail = math.lgamma(a) + math.lgamma(b + n) - math.lgamma(a + b + n) - base
     return max(0.0, 1.0 - math.exp(all_pass) - math.exp(all_fail))
+
+
+def kept_signal(a: float, b: float, n: int, m: int) -> float:
+    """The expected variance of the ``m`` rewards a group with contrast keeps, when ``n`` rollouts are generated and
+    max-variance down-sampling keeps ``m`` of them (``n == m``: all), pass rates following ``Beta(a, b)``.
+
+    In the binary view of the module docstring, a group with ``k`` passes keeps the number of passes ``j`` nearest
+    ``m / 2`` that its passes and failures allow, whose rewards vary by ``j (m - j) / m^2``: a quarter when balanced.
+    More rollouts to choose from balance the kept group more often, so the signal a trained group carries grows with
+    ``n``; 0 for ``m < 2`` or ``n < 2``.
+
+    >>> round(kept_signal(1.0, 1.0, 4, 4), 4), round(kept_signal(1.0, 1.0, 16, 4), 4)
+    (0.2083, 0.2417)
+    """
+    if n < 2 or m < 2:
+        return 0.0
+    base = math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
+    total, contrast = 0.0, 0.0
+    for k in range(1, n):
+        p = math.exp(
+            math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+            + math.lgamma(a + k) + math.lgamma(b + n - k) - math.lgamma(a + b + n) - base
+        )  # fmt: skip
+        j = min(max(m // 2, m - (n - k)), k, m)
+        total, contrast = total + p * j * (m - j) / m**2, contrast + p
+    return total / contrast if contrast > 0 else 0.0
 
 
 TAIL = 1e-17
@@ -227,6 +253,10 @@ class ContrastHistory:
     def rate(self, n: int) -> float:
         """``P(contrast | n)`` under the current fit."""
         return contrast_rate(*self.beta, n)
+
+    def signal(self, n: int, m: int) -> float:
+        """`kept_signal` of ``n`` rollouts down-sampled to ``m`` under the current fit."""
+        return kept_signal(*self.beta, n, m)
 
     def state_dict(self) -> dict[str, Any]:
         return {
