@@ -1,14 +1,16 @@
 """Planning a generation: how long auto's plan search and sized refill's first draw take, per generation, at 16 to
 1,024 prompts a process, and at 16,384 with 65,536 prompts of room (the most any plan considers).
 
-Auto (`trl_pods.auto.best_plan`) searches every plan of rollouts per prompt (4, 8, 16: ``pods_m`` 4 doubling up to
-``pods_n`` 16), prompts in the first call (25 from the share up to ``pods_max_prompt_ratio`` 4 times it) and calls
-(up to ``pods_max_draws`` 3, later ones sized at coverage 0.9), for the expected outcome of each; sized refill
-(`trl_pods.contrast.prompts_to_cover`) finds the fewest prompts that cover the share at the observed contrast rate.
-Both run once per generation on every process, so their time is what a generation waits for before its first call.
-Each generation here plans with another contrast rate (pass rates ``Beta(a, 1)``, ``a`` in `GENERATIONS`), as a run's
-fit moves from step to step, so the caches of one generation do not serve the next. Costs: an H200's (HF
-``generate``: a call 1.03 s, a rollout 0.12 ms) and a CPU engine's (a rollout 41 ms), as in tests/test_draw_sizing.py.
+Auto (`trl_pods.auto.best_plan`, as `trl_pods.auto.AutoMode.plan` calls it: with sized refill's plan as its floor
+and each group weighed by `trl_pods.contrast.kept_signal`) searches every plan of rollouts per prompt (4, 8, 16:
+``pods_m`` 4 doubling up to ``pods_n`` 16), prompts in the first call (25 from the share up to
+``pods_max_prompt_ratio`` 4 times it) and calls (up to ``pods_max_draws`` 3, later ones sized at coverage 0.9), for
+the expected outcome of each; sized refill (`trl_pods.contrast.prompts_to_cover`) finds the fewest prompts that cover
+the share at the observed contrast rate. Both run once per generation on every process, so their time is what a
+generation waits for before its first call. Each generation here plans with another contrast rate (pass rates
+``Beta(a, 1)``, ``a`` in `GENERATIONS`), as a run's fit moves from step to step, so the caches of one generation do
+not serve the next. Costs: an H200's (HF ``generate``: a call 1.03 s, a rollout 0.12 ms) and a CPU engine's (a rollout
+41 ms), as in tests/test_draw_sizing.py.
 
 Times are the process's CPU time (``time.process_time``), so that other jobs on the machine do not inflate them as
 much as they would wall time. "Before" is the exact search as it was before issue 57 (tests/planning_reference.py,
@@ -43,6 +45,7 @@ import planning_reference  # noqa: E402
 from trl_pods.auto import best_plan, rollout_ladder  # noqa: E402
 from trl_pods.contrast import contrast_rate, kept_signal, prompts_to_cover  # noqa: E402
 from trl_pods.costs import Costs  # noqa: E402
+from trl_pods.refill import DrawPlan  # noqa: E402
 
 STUDY = Study("planning.py", "planning", "Planning time: auto's search and sized refill's draw", "planning")
 SHARES = (16, 32, 64, 128, 256, 512, 1024, 16384)
@@ -75,12 +78,27 @@ def _milliseconds(plan: Callable[[], object]) -> float:
     return 1000 * (time.process_time() - began)
 
 
+def auto_planning(a: float, costs: Costs, share: int) -> DrawPlan:
+    """Auto's planning as `trl_pods.auto.AutoMode.plan` does it, pass rates ``Beta(a, 1)``: sized refill's plan (the
+    floor), then the search, each group weighed by what it teaches."""
+    rate, room = functools.partial(_rate, a), RATIO * share
+    floor = DrawPlan(
+        LADDER[-1], max(prompts_to_cover(share, rate(LADDER[-1]), COVERAGE, room), share), MAX_CALLS, COVERAGE
+    )
+    value = functools.partial(kept_signal, a, 1.0, m=LADDER[0])
+    return best_plan(rate, costs, share, LADDER, room, MAX_CALLS, COVERAGE, floor, value)[0]
+
+
+def exact_search(a: float, costs: Costs, share: int) -> DrawPlan:
+    """The exact search as it was, pass rates ``Beta(a, 1)``."""
+    rate = functools.partial(_rate, a)
+    return planning_reference.best_plan(rate, costs, share, LADDER, RATIO * share, MAX_CALLS, COVERAGE)[0]
+
+
 def _timings(search: Callable, share: int, costs: Costs, generations: tuple[float, ...]) -> dict:
-    """Milliseconds per generation of ``search`` (auto's), or the error it raises."""
+    """Milliseconds per generation of ``search``, or the error it raises."""
     try:
-        plans = [functools.partial(_rate, a) for a in generations]
-        args = (costs, share, LADDER, RATIO * share, MAX_CALLS, COVERAGE)
-        return {"ms": [_milliseconds(functools.partial(search, rate, *args)) for rate in plans]}
+        return {"ms": [_milliseconds(functools.partial(search, a, costs, share)) for a in generations]}
     except OverflowError as error:
         return {"error": f"OverflowError: {error}"}
 
@@ -91,9 +109,9 @@ def measure(shares: tuple[int, ...], generations: tuple[float, ...], before_up_t
     for share in shares:
         row = {"share": share, "room": RATIO * share}
         for name, costs in COSTS.items():
-            row[f"auto {name}"] = _timings(best_plan, share, costs, generations)
+            row[f"auto {name}"] = _timings(auto_planning, share, costs, generations)
             if share <= before_up_to or share > 1030:  # past ~1,030 prompts the exact terms overflow at once
-                row[f"before {name}"] = _timings(planning_reference.best_plan, share, costs, generations)
+                row[f"before {name}"] = _timings(exact_search, share, costs, generations)
         draws = [
             functools.partial(prompts_to_cover, share, _rate(a, 16), COVERAGE, RATIO * share) for a in generations
         ]
