@@ -78,15 +78,13 @@ def _milliseconds(plan: Callable[[], object]) -> float:
     return 1000 * (time.process_time() - began)
 
 
-def auto_planning(a: float, costs: Costs, share: int) -> DrawPlan:
-    """Auto's planning as `trl_pods.auto.AutoMode.plan` does it, pass rates ``Beta(a, 1)``: sized refill's plan (the
+def auto_planning(a: float, costs: Costs, share: int, ladder: list[int] = LADDER, b: float = 1.0) -> DrawPlan:
+    """Auto's planning as `trl_pods.auto.AutoMode.plan` does it, pass rates ``Beta(a, b)``: sized refill's plan (the
     floor), then the search, each group weighed by what it teaches."""
-    rate, room = functools.partial(_rate, a), RATIO * share
-    floor = DrawPlan(
-        LADDER[-1], max(prompts_to_cover(share, rate(LADDER[-1]), COVERAGE, room), share), MAX_CALLS, COVERAGE
-    )
-    value = functools.partial(kept_signal, a, 1.0, m=LADDER[0])
-    return best_plan(rate, costs, share, LADDER, room, MAX_CALLS, COVERAGE, floor, value)[0]
+    rate, room, n = functools.partial(contrast_rate, a, b), RATIO * share, ladder[-1]
+    floor = DrawPlan(n, max(prompts_to_cover(share, rate(n), COVERAGE, room), share), MAX_CALLS, COVERAGE)
+    value = functools.partial(kept_signal, a, b, m=ladder[0])
+    return best_plan(rate, costs, share, ladder, room, MAX_CALLS, COVERAGE, floor, value)[0]
 
 
 def exact_search(a: float, costs: Costs, share: int) -> DrawPlan:
@@ -122,13 +120,13 @@ def measure(shares: tuple[int, ...], generations: tuple[float, ...], before_up_t
 
 
 def sweep() -> list[dict]:
-    """Auto's plan (share 4, room 16, rollouts per prompt 4 to 64) for each mix of prompts and rollout cost."""
+    """Auto's plan (`auto_planning`: share 4, room 16, rollouts per prompt 4 to 64) for each mix of prompts and
+    rollout cost."""
     rows = []
     for beta in SWEEP_BETAS:
-        rate, value = functools.partial(contrast_rate, *beta), functools.partial(kept_signal, *beta, m=4)
         for rollout_ms in SWEEP_ROLLOUT_MS:
             costs = Costs(call=1.0, rollout=rollout_ms / 1000, step=0.3)
-            plan, *_ = best_plan(rate, costs, 4, rollout_ladder(4, 64), 16, MAX_CALLS, COVERAGE, None, value)
+            plan = auto_planning(beta[0], costs, 4, rollout_ladder(4, 64), beta[1])
             rows.append(
                 {"beta": beta, "rollout_ms": rollout_ms, "n": plan.n, "first": plan.first, "calls": plan.calls}
             )

@@ -18,7 +18,7 @@ of the first call (from the batch's share up to ``pods_max_prompt_ratio`` times 
 `expected_outcomes` computes, for one process, the expected calls, prompts and trained groups with contrast of a
 plan stopped after each of its calls: exactly at small sizes, and at any size in bounded work (log-space terms,
 neighbouring states merged, a normal distribution for a call's outcomes once they spread over many counts), so that
-planning takes milliseconds to a few tenths of a second a generation up to 1,024 prompts a process and never
+planning takes a few milliseconds a generation up to 16,384 prompts a process and never
 overflows (`benchmarks/planning.py`); it is left out of the generation's timing. `best_plan` takes the plan with the
 most signal per second of step (its expected trained groups with contrast, each weighed by what it teaches at the
 plan's rollouts per prompt: `trl_pods.contrast.kept_signal`, the expected variance of the rewards max-variance
@@ -230,9 +230,9 @@ def best_plan(
     for n in ladder:
         p, signal = rate(n), worth(n)
         for first in firsts:
+            if expected_outcomes(p, share, DrawPlan(n, first, 1, coverage), room)[0].contrast < least_first:
+                continue  # the first call alone decides it (and costs far less than the whole plan)
             outcomes = expected_outcomes(p, share, DrawPlan(n, first, max_calls, coverage), room)
-            if outcomes[0].contrast < least_first:
-                continue
             for calls, outcome in enumerate(outcomes, 1):
                 seconds = costs.seconds(outcome.calls, n * outcome.prompts)
                 plan = DrawPlan(n, first, calls, coverage)
