@@ -67,7 +67,7 @@ STUDY = Study(
     "Generation modes from scratch: refill, screened, adaptive, budgeted, PODS and GRPO",
     "dynamic_sampling",
 )
-REFILL = dict(pods_generation="refill", pods_max_draws=3)
+REFILL = dict(pods_generation="refill", pods_max_draws=3, pods_draw_coverage=0.0)  # drawing exactly the missing groups
 SCREENED = dict(pods_n=16, pods_m=4, pods_generation="screened", pods_screen_ratio=2, pods_n_initial=4)
 METHODS = {
     "GRPO 4": dict(pods_n=4, pods_m=4),

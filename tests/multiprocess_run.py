@@ -202,7 +202,7 @@ def main() -> None:
     if args.budgeted:
         extra.update(pods_generation="budgeted", pods_budget=6)
     if args.dynamic == "refill":
-        extra.update(pods_generation="refill", pods_max_draws=2)
+        extra.update(pods_generation="refill", pods_max_draws=2, pods_draw_coverage=0.0)
     if args.dynamic == "screened":
         extra.update(pods_generation="screened", pods_screen_ratio=2, pods_n_initial=4)
     if args.dynamic == "auto":

@@ -37,7 +37,7 @@ N, M, B = 4, 2, 2  # rollouts per prompt, kept per prompt, prompts trained per g
 MODES = {
     "adaptive": dict(pods_generation="adaptive", pods_n_initial=2),
     "budgeted": dict(pods_generation="budgeted", pods_budget=2.5),
-    "refill": dict(pods_generation="refill", pods_max_draws=2),
+    "refill": dict(pods_generation="refill", pods_max_draws=2, pods_draw_coverage=0.0),
     "screened": dict(pods_generation="screened", pods_screen_ratio=2, pods_n_initial=2),
 }
 # Read in order: each batch of 2 holds an odd and an even (constant) first number; refill draws from the back (odd).

@@ -155,3 +155,16 @@ def test_learning_efficiency_smoke_mode_trains_the_demo_model_and_renders_its_se
     rows = _first_table(out)
     assert {method: row["rollouts / step"] for method, row in rows.items()} == {"GRPO 4": "4.0", "PODS 8->4": "8.0"}
     assert {row["runs reaching 0.75"][-2:] for row in rows.values()} == {"/1"}
+
+
+def test_planning_smoke_mode_times_auto_and_refill_and_the_exact_search():
+    """`benchmarks/planning.py --smoke` times auto's search with both cost models, sized refill's draw and the exact
+    search as it was, at 16 and 32 prompts a process, prints the table and writes nothing."""
+    table = _first_table(_run_smoke("planning.py"))
+    assert set(table) == {"16 (64)", "32 (128)"}
+    assert all(
+        re.fullmatch(r"[\d.,]+ \([\d.,]+\)", table["16 (64)"][column])
+        for column in table["16 (64)"]
+        if column != "prompts a process (room)"
+    )
+    assert table["32 (128)"]["before H200"] == "not timed"

@@ -5,6 +5,7 @@ import dataclasses
 import pytest
 
 from trl_pods import PODSConfig
+from trl_pods.refill import DEFAULT_DRAW_COVERAGE, RefillMode
 
 
 def make(**kwargs) -> PODSConfig:
@@ -248,7 +249,10 @@ def test_refill_accepts_generations_spanning_optimizer_steps():
     [
         (dict(pods_generation="refill", pods_draw_coverage=1.0), r"probability in \(0, 1\)"),
         (dict(pods_generation="adaptive", pods_draw_coverage=0.9), "sizes the draws of pods_generation='refill'"),
-        (dict(pods_generation="refill", pods_max_prompt_ratio=4), "with pods_draw_coverage; unset it"),
+        (
+            dict(pods_generation="refill", pods_draw_coverage=0.0, pods_max_prompt_ratio=4),
+            "with pods_draw_coverage above 0; unset it",
+        ),
         (dict(pods_generation="auto", pods_max_prompt_ratio=0), "a whole number >= 1"),
         (dict(pods_generation="refill", pods_auto_costs="call=1,rollout=0,step=1"), "pods_auto_costs gives"),
         (dict(pods_generation="auto", pods_auto_costs="call=1,rollout=0"), "seconds for each of call, rollout"),
@@ -282,7 +286,7 @@ def test_sized_draws_default_to_four_prompts_per_trained_prompt():
     pods_max_draws (its draws never exceed it), so its selections stay as pinned."""
     assert make(pods_m=4, pods_generation="auto").pods_max_prompt_ratio == 4
     assert make(pods_m=4, pods_generation="refill", pods_draw_coverage=0.9).pods_max_prompt_ratio == 4
-    assert make(pods_m=4, pods_generation="refill").pods_max_prompt_ratio is None
+    assert make(pods_m=4, pods_generation="refill", pods_draw_coverage=0.0).pods_max_prompt_ratio is None
 
 
 def test_max_steps_0_is_refused_and_trls_other_values_keep_their_meaning():
@@ -292,3 +296,16 @@ def test_max_steps_0_is_refused_and_trls_other_values_keep_their_meaning():
     with pytest.raises(ValueError, match=r"max_steps=0 would still train one step .*at least 1"):
         make(max_steps=0)
     assert make().max_steps == -1 and make(max_steps=3).max_steps == 3
+
+
+def test_refill_sizes_its_draws_by_default_and_draws_exactly_the_missing_groups_at_coverage_0():
+    """Refill's default is its sized form (coverage 0.9: 1.22 generation calls a step at 50% contrast against 2.67 for
+    drawing exactly the missing groups), declared once for refill and auto; `pods_draw_coverage=0` is the exact
+    form; screened, whose unset coverage means a fixed pool, takes no 0."""
+    assert make(pods_m=4, pods_generation="refill").pods_draw_coverage == DEFAULT_DRAW_COVERAGE == 0.9
+    assert make(pods_m=4, pods_generation="auto").pods_draw_coverage == DEFAULT_DRAW_COVERAGE
+    exact = make(pods_m=4, pods_generation="refill", pods_draw_coverage=0.0)
+    assert exact.pods_draw_coverage == 0.0 and RefillMode(exact).history is None
+    assert make(pods_m=4, pods_generation="screened").pods_draw_coverage is None
+    with pytest.raises(ValueError, match="0 draws exactly the missing groups"):
+        make(pods_m=4, pods_generation="screened", pods_draw_coverage=0.0)

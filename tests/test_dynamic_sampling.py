@@ -90,7 +90,7 @@ def test_refill_draws_for_missing_groups_and_trains_on_groups_with_contrast(tiny
     """Refill with HF generate: each draw is one generate call of N rollouts per drawn prompt, at most
     pods_max_draws; the trained groups are those with contrast whenever the drawn prompts offered enough."""
     sizes = record_generate_sizes(monkeypatch)
-    trainer, reward = _train(tiny_model_path, tmp_path, "refill", pods_max_draws=3)
+    trainer, reward = _train(tiny_model_path, tmp_path, "refill", pods_max_draws=3, pods_draw_coverage=0.0)
     logs = _check(trainer, reward, pool=3)
     draws = [int(e["pods/draws"]) for e in logs]
     assert len(sizes) == sum(draws) and all(1 <= d <= 3 for d in draws)
@@ -106,7 +106,7 @@ def test_sized_refill_and_auto_draw_in_fewer_calls(tiny_model_path, tmp_path, mo
     generation the same count, 2 or 4, and logs its choice. Screened with pods_draw_coverage draws its pool with
     the pilot (2 calls a step, at most its ratio of prompts); with its pilot the whole group, one call a step."""
     sizes = record_generate_sizes(monkeypatch)
-    _train(tiny_model_path, tmp_path / "exact", "refill", prompts=36, pods_max_draws=3)
+    _train(tiny_model_path, tmp_path / "exact", "refill", prompts=36, pods_max_draws=3, pods_draw_coverage=0.0)
     exact_calls = len(sizes)
     sized, reward = _train(
         tiny_model_path, tmp_path / "sized", "refill", prompts=36, pods_max_draws=3, pods_draw_coverage=0.9
@@ -134,7 +134,7 @@ def test_a_refill_epoch_generates_for_every_prompt_once(tiny_model_path, tmp_pat
     """Refill reads the loader's B prompts per generation and the prompts it draws only when it draws them: over an
     epoch every prompt is generated for exactly once (all but a remainder smaller than B), so the epoch ends sooner
     than TRL's len(dataloader) counts (6 generations), and a max_steps run goes on into the following epochs."""
-    trainer, _ = _train(tiny_model_path, tmp_path, "refill", steps=8, pods_max_draws=3)
+    trainer, _ = _train(tiny_model_path, tmp_path, "refill", steps=8, pods_max_draws=3, pods_draw_coverage=0.0)
     assert len(trainer.selections) == 8, "the run reached max_steps over several epochs"
     epochs: dict[int, list[int]] = {}
     for phase1 in trainer.selections:
@@ -177,7 +177,11 @@ def test_vllm_dynamic_sampling_calls(tiny_model_path, tmp_path, monkeypatch, mod
     each; server mode asks for n = the call's rollouts per prompt (N for a draw, the pilot's size, then the rest);
     the importance-sampling ratio stays 1, so the engine's log-probs follow their rows."""
     install(monkeypatch)
-    options = dict(pods_max_draws=3) if generation == "refill" else dict(pods_screen_ratio=3, pods_n_initial=2)
+    options = (
+        dict(pods_max_draws=3, pods_draw_coverage=0.0)
+        if generation == "refill"
+        else dict(pods_screen_ratio=3, pods_n_initial=2)
+    )
     trainer, reward = _train(tiny_model_path, tmp_path, generation, use_vllm=True, vllm_mode=mode, **options)
     logs = _check(trainer, reward, pool=3)
     engine = FakeVLLMGeneration.instances[-1]
@@ -236,8 +240,8 @@ def test_a_save_only_model_checkpoint_resumes_refill_at_its_position(tiny_model_
     def run(out, resume=None) -> list[dict]:
         model, tokenizer = load(tiny_model_path)
         config = pods_config(
-            out, pods_n=N, pods_m=M, pods_generation="refill", pods_max_draws=3, per_device_train_batch_size=B * M,
-            max_steps=4, save_strategy="steps", save_steps=2, save_only_model=True,
+            out, pods_n=N, pods_m=M, pods_generation="refill", pods_max_draws=3, pods_draw_coverage=0.0,
+            per_device_train_batch_size=B * M, max_steps=4, save_strategy="steps", save_steps=2, save_only_model=True,
         )  # fmt: skip
         data = prompts_dataset(PROMPTS)
         trainer = PODSGRPOTrainer(

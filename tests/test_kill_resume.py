@@ -155,7 +155,7 @@ TWO_PROCESS_MODES = {
     "adaptive": ([*RARE, "--pods_generation", "adaptive"], 8),
     "budgeted": (["--reward_funcs", "helpers.slow_even_solved_reward", "--pods_generation", "budgeted",
                   "--pods_budget", "6"], 8),
-    "refill": ([*RARE, "--pods_generation", "refill", "--pods_max_draws", "3"], 24),
+    "refill": ([*RARE, "--pods_generation", "refill", "--pods_max_draws", "3", "--pods_draw_coverage", "0"], 24),
     "auto": ([*RARE, "--pods_generation", "auto", "--pods_auto_costs", "call=1,rollout=0.001,step=0.5"], 48),
     "screened": ([*RARE, "--pods_generation", "screened", "--pods_screen_ratio", "2", "--pods_n_initial", "2"], 16),
 }  # fmt: skip

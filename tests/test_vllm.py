@@ -17,6 +17,7 @@ from trl_pods.vllm_engine import (
     check_cpu_engine_weights,
     check_cpu_vllm,
     colocate_rows_per_engine,
+    kv_cache_shortfall,
 )
 
 
@@ -99,18 +100,20 @@ def test_colocate_engine_is_sized_for_generated_rows(
     ("generation", "largest_call"),
     [
         (dict(pods_generation="screened", pods_screen_ratio=3, pods_n_initial=6), 3 * 2 * 6),
-        (dict(pods_generation="refill", pods_max_draws=2), 2 * 8),
+        (dict(pods_generation="refill", pods_max_draws=2, pods_draw_coverage=0.0), 2 * 8),
+        (dict(pods_generation="refill", pods_max_draws=2), 4 * 2 * 8),
         (dict(pods_generation="adaptive", pods_n_initial=4), 2 * 8),
     ],
-    ids=["screened", "refill", "adaptive"],
+    ids=["screened", "refill-exact", "refill-sized", "adaptive"],
 )
 def test_colocate_engine_fits_the_largest_generation_call(
     tiny_model_path, tmp_path, monkeypatch, generation, largest_call
 ):
     """The engine decodes every generation call in one wave. Screened generation's pilot asks for pods_n_initial
     rollouts of each of its pods_screen_ratio x B prompts in one call (here 3 x 2 prompts x 6 = 36), more than the
-    B x pods_n (16) an engine sized for the kept prompts holds, which decoded it in 3 waves; refill draws and adaptive
-    waves never ask for more than B x pods_n."""
+    B x pods_n (16) an engine sized for the kept prompts holds, which decoded it in 3 waves; sized refill (the
+    default) may cover the batch with up to pods_max_prompt_ratio x B prompts in one call; exact refill's draws and
+    adaptive waves never ask for more than B x pods_n."""
     install(monkeypatch)
     model, tokenizer = load(tiny_model_path)
     config = pods_config(
@@ -150,7 +153,10 @@ def test_colocate_without_vllm_reports_trls_error(tiny_model_path, tmp_path, mon
 
 def _sizing(batch: int, steps_per_generation: int, tp: int, m: int, n: int, **generation) -> SimpleNamespace:
     """The `PODSConfig` fields the colocate sizing reads (fixed generation unless ``generation`` says otherwise)."""
-    fields = dict(pods_generation="fixed", pods_n_initial=None, pods_screen_ratio=2, pods_max_draws=3) | generation
+    fields = dict(
+        pods_generation="fixed", pods_n_initial=None, pods_screen_ratio=2, pods_max_draws=3, pods_draw_coverage=None,
+        pods_max_prompt_ratio=None,
+    ) | generation  # fmt: skip
     return SimpleNamespace(
         per_device_train_batch_size=batch,
         steps_per_generation=steps_per_generation,
@@ -180,6 +186,28 @@ def test_colocate_sizing_arithmetic_of_screened_generation():
     assert colocate_rows_per_engine(_sizing(8, 1, 2, 4, 8, **screened, pods_n_initial=6)) == 2 * 3 * 2 * 6  # TP 2
     for generation in ("adaptive", "budgeted", "refill"):
         assert colocate_rows_per_engine(_sizing(8, 1, 1, 4, 8, pods_generation=generation)) == 2 * 8
+
+
+def test_colocate_sizing_holds_the_first_call_of_sized_draws():
+    """Sized refill's and auto's first call covers the batch at the observed contrast rate, up to
+    pods_max_prompt_ratio x B prompts at pods_n rollouts each (auto's first call of 256 rollouts against an engine
+    sized for 64 decoded in 4 sequential waves); refill drawing exactly the missing groups never asks for more than
+    B x pods_n (B = 2 prompts here)."""
+    for generation, coverage in (("auto", None), ("refill", 0.9)):
+        sized = _sizing(
+            8, 1, 1, 4, 8, pods_generation=generation, pods_draw_coverage=coverage, pods_max_prompt_ratio=4
+        )
+        assert colocate_rows_per_engine(sized) == 4 * 2 * 8
+    exact = _sizing(8, 1, 2, 4, 8, pods_generation="refill", pods_draw_coverage=0.0, pods_max_prompt_ratio=None)
+    assert colocate_rows_per_engine(exact) == 2 * 2 * 8  # TP 2
+
+
+def test_the_engine_warns_in_one_line_when_its_cache_cannot_hold_the_largest_call():
+    """Where the colocate engine's KV cache cannot hold the largest call's rollouts at their longest completion, it
+    decodes them in sequential waves: one warning line says so and what to change; none where it fits."""
+    line = kv_cache_shortfall(rows=256, completion_tokens=512, cache_tokens=64 * 512)
+    assert line is not None and "\n" not in line and "256 rollouts" in line and "32768 tokens" in line
+    assert kv_cache_shortfall(rows=256, completion_tokens=512, cache_tokens=256 * 512) is None
 
 
 def test_colocate_sizing_is_capped_by_trl_batched_tokens(tiny_model_path, tmp_path, monkeypatch, caplog):

@@ -367,7 +367,7 @@ def test_budgeted_generation_on_colocate_engine(vllm_model_path, tmp_path):
 
 
 DYNAMIC = {  # 2 trained prompts per generation from a pool of 4 (refill: at most 2 draws; screened: pilot 2 of 4)
-    "refill": dict(pods_generation="refill", pods_max_draws=2),
+    "refill": dict(pods_generation="refill", pods_max_draws=2, pods_draw_coverage=0.0),
     "screened": dict(pods_generation="screened", pods_screen_ratio=2, pods_n_initial=2),
 }
 

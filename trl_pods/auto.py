@@ -15,10 +15,19 @@ generation, from two things it learns on the run:
 A plan (`trl_pods.refill.DrawPlan`) is ``n`` rollouts per prompt (``pods_m``, doubling up to ``pods_n``), the prompts
 of the first call (from the batch's share up to ``pods_max_prompt_ratio`` times it) and the most calls (up to
 ``pods_max_draws``; later calls sized to cover what is missing with probability ``pods_draw_coverage``).
-`expected_outcome` computes exactly, for one process, the expected calls, prompts and trained groups with contrast
-of a plan; `best_plan` takes the plan with the most trained groups with contrast per second of step, and among plans
-within 1% of it, the most rollouts per prompt (more for max-variance down-sampling to choose from), then the fewest
-calls, then the fewest prompts.
+`expected_outcomes` computes, for one process, the expected calls, prompts and trained groups with contrast of a
+plan stopped after each of its calls: exactly at small sizes, and at any size in bounded work (log-space terms,
+neighbouring states merged, a normal distribution for a call's outcomes once they spread over many counts), so that
+planning takes a few milliseconds a generation up to 16,384 prompts a process and never
+overflows (`benchmarks/planning.py`); it is left out of the generation's timing. `best_plan` takes the plan with the
+most signal per second of step (its expected trained groups with contrast, each weighed by what it teaches at the
+plan's rollouts per prompt: `trl_pods.contrast.kept_signal`, the expected variance of the rewards max-variance
+down-sampling keeps), and among plans within 1% of it, the most rollouts per prompt
+(more for max-variance down-sampling to choose from), then the fewest calls, then the fewest prompts. It never plans
+worse than sized refill (`trl_pods.refill.RefillMode.plan`, ``pods_n`` rollouts for as many prompts as cover the
+share with probability ``pods_draw_coverage``): only plans whose first call finds at least as many groups with
+contrast as refill's, and that score at least refill's plan, are chosen from, so auto's plans differ from sized
+refill's only where the costs say so.
 
 Until the costs can be told apart, auto measures them with plans it would also train well with: the run's first two
 generations are plain refill at ``n = pods_m`` (calls of different sizes), the third one call of ``pods_n`` rollouts
@@ -35,24 +44,29 @@ This module imports only torch.
 
 from __future__ import annotations
 
+import bisect
 import functools
+import itertools
 import math
+import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from .contrast import ContrastHistory, prompts_to_cover
+from .contrast import TAIL, ContrastHistory, binomial_terms, prompts_to_cover
 from .costs import CallTiming, Costs, fit_costs, parse_costs
-from .refill import DrawPlan, RefillMode
+from .refill import DEFAULT_DRAW_COVERAGE, DrawPlan, RefillMode
 from .reporting import describe_plan
 from .waves import WaveState
 
-__all__ = ["AutoMode", "Outcome", "best_plan", "expected_outcome", "rollout_ladder"]
+__all__ = ["AutoMode", "Outcome", "best_plan", "expected_outcome", "expected_outcomes", "kept_calls", "rollout_ladder"]
 
-DEFAULT_COVERAGE = 0.9  # later draws: cover what is missing with this probability, unless pods_draw_coverage is set
+EXACT_POINTS, RUNS = 40, 16  # `expected_outcomes` keeps up to 40 outcomes of a call (or states) apart, else 16 runs
+NORMAL_VARIANCE = 400.0  # past this variance (20 groups' standard deviation) a call's outcomes are normal (`_found`)
 TIES = 0.99  # plans within 1% of the best rate count as equally good
-KEPT_CALLS, KEPT_GAPS = 200, 50  # timings kept: the most recent calls and times between generations
+KEPT_CALLS, KEPT_GAPS = 50, 50  # timings kept: the most recent calls of each size class, and times between generations
 
 
 @dataclass(frozen=True)
@@ -65,45 +79,106 @@ class Outcome:
     contrast: float
 
 
-def _binomial(trials: int, p: float) -> list[float]:
-    """``P(Binomial(trials, p) = x)`` for ``x = 0..trials``."""
-    return [math.comb(trials, x) * p**x * (1 - p) ** (trials - x) for x in range(trials + 1)]
+def _merged(points: list[tuple[int, int, float]]) -> list[tuple[int, int, float]]:
+    """``(missing, used, probability)`` points, in order, as they are when at most `EXACT_POINTS`; else `RUNS` runs
+    of neighbours of about equal probability, each merged into its mean, split between the two whole counts of
+    missing around it so that the mean stays exact (the prompts used rounded): at most ``2 * RUNS`` points."""
+    if len(points) <= EXACT_POINTS:
+        return points
+    most = RUNS
+    mass = list(itertools.accumulate(p for *_, p in points))
+    missing = list(itertools.accumulate(m * p for m, _, p in points))
+    used = list(itertools.accumulate(u * p for _, u, p in points))
+    merged, before, total = [], -1, mass[-1]
+    for j in range(1, most + 1):
+        end = len(points) - 1 if j == most else min(bisect.bisect_left(mass, total * j / most), len(points) - 1)
+        if end <= before:
+            continue
+        run = [series[end] - (series[before] if before >= 0 else 0.0) for series in (mass, missing, used)]
+        before = end
+        if run[0] <= 0.0:
+            continue
+        mean, used_mean = run[1] / run[0], round(run[2] / run[0])
+        low = math.floor(mean)
+        merged += [(low, used_mean, run[0] * (1 - mean + low)), (low + 1, used_mean, run[0] * (mean - low))]
+    return [point for point in merged if point[2] > 0.0]
+
+
+@functools.lru_cache(maxsize=65536)
+def _found(trials: int, rate: float) -> tuple[tuple[int, float], ...]:
+    """``(groups with contrast, probability)`` among ``trials``: the binomial's terms
+    (`trl_pods.contrast.binomial_terms`), merged (`_merged`); where its variance passes `NORMAL_VARIANCE`, the
+    normal distribution of its mean and variance in `RUNS` slices of equal
+    probability, each at its mean (split between the two whole counts around it)."""
+    variance = trials * rate * (1 - rate)
+    if variance <= NORMAL_VARIANCE:
+        start, terms = binomial_terms(trials, rate)
+        points = [(found, 0, p) for found, p in enumerate(terms, start)]
+    else:
+        normal, mean, sd = statistics.NormalDist(), trials * rate, math.sqrt(variance)
+        edges = [-math.inf, *(normal.inv_cdf(j / RUNS) for j in range(1, RUNS)), math.inf]
+        density = [0.0 if math.isinf(z) else normal.pdf(z) for z in edges]
+        slices = [min(max(mean + sd * (density[j] - density[j + 1]) * RUNS, 0.0), trials) for j in range(RUNS)]
+        points = []
+        for at in slices:
+            low = math.floor(at)
+            points += [(low, 0, (1 - at + low) / RUNS), (low + 1, 0, (at - low) / RUNS)]
+        points = [point for point in points if point[2] > 0.0]
+    return tuple((found, p) for found, _, p in _merged(points))
+
+
+def expected_outcomes(rate: float, share: int, plan: DrawPlan, room: int) -> list[Outcome]:
+    """The expected `Outcome` of ``plan`` stopped after each of its calls (entry ``k``: at most ``k + 1`` calls),
+    for a process training ``share`` groups with room for ``room`` prompts, when each group of ``plan.n`` rollouts
+    shows contrast with probability ``rate`` independently: the distribution of (groups still missing, prompts
+    used) carried from call to call, in log-space binomial terms (no overflow at any size). Exact while a call has
+    at most `EXACT_POINTS` outcomes and the distribution as many states (up to terms below
+    `trl_pods.contrast.TAIL`); beyond, neighbouring ones are merged (`_merged`), which keeps the expected missing
+    groups of each merge exact and bounds the work at any size.
+
+    >>> expected_outcomes(0.5, 1, DrawPlan(n=4, first=1, calls=2, coverage=None), room=3)
+    [Outcome(calls=1.0, prompts=1.0, contrast=0.5), Outcome(calls=1.5, prompts=1.5, contrast=0.75)]
+    """
+    first = min(plan.first, room)
+    dist: dict[tuple[int, int], float] = {}
+    for found, p in _found(first, rate):
+        if found < share and p >= TAIL:
+            dist[(share - found, first)] = dist.get((share - found, first), 0.0) + p
+    calls, prompts, settled = 1.0, float(first), 0.0  # settled: expected missing groups of states done drawing
+    outcomes = [Outcome(calls, prompts, share - sum(missing * p for (missing, _), p in dist.items()))]
+    for _ in range(plan.calls - 1):
+        after: dict[tuple[int, int], float] = {}
+        for missing, used, p in _merged([(*key, p) for key, p in sorted(dist.items())]):
+            if used >= room:
+                settled += missing * p
+                continue
+            size = min(missing, room - used)
+            if plan.coverage is not None:
+                size = min(_cover(missing, rate, plan.coverage, room), room - used)
+            calls, prompts = calls + p, prompts + p * size
+            for found, q in _found(size, rate):
+                if found < missing and p * q >= TAIL:
+                    key = (missing - found, used + size)
+                    after[key] = after.get(key, 0.0) + p * q
+        dist = after
+        outcomes.append(Outcome(calls, prompts, share - settled - sum(m * p for (m, _), p in dist.items())))
+    return outcomes
 
 
 def expected_outcome(rate: float, share: int, plan: DrawPlan, room: int) -> Outcome:
-    """The exact expected `Outcome` of ``plan`` for a process training ``share`` groups with room for ``room``
-    prompts, when each group of ``plan.n`` rollouts shows contrast with probability ``rate`` independently: the
-    distribution of (groups still missing, prompts used) carried from call to call.
+    """The expected `Outcome` of ``plan`` (`expected_outcomes`, all its calls).
 
     >>> expected_outcome(0.5, 1, DrawPlan(n=4, first=1, calls=2, coverage=None), room=3)
     Outcome(calls=1.5, prompts=1.5, contrast=0.75)
     """
-    first = min(plan.first, room)
-    dist: dict[tuple[int, int], float] = {}
-    for found, p in enumerate(_binomial(first, rate)):
-        key = (max(share - found, 0), first)
-        dist[key] = dist.get(key, 0.0) + p
-    calls, prompts = 1.0, float(first)
-    for _ in range(plan.calls - 1):
-        after: dict[tuple[int, int], float] = {}
-        for (missing, used), p in dist.items():
-            if missing == 0 or used >= room:
-                after[(missing, used)] = after.get((missing, used), 0.0) + p
-                continue
-            size = min(missing, room - used)
-            if plan.coverage is not None:
-                size = _cover(missing, rate, plan.coverage, room - used)
-            calls, prompts = calls + p, prompts + p * size
-            for found, q in enumerate(_binomial(size, rate)):
-                key = (max(missing - found, 0), used + size)
-                after[key] = after.get(key, 0.0) + p * q
-        dist = after
-    return Outcome(calls, prompts, share - sum(missing * p for (missing, _), p in dist.items()))
+    return expected_outcomes(rate, share, plan, room)[-1]
 
 
-@functools.lru_cache(maxsize=4096)
-def _cover(missing: int, rate: float, coverage: float, limit: int) -> int:
-    return prompts_to_cover(missing, rate, coverage, limit)
+@functools.lru_cache(maxsize=65536)
+def _cover(missing: int, rate: float, coverage: float, room: int) -> int:
+    """`prompts_to_cover` within the whole ``room``: within less room ``r`` the answer is ``min(this, r)`` (the
+    fewest prompts reaching the coverage, or all of them), so one value serves every state."""
+    return prompts_to_cover(missing, rate, coverage, room)
 
 
 def rollout_ladder(m: int, n_max: int) -> list[int]:
@@ -127,25 +202,67 @@ def _first_calls(share: int, room: int) -> list[int]:
 
 
 def best_plan(
-    rate, costs: Costs, share: int, ladder: list[int], room: int, max_calls: int, coverage: float
+    rate: Callable[[int], float],
+    costs: Costs,
+    share: int,
+    ladder: list[int],
+    room: int,
+    max_calls: int,
+    coverage: float | None,
+    floor: DrawPlan | None = None,
+    value: Callable[[int], float] | None = None,
 ) -> tuple[DrawPlan, Outcome, float]:
-    """The plan with the most trained groups with contrast per second (ties: see the module docstring), its expected
-    `Outcome` and predicted seconds per step. ``rate(n)`` is the contrast rate of ``n`` rollouts."""
-    scored = []
+    """The plan with the most signal per second (ties: see the module docstring), its expected `Outcome` and
+    predicted seconds per step. ``rate(n)`` is the contrast rate of ``n`` rollouts; the signal of a plan is its
+    expected trained groups with contrast times ``value(n)``, what such a group teaches at ``n`` rollouts
+    (`trl_pods.contrast.kept_signal`; 1 without ``value``: the count of groups with contrast).
+
+    With a ``floor`` plan (sized refill's), only plans whose first call finds at least as many groups with contrast
+    as the floor's first call, and that score at least the floor's, are chosen from; the floor is one of them."""
+    scored, least_first, least = [], -math.inf, 0.0
+    worth = (lambda n: 1.0) if value is None else value
+    firsts = _first_calls(share, room)
+    if floor is not None:
+        outcomes = expected_outcomes(rate(floor.n), share, floor, room)
+        least_first = outcomes[0].contrast - 1e-9
+        seconds = costs.seconds(outcomes[-1].calls, floor.n * outcomes[-1].prompts)
+        least = outcomes[-1].contrast * worth(floor.n) / seconds
+        firsts = sorted({*firsts, min(floor.first, room)})
     for n in ladder:
-        p = rate(n)
-        for first in _first_calls(share, room):
-            for calls in range(1, max_calls + 1):
-                plan = DrawPlan(n, first, calls, coverage)
-                outcome = expected_outcome(p, share, plan, room)
+        p, signal = rate(n), worth(n)
+        for first in firsts:
+            if expected_outcomes(p, share, DrawPlan(n, first, 1, coverage), room)[0].contrast < least_first:
+                continue  # the first call alone decides it (and costs far less than the whole plan)
+            outcomes = expected_outcomes(p, share, DrawPlan(n, first, max_calls, coverage), room)
+            for calls, outcome in enumerate(outcomes, 1):
                 seconds = costs.seconds(outcome.calls, n * outcome.prompts)
-                scored.append((outcome.contrast / seconds, plan, outcome, seconds))
+                plan = DrawPlan(n, first, calls, coverage)
+                scored.append((outcome.contrast * signal / seconds, plan, outcome, seconds))
     best = max(rate for rate, *_ in scored)
     _, plan, outcome, seconds = max(
-        (entry for entry in scored if entry[0] >= TIES * best),
+        (entry for entry in scored if entry[0] >= max(TIES * best, least * (1 - 1e-12))),
         key=lambda e: (e[1].n, -round(e[2].calls, 6), -round(e[2].prompts, 6)),
     )
     return plan, outcome, seconds
+
+
+def _signal(history: ContrastHistory, m: int, n: int) -> float:
+    """What a trained group with contrast teaches at ``n`` rollouts kept to ``m`` (`ContrastHistory.signal`)."""
+    return history.signal(n, m)
+
+
+def kept_calls(calls: list[CallTiming]) -> list[CallTiming]:
+    """The timings auto fits its costs to: the most recent `KEPT_CALLS` of each size class (rollouts per process
+    within a factor of two), in order. A steady plan, which times one size generation after generation, then does
+    not push the other sizes out of the fit (they would leave the costs impossible to tell apart)."""
+    seen: dict[int, int] = {}
+    kept = []
+    for call in reversed(calls):
+        size = max(call.rollouts, 1).bit_length()
+        seen[size] = seen.get(size, 0) + 1
+        if seen[size] <= KEPT_CALLS:
+            kept.append(call)
+    return kept[::-1]
 
 
 class AutoMode(RefillMode):
@@ -156,7 +273,8 @@ class AutoMode(RefillMode):
         super().__init__(config)
         self.m, self.n_max = config.pods_m, config.pods_n
         self.groups_laid_out = config.pods_max_prompt_ratio
-        self.later_coverage = config.pods_draw_coverage or DEFAULT_COVERAGE
+        coverage = config.pods_draw_coverage
+        self.later_coverage = DEFAULT_DRAW_COVERAGE if coverage is None else coverage or None  # 0: exactly the missing
         self.history = ContrastHistory()
         self.given = None if config.pods_auto_costs is None else parse_costs(config.pods_auto_costs)
         self.timed = self.given is None
@@ -179,8 +297,10 @@ class AutoMode(RefillMode):
             self._announce(exploring, f"measuring what generating costs ({len(self.calls)} calls timed so far)")
             return exploring
         ladder = rollout_ladder(self.m, self.n_max)
+        floor = None if self.coverage is None else RefillMode.plan(self, state)  # sized refill's plan
+        signal = functools.partial(_signal, self.history, self.m)
         plan, outcome, seconds = best_plan(
-            self.history.rate, costs, state.share, ladder, room, self.max_draws, self.later_coverage
+            self.history.rate, costs, state.share, ladder, room, self.max_draws, self.later_coverage, floor, signal
         )
         rates = ", ".join(f"{self.history.rate(n):.2f} at {n}" for n in ladder)
         self._announce(
@@ -209,7 +329,7 @@ class AutoMode(RefillMode):
             self.calls.append(CallTiming(rollouts, seconds, i == 0))
         if timing.between is not None:
             self.gaps.append(timing.between)
-        self.calls, self.gaps = self.calls[-KEPT_CALLS:], self.gaps[-KEPT_GAPS:]
+        self.calls, self.gaps = kept_calls(self.calls), self.gaps[-KEPT_GAPS:]
 
     def _announce(self, plan: DrawPlan, reason: str) -> None:
         """One line when the plan changes what it is: its rollouts per prompt or its calls, or its first call's

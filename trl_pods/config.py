@@ -12,6 +12,7 @@ from .down_sampling import get_down_sampler
 from .fields import ADVANTAGE_SCOPES, PODSFields
 from .generation_modes import get_generation_mode
 from .losses import MICRO_BATCH_TOKEN_LOSSES, SEQUENCE_AVERAGE_LOSSES
+from .refill import DEFAULT_DRAW_COVERAGE
 from .schedules import SCHEDULES
 from .screening import get_screen_rule
 
@@ -77,8 +78,8 @@ class PODSConfig(PODSFields, GRPOConfig):
             Refill and auto: the most draws (generation calls) per generation, the first being the data loader's
             batch; the further prompts are read when drawn.
         pods_max_prompt_ratio (`int`, *optional*):
-            Refill with `pods_draw_coverage`, and auto: the most prompts generated for in one generation, per prompt
-            trained on (the room laid out). Defaults to 4.
+            Refill drawing sized draws (`pods_draw_coverage` above 0, the default), and auto: the most prompts
+            generated for in one generation, per prompt trained on (the room laid out). Defaults to 4.
         pods_auto_costs (`str`, *optional*):
             Auto: the costs to plan with instead of measuring them on the run, as seconds
             `"call=...,rollout=...,step=..."` (a generation call, a rollout per process, the rest of a step). With
@@ -148,8 +149,8 @@ class PODSConfig(PODSFields, GRPOConfig):
     pods_max_prompt_ratio: int | None = field(
         default=None,
         metadata={
-            "help": "Refill with pods_draw_coverage, and auto: the most prompts generated for in one generation, per "
-            "prompt trained on. Default: 4."
+            "help": "Refill with sized draws (pods_draw_coverage above 0, the default), and auto: the most prompts "
+            "generated for in one generation, per prompt trained on. Default: 4."
         },
     )
     pods_auto_costs: str | None = field(
@@ -404,19 +405,25 @@ def _check_dynamic_sampling(config: PODSConfig) -> None:
 
 def _check_draw_sizing(config: PODSConfig) -> None:
     """`pods_draw_coverage`, `pods_max_prompt_ratio` and `pods_auto_costs`: only where they apply, in range;
-    `pods_max_prompt_ratio` resolved to its default."""
+    `pods_draw_coverage` (refill and auto) and `pods_max_prompt_ratio` resolved to their defaults."""
     generation, coverage = config.pods_generation, config.pods_draw_coverage
-    sized = generation == "auto" or (generation == "refill" and coverage is not None)
-    if coverage is not None and (generation not in (*DRAWING, "screened") or not 0.0 < coverage < 1.0):
+    if coverage is None and generation in DRAWING:
+        config.pods_draw_coverage = coverage = DEFAULT_DRAW_COVERAGE
+    exact = 0.0 if generation in DRAWING else None  # refill and auto take 0: exactly the missing groups
+    if coverage is not None and (
+        generation not in (*DRAWING, "screened") or not (0.0 < coverage < 1.0 or coverage == exact)
+    ):
         raise ValueError(
             f"pods_draw_coverage is a probability in (0, 1) that sizes the draws of pods_generation='refill', "
-            f"'auto' or 'screened'; got {coverage!r} with pods_generation={generation!r}."
+            f"'auto' or 'screened' (refill and auto: 0 draws exactly the missing groups); got {coverage!r} with "
+            f"pods_generation={generation!r}."
         )
+    sized = generation == "auto" or (generation == "refill" and coverage > 0)
     ratio = config.pods_max_prompt_ratio
     if ratio is not None and not sized:
         raise ValueError(
             "pods_max_prompt_ratio bounds the prompts of sized draws: it applies to pods_generation='auto' and to "
-            "'refill' with pods_draw_coverage; unset it."
+            "'refill' with pods_draw_coverage above 0; unset it."
         )
     if sized:
         config.pods_max_prompt_ratio = ratio = DEFAULT_PROMPT_RATIO if ratio is None else ratio

@@ -26,12 +26,17 @@ This module imports only torch.
 
 from __future__ import annotations
 
+import functools
 import math
+import statistics
 from typing import Any
 
 import torch
 
-__all__ = ["ContrastHistory", "contrast_rate", "fit_pass_rates", "pass_counts", "prompts_to_cover"]
+__all__ = [
+    "ContrastHistory", "at_least", "binomial_terms", "contrast_rate", "fit_pass_rates", "kept_signal", "pass_counts",
+    "prompts_to_cover",
+]  # fmt: skip
 
 HISTORY_DECAY = 0.8
 """Weight of a generation's groups relative to the next generation's: about the last five generations count."""
@@ -88,24 +93,131 @@ def contrast_rate(a: float, b: float, n: int) -> float:
     return max(0.0, 1.0 - math.exp(all_pass) - math.exp(all_fail))
 
 
-def _at_least(k: int, trials: int, p: float) -> float:
+def kept_signal(a: float, b: float, n: int, m: int) -> float:
+    """The expected variance of the ``m`` rewards a group with contrast keeps, when ``n`` rollouts are generated and
+    max-variance down-sampling keeps ``m`` of them (``n == m``: all), pass rates following ``Beta(a, b)``.
+
+    In the binary view of the module docstring, a group with ``k`` passes keeps the number of passes ``j`` nearest
+    ``m / 2`` that its passes and failures allow, whose rewards vary by ``j (m - j) / m^2``: a quarter when balanced.
+    More rollouts to choose from balance the kept group more often, so the signal a trained group carries grows with
+    ``n``; 0 for ``m < 2`` or ``n < 2``.
+
+    >>> round(kept_signal(1.0, 1.0, 4, 4), 4), round(kept_signal(1.0, 1.0, 16, 4), 4)
+    (0.2083, 0.2417)
+    """
+    if n < 2 or m < 2:
+        return 0.0
+    base = math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
+    total, contrast = 0.0, 0.0
+    for k in range(1, n):
+        p = math.exp(
+            math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+            + math.lgamma(a + k) + math.lgamma(b + n - k) - math.lgamma(a + b + n) - base
+        )  # fmt: skip
+        j = min(max(m // 2, m - (n - k)), k, m)
+        total, contrast = total + p * j * (m - j) / m**2, contrast + p
+    return total / contrast if contrast > 0 else 0.0
+
+
+TAIL = 1e-17
+"""Binomial terms below this probability are left out (`binomial_terms`): sums change by far less than a rounding
+error's worth of a plan's choice, and a term's support shrinks from ``trials + 1`` to about ``20 sqrt(trials)``."""
+
+EXACT_TRIALS = 1000
+"""Up to this many trials a binomial coefficient fits in a float (``comb(1030, 515)`` does not)."""
+ROUNDING = 1e-12
+"""Probabilities this close count as equal (`prompts_to_cover`)."""
+
+
+def _log_term(trials: int, x: int, p: float) -> float:
+    """``log P(Binomial(trials, p) = x)`` for ``0 <= x <= trials`` and ``0 < p < 1``."""
+    return (
+        math.lgamma(trials + 1) - math.lgamma(x + 1) - math.lgamma(trials - x + 1)
+        + x * math.log(p) + (trials - x) * math.log1p(-p)
+    )  # fmt: skip
+
+
+@functools.lru_cache(maxsize=65536)
+def binomial_terms(trials: int, p: float) -> tuple[int, tuple[float, ...]]:
+    """``P(Binomial(trials, p) = x)`` for ``x = start, start + 1, ...`` as ``(start, terms)``: the terms of at least
+    `TAIL`, from the mode outwards by the ratio of neighbouring terms. Past `EXACT_TRIALS` the mode's term comes
+    from log space (no overflow at any ``trials``) and the terms are scaled to sum to 1 (the log-gamma of a large
+    count leaves a relative error of about 1e-11).
+
+    >>> binomial_terms(2, 0.5)
+    (0, (0.25, 0.5, 0.25))
+    """
+    if p <= 0.0 or p >= 1.0 or trials == 0:
+        return (0 if p <= 0.0 else trials), (1.0,)
+    mode = min(int((trials + 1) * p), trials)
+    if trials <= EXACT_TRIALS:
+        center = math.comb(trials, mode) * p**mode * (1 - p) ** (trials - mode)
+    else:
+        center = math.exp(_log_term(trials, mode, p))
+    odds = p / (1 - p)
+    above, term, x = [], center, mode
+    while x < trials:
+        term *= (trials - x) / (x + 1) * odds
+        if term < TAIL:
+            break
+        above.append(term)
+        x += 1
+    below, term, x = [], center, mode
+    while x > 0:
+        term *= x / ((trials - x + 1) * odds)
+        if term < TAIL:
+            break
+        below.append(term)
+        x -= 1
+    terms = (*below[::-1], center, *above)
+    if trials > EXACT_TRIALS:
+        total = math.fsum(terms)
+        terms = tuple(term / total for term in terms)
+    return mode - len(below), terms
+
+
+def at_least(k: int, trials: int, p: float) -> float:
     """``P(Binomial(trials, p) >= k)``."""
-    return sum(math.comb(trials, i) * p**i * (1 - p) ** (trials - i) for i in range(k, trials + 1))
+    start, terms = binomial_terms(trials, p)
+    return math.fsum(terms[max(k - start, 0) :])
 
 
 def prompts_to_cover(missing: int, rate: float, coverage: float, limit: int) -> int:
     """The fewest prompts (at most ``limit``) whose groups, each with contrast at ``rate``, hold at least ``missing``
     with contrast with probability ``coverage``; ``limit`` when even that many fall short, 0 when nothing is
-    missing.
+    missing. A probability within `ROUNDING` of ``coverage`` reaches it (an exact tie, e.g. 0.75 at rate 0.5, is
+    not lost to the order of a sum).
+
+    In log space, and in about ``sqrt(missing)`` steps: from a little below the normal approximation's answer, the
+    probability is carried one prompt at a time (``P(X_{n+1} >= k) = P(X_n >= k) + p P(X_n = k - 1)``); a
+    bisection below the start if it already reaches the coverage.
 
     >>> prompts_to_cover(4, 0.5, 0.9, 100)
     12
     """
     if missing <= 0 or limit <= 0:
         return 0
-    for prompts in range(min(missing, limit), limit + 1):
-        if _at_least(missing, prompts, rate) >= coverage:
-            return prompts
+    least, target = min(missing, limit), coverage - ROUNDING
+    if rate <= 0.0 or rate >= 1.0:
+        return least if rate >= 1.0 or target <= 0.0 else limit
+    spread = math.sqrt(rate * (1 - rate)) * statistics.NormalDist().inv_cdf(min(max(coverage, 1e-9), 1 - 1e-9))
+    root = (spread + math.sqrt(spread * spread + 4 * rate * max(missing - 0.5, 0.0))) / (2 * rate)
+    start = min(max(least, int(root * root - 3 * root - 3)), limit)  # below the answer, nearly always
+    reached = at_least(missing, start, rate)
+    if reached >= target:
+        low, high = least, start
+        while low < high:
+            middle = (low + high) // 2
+            low, high = (low, middle) if at_least(missing, middle, rate) >= target else (middle + 1, high)
+        return low
+    if start == limit:
+        return limit
+    term = math.exp(_log_term(start, missing - 1, rate))  # P(X_start = missing - 1); start >= missing here
+    for prompts in range(start, limit):
+        reached += rate * term  # P(X_{prompts + 1} >= missing)
+        term *= (prompts + 1) / (prompts + 2 - missing) * (1 - rate)  # P(X_{prompts + 1} = missing - 1)
+        if reached >= target:
+            return prompts + 1
     return limit
 
 
@@ -141,6 +253,10 @@ class ContrastHistory:
     def rate(self, n: int) -> float:
         """``P(contrast | n)`` under the current fit."""
         return contrast_rate(*self.beta, n)
+
+    def signal(self, n: int, m: int) -> float:
+        """`kept_signal` of ``n`` rollouts down-sampled to ``m`` under the current fit."""
+        return kept_signal(*self.beta, n, m)
 
     def state_dict(self) -> dict[str, Any]:
         return {

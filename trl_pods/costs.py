@@ -66,10 +66,11 @@ def parse_costs(text: str) -> Costs:
         except ValueError:
             values[name.strip()] = None
     names = ("call", "rollout", "step")
-    if set(values) != set(names) or any(v is None or not v >= 0 for v in values.values()):
+    if set(values) != set(names) or any(v is None or not v >= 0 for v in values.values()) or not any(values.values()):
         raise ValueError(
             f"pods_auto_costs must give seconds for each of {', '.join(names)}, e.g. 'call=1.03,rollout=0.00012,"
-            f"step=0.32' (a generation call, a rollout, the rest of a step), all >= 0; got {text!r}."
+            f"step=0.32' (a generation call, a rollout, the rest of a step), all >= 0 and not all 0 (a step must "
+            f"take time); got {text!r}."
         )
     return Costs(**values)
 

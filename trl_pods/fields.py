@@ -67,13 +67,13 @@ class PODSFields:
             a quarter of the picks reserved for prompts whose pilot all failed), `"contrast"`, `"random"`, a name
             registered with `trl_pods.screening.register_screen_rule`, or a dotted import path.
         pods_draw_coverage (`float`, *optional*):
-            Synchronous trainer (the asynchronous one draws nothing, and refuses it). Refill: size each draw from the
-            contrast rate the run has observed, so that the groups with contrast cover what the step lacks with this
-            probability (e.g. 0.9): the first call already generates for more prompts than the batch, and a later
-            call only for what is still missing (`trl_pods.refill`). Unset: draw exactly the missing groups. Auto:
-            the coverage of its later draws (default 0.9). Screened: the pool is drawn with the pilot, as many
-            prompts as hold the batch's groups with pilot contrast with this probability (at most
-            `pods_screen_ratio` per trained prompt), instead of `pods_screen_ratio` each step.
+            Synchronous trainer (the asynchronous one draws nothing, and refuses it). Refill and auto: size each draw
+            from the contrast rate the run has observed, so that the groups with contrast cover what the step lacks
+            with this probability: refill's first call already generates for more prompts than the batch, and a
+            later call only for what is still missing (`trl_pods.refill`). Defaults to 0.9 for both; `0` draws
+            exactly the missing groups (refill's exact form; auto: its later draws). Screened: the pool is drawn
+            with the pilot, as many prompts as hold the batch's groups with pilot contrast with this probability (at
+            most `pods_screen_ratio` per trained prompt), instead of `pods_screen_ratio` each step (unset).
     """
 
     num_generations: int | None = field(
@@ -171,9 +171,9 @@ class PODSFields:
     pods_draw_coverage: float | None = field(
         default=None,
         metadata={
-            "help": "Synchronous trainer. Refill: size draws from the observed contrast rate so that the groups with "
-            "contrast cover what the step lacks with this probability (e.g. 0.9); the first call generates for more "
-            "prompts than the batch. Unset: draw exactly the missing groups. Auto: the coverage of its later draws "
-            "(default 0.9). Screened: the pool is sized so (at most pods_screen_ratio per trained prompt)."
+            "help": "Synchronous trainer. Refill and auto: size draws from the observed contrast rate so that the "
+            "groups with contrast cover what the step lacks with this probability; refill's first call generates for "
+            "more prompts than the batch. Default for both: 0.9; 0 draws exactly the missing groups. Screened: the "
+            "pool is sized so (at most pods_screen_ratio per trained prompt); unset: pods_screen_ratio each step."
         },
     )

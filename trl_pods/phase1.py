@@ -16,10 +16,11 @@ rollouts, or which further prompts to draw; `generate_and_score` carries it out 
    environments, `rollout_func`'s fields, the `log_extra` columns), and the mode sees the gathered rewards so far.
 
 Waves that depend on earlier rewards share one weight load (``steps.one_weight_load``). Each call is timed (generation
-and scoring, `Rollouts.call_seconds`); a mode that plans from the costs (`GenerationMode.timed`) sees the previous
-generation's timing (``steps.timing``). This module is pure
-orchestration: it imports neither TRL nor a model, so tests drive it with fakes; the trainer's steps, the glue that
-reads and flips `GRPOTrainer`'s state, are in `trl_pods.trainer_steps`. Selection follows (`trl_pods.selection`).
+and scoring, `Rollouts.call_seconds`; the first call's weight load included, the mode's planning left out); a mode
+that plans from the costs (`GenerationMode.timed`) sees the previous generation's timing (``steps.timing``). This
+module is pure orchestration: it imports neither TRL nor a model, so tests drive it with fakes; the trainer's steps,
+the glue that reads and flips `GRPOTrainer`'s state, are in `trl_pods.trainer_steps`. Selection follows
+(`trl_pods.selection`).
 """
 
 from __future__ import annotations
@@ -228,7 +229,9 @@ def generate_and_score(
     filler = SlotFiller(inputs, settings, mode, steps)
     state = filler.state
     with steps.one_weight_load() if mode.dependent_waves else nullcontext():
+        planning = time.perf_counter()
         wave = mode.first_wave(state)
+        filler.began += time.perf_counter() - planning  # planning is not generating: the first call's clock skips it
         while wave is not None:
             if wave.draw is not None:
                 wave = filler.draw(wave)

@@ -11,15 +11,15 @@ trained on is consumed for the epoch, as in DAPO.
 
 How many prompts a call generates for (`DrawPlan`):
 
-* by default exactly the groups still missing: the loader's batch first, then one prompt per missing group. Each call
-  waits for the previous one, so a step makes about ``1 / contrast rate`` calls (about three on this project's
-  benchmark);
-* with ``pods_draw_coverage`` the draws are sized from the contrast rate the run has observed
-  (`trl_pods.contrast.ContrastHistory`): the first call already generates for enough prompts that their groups with
-  contrast cover the batch with that probability, and a later call for enough to cover what is still missing (verl's
-  over-provisioned generation batch, with PODS's down-sampling inside each group). Calls are traded for rollouts;
-  ``pods_max_draws=1`` makes it one call a step. At most ``pods_max_prompt_ratio`` prompts per trained prompt are
-  generated for in one generation (the room laid out).
+* by default (``pods_draw_coverage`` `DEFAULT_DRAW_COVERAGE`, 0.9) the draws are sized from the contrast rate the run
+  has observed (`trl_pods.contrast.ContrastHistory`): the first call already generates for enough prompts that their
+  groups with contrast cover the batch with that probability, and a later call for enough to cover what is still
+  missing (verl's over-provisioned generation batch, with PODS's down-sampling inside each group). Calls are traded
+  for rollouts; ``pods_max_draws=1`` makes it one call a step. At most ``pods_max_prompt_ratio`` prompts per trained
+  prompt are generated for in one generation (the room laid out);
+* with ``pods_draw_coverage=0``, exactly the groups still missing (the limit of the sizing as the coverage goes to
+  0): the loader's batch first, then one prompt per missing group. Each call waits for the previous one, so a step
+  makes about ``1 / contrast rate`` calls.
 
 This module imports only torch.
 """
@@ -35,7 +35,11 @@ from .adaptive import has_contrast
 from .contrast import ContrastHistory, prompts_to_cover
 from .waves import GenerationMode, Wave, WaveState
 
-__all__ = ["DrawPlan", "RefillMode", "missing_groups", "refill_choice"]
+__all__ = ["DEFAULT_DRAW_COVERAGE", "DrawPlan", "RefillMode", "missing_groups", "refill_choice"]
+
+DEFAULT_DRAW_COVERAGE = 0.9
+"""`pods_draw_coverage` of refill and auto when it is not set: draws sized to cover what a step lacks with this
+probability (0: exactly the missing groups)."""
 
 
 def refill_choice(rewards: torch.Tensor, drawn: torch.Tensor, chosen: int) -> tuple[torch.Tensor, int]:
@@ -81,13 +85,15 @@ class DrawPlan:
 class RefillMode(GenerationMode):
     """``pods_generation="refill"``: the loader's prompts, then draws of further prompts for the missing groups with
     contrast, at most ``pods_max_draws`` generation calls, each sized by `DrawPlan` (see the module docstring). The
-    layout holds room for ``pods_max_draws`` times the loader's groups per process, or ``pods_max_prompt_ratio``
-    times with ``pods_draw_coverage``."""
+    layout holds room for ``pods_max_prompt_ratio`` times the loader's groups per process with sized draws, or
+    ``pods_max_draws`` times drawing exactly the missing groups (``pods_draw_coverage`` 0, or unset here: the
+    config resolves unset to `DEFAULT_DRAW_COVERAGE`)."""
 
     draws = True
 
     def __init__(self, config: Any):
-        self.max_draws, self.coverage = config.pods_max_draws, config.pods_draw_coverage
+        self.max_draws = config.pods_max_draws
+        self.coverage = config.pods_draw_coverage or None  # None: exactly the missing groups
         sized = self.coverage is not None
         self.groups_laid_out = config.pods_max_prompt_ratio if sized else self.max_draws
         self.history = ContrastHistory() if sized else None  # the contrast rate observed, kept across generations

@@ -4,9 +4,10 @@ weight sync, a failed engine start undone, and one weight load per generation wh
 
 **Sizing.** TRL sizes the colocate engine for the rows it *trains* on: ``max_num_seqs = per_device_train_batch_size x
 vllm_tensor_parallel_size x steps_per_generation``. PODS generates ``pods_n / pods_m`` times more rows per generation,
-and screened generation's pilot covers a pool of ``pods_screen_ratio`` times the prompts, so an engine sized that way
-decodes them in sequential waves. `colocate_engine` builds TRL's engine with room for the largest single generation
-call of the configured mode (`rows_per_call`).
+screened generation's pilot covers a pool of ``pods_screen_ratio`` times the prompts, and sized refill's and auto's
+first call up to ``pods_max_prompt_ratio`` times, so an engine sized that way decodes them in sequential waves.
+`colocate_engine` builds TRL's engine with room for the largest single generation call of the configured mode
+(`rows_per_call`), and warns in one line where its KV cache cannot hold that call (`kv_cache_shortfall`).
 
 **CPU build.** After loading, vLLM-CPU hands every 2-D weight of a Linear layer or of the lm_head to a CPU kernel that
 `vllm.model_executor.layers.utils.dispatch_cpu_unquantized_gemm` picks: zentorch on AMD's Zen platform, SGL's AMX
@@ -64,14 +65,18 @@ def rows_per_call(args: Any) -> int:
     (`trl_pods.phase1`), for a `PODSConfig`.
 
     With ``B`` prompts trained per generation (``per_device_train_batch_size x steps_per_generation / pods_m``), fixed
-    generation makes one call of ``B x pods_n``, and adaptive waves, budgeted allocations and refill draws never
-    request more in one call (a prompt has ``pods_n`` slots; a draw takes at most the ``B`` groups still missing).
-    Screened generation's pilot requests ``pods_n_initial`` for each of its pool's ``pods_screen_ratio x B`` prompts,
-    and its commit ``pods_n - pods_n_initial`` for each of the ``B`` chosen.
+    generation makes one call of ``B x pods_n``, and adaptive waves, budgeted allocations and refill drawing exactly
+    the missing groups (``pods_draw_coverage=0``) never request more in one call (a prompt has ``pods_n`` slots; a
+    draw takes at most the ``B`` groups still missing). Sized refill's and auto's calls cover what is missing at the
+    observed contrast rate, up to the room laid out: ``pods_max_prompt_ratio x B`` prompts at up to ``pods_n``
+    rollouts. Screened generation's pilot requests ``pods_n_initial`` for each of its pool's ``pods_screen_ratio x
+    B`` prompts, and its commit ``pods_n - pods_n_initial`` for each of the ``B`` chosen.
     """
     rows = generated_rows_per_process(
         args.per_device_train_batch_size, args.steps_per_generation, args.pods_m, args.pods_n
     )
+    if args.pods_generation == "auto" or (args.pods_generation == "refill" and args.pods_draw_coverage):
+        return args.pods_max_prompt_ratio * rows
     if args.pods_generation != "screened":
         return rows
     prompts = rows // args.pods_n
@@ -96,12 +101,37 @@ def colocate_max_num_seqs(args: Any) -> int:
         logger.warning(
             "Each colocate vLLM engine generates up to %d rollouts in one generation call, more than TRL's "
             "max_num_batched_tokens (%d) lets it decode at once, so it decodes them in several waves. Lower pods_n "
-            "(screened: pods_screen_ratio x pods_n_initial), or the rows per process (per_device_train_batch_size x "
-            "steps_per_generation), or use vllm_mode='server'.",
+            "(screened: pods_screen_ratio x pods_n_initial; sized refill and auto: pods_max_prompt_ratio), or the "
+            "rows per process (per_device_train_batch_size x steps_per_generation), or use vllm_mode='server'.",
             rows,
             TRL_COLOCATE_MAX_NUM_BATCHED_TOKENS,
         )
     return min(rows, TRL_COLOCATE_MAX_NUM_BATCHED_TOKENS)
+
+
+def kv_cache_shortfall(rows: int, completion_tokens: int, cache_tokens: int) -> str | None:
+    """A one-line warning when an engine's KV cache (``cache_tokens``) cannot hold ``rows`` rollouts of
+    ``completion_tokens`` each (their prompts not even counted): vLLM then decodes the largest call in sequential
+    waves. None when it can."""
+    if rows * completion_tokens <= cache_tokens:
+        return None
+    return (
+        f"The colocate vLLM engine's KV cache holds {cache_tokens} tokens, fewer than the largest generation call "
+        f"needs ({rows} rollouts x {completion_tokens} completion tokens), so it decodes that call in about "
+        f"{-(-rows * completion_tokens // cache_tokens)} sequential waves: raise vllm_gpu_memory_utilization, or "
+        f"lower pods_max_prompt_ratio (sized refill, auto), pods_n or the rows per process."
+    )
+
+
+def warn_of_kv_cache(llm: Any, rows: int, completion_tokens: int) -> None:
+    """Log `kv_cache_shortfall`'s line for a built engine whose cache size vLLM reports (its ``cache_config``'s
+    ``num_gpu_blocks`` x ``block_size``); nothing where it does not."""
+    cache = getattr(getattr(getattr(llm, "llm_engine", None), "vllm_config", None), "cache_config", None)
+    blocks, block_size = getattr(cache, "num_gpu_blocks", None), getattr(cache, "block_size", None)
+    if isinstance(blocks, int) and isinstance(block_size, int):
+        line = kv_cache_shortfall(rows, completion_tokens, blocks * block_size)
+        if line is not None:
+            logger.warning(line)
 
 
 def check_cpu_vllm() -> bool:
@@ -217,6 +247,7 @@ def colocate_engine(args: Any, trl_module: Any):
                 generation = build(*build_args, **{**build_kwargs, "max_num_seqs": max_num_seqs})
             if on_cpu:
                 check_cpu_engine_weights(generation.llm)
+            warn_of_kv_cache(generation.llm, max_num_seqs, args.max_completion_length)
         except BaseException:
             discard_engine(getattr(generation, "llm", None), created_process_group)
             raise

@@ -1,0 +1,172 @@
+"""Auto's and sized refill's planning at scale: fast, in log space, outside the generation clock, with a fit that
+survives steady plans (issue 57)."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+import time
+from types import SimpleNamespace
+
+import planning_reference as reference
+import pytest
+import torch
+from test_phase1 import FakeSteps, _inputs, _settings
+
+from trl_pods.auto import KEPT_CALLS, AutoMode, best_plan, expected_outcomes, rollout_ladder
+from trl_pods.contrast import contrast_rate, kept_signal, prompts_to_cover
+from trl_pods.costs import Costs, parse_costs
+from trl_pods.phase1 import generate_and_score
+from trl_pods.refill import DrawPlan, RefillMode
+from trl_pods.waves import FixedMode, GenerationTiming, WaveState
+
+
+class _SlowPlanner(FixedMode):
+    """Fixed generation whose plan takes 0.3 s to make (as auto's exact search did at 32+ prompts a process)."""
+
+    def first_wave(self, state: WaveState):
+        time.sleep(0.3)
+        return super().first_wave(state)
+
+
+def test_planning_is_not_charged_to_the_first_generation_call():
+    """The first call's clock starts after the mode has planned: with an instant fake engine, a plan that takes
+    0.3 s leaves the call's measured seconds near zero (they used to include it, so a measured-cost auto fitted its
+    own planning as generation cost)."""
+    fake = FakeSteps({"a": [0, 1, 0, 1.0], "b": [1.0] * 4})
+    rollouts = generate_and_score(_inputs(["a", "b"], 4), _settings(n=4), _SlowPlanner(), fake.steps([], n=4))
+    assert len(rollouts.call_seconds) == 1 and rollouts.call_seconds[0] < 0.1, rollouts.call_seconds
+
+
+def _state(timing: GenerationTiming) -> WaveState:
+    rewards, counts, drawn = torch.zeros(6, 4), torch.zeros(6, dtype=torch.long), torch.ones(6, dtype=torch.bool)
+    return WaveState(4, 1, 6, 2, rewards, counts, drawn, timing=timing)
+
+
+def test_a_steady_plan_keeps_its_fit():
+    """Auto fits its costs from calls of different sizes; once it settles on one plan, hundreds of generations of
+    one call size no longer push the other sizes out of what it fits (the fit used to vanish after `KEPT_CALLS`
+    steady calls, sending auto back to exploring, and the next fit rested on one differing call)."""
+    truth = Costs(call=0.5, rollout=0.002, step=1.0)
+    mode = AutoMode(SimpleNamespace(pods_m=2, pods_n=4, pods_max_draws=2, pods_draw_coverage=None,
+                                    pods_max_prompt_ratio=3, pods_auto_costs=None))  # fmt: skip
+    for rollouts in (16, 16, 48, 8, 32):  # the first timing is the warm-up, left out
+        mode._record(_state(GenerationTiming(((rollouts, truth.call + truth.rollout * rollouts),), truth.step)))
+    assert mode.costs() is not None
+    for _ in range(KEPT_CALLS + 50):
+        mode._record(_state(GenerationTiming(((64, truth.call + truth.rollout * 64),), truth.step)))
+    costs = mode.costs()
+    assert costs is not None and (costs.call, costs.rollout, costs.step) == pytest.approx((0.5, 0.002, 1.0))
+
+
+def test_costs_that_make_a_step_free_are_refused():
+    """Given costs that are all zero would make every plan's step take no time (a ZeroDivisionError at the first
+    generation): refused with the expected form; a zero rollout cost alone is a fair model and passes."""
+    with pytest.raises(ValueError, match="a step must take time"):
+        parse_costs("call=0,rollout=0,step=0")
+    assert parse_costs("call=1,rollout=0,step=0.5") == Costs(1.0, 0.0, 0.5)
+
+
+H200, CPU, MIXED = Costs(1.03, 0.00012, 0.32), Costs(0.05, 0.041, 0.5), Costs(0.3, 0.002, 0.3)
+BETAS = [(0.5, 1.5), (0.2, 0.2), (2.0, 0.5), (0.05, 0.5)]
+
+
+@pytest.mark.parametrize("share,ratio", [(1, 4), (2, 3), (3, 4), (4, 2), (4, 4), (6, 4), (8, 4)])
+def test_plan_choices_equal_the_exact_search(share, ratio):
+    """Where the exact search of issue 57's time is feasible, the fast planner (log-space terms, a covering search in
+    about sqrt steps, merged states) chooses the same plan, with the same expected outcome, on a grid of contrast
+    rates, costs and coverages (the reference: `planning_reference`, the search as it was)."""
+    for beta, costs, coverage in itertools.product(BETAS, (H200, CPU, MIXED), (0.9, 0.75)):
+        rate = functools.partial(contrast_rate, *beta)
+        args = (costs, share, rollout_ladder(4, 16), share * ratio, 3, coverage)
+        fast, exact = best_plan(rate, *args), reference.best_plan(rate, *args)
+        assert fast[0] == exact[0], (beta, costs, coverage)
+        assert fast[1].contrast == pytest.approx(exact[1].contrast, rel=1e-9)
+
+
+def test_planning_never_overflows():
+    """Auto's search and sized refill's draw sizes at 16,384 prompts a process and 65,536 of room (the exact terms,
+    ``math.comb(n, k) * p**k``, raised OverflowError past about 1,030 prompts): a plan whose expected outcome is
+    within reach, and a covering draw that covers (expected groups with contrast at least the missing ones)."""
+    rate = functools.partial(contrast_rate, 0.5, 1.5)
+    for costs in (H200, CPU):
+        plan, outcome, seconds = best_plan(rate, costs, 16384, rollout_ladder(4, 16), 65536, 3, 0.9)
+        assert 16384 <= plan.first <= 65536 and 0 < outcome.contrast <= 16384 and seconds > 0
+    drawn = prompts_to_cover(16384, 0.3, 0.9, 65536)
+    assert 16384 / 0.3 < drawn < 16384 / 0.3 * 1.05
+    assert prompts_to_cover(16384, 0.2, 0.9, 65536) == 65536  # 0.2 x 65,536 falls short: all the room
+
+
+def _auto_and_refill(m: int, n: int, costs: Costs, beta: tuple[float, float], share: int):
+    """Auto's plan with given ``costs`` and the contrast fit ``beta`` for a process training ``share`` groups (room
+    for 4 times as many), and sized refill's plan at ``pods_n`` from the same history."""
+    given = f"call={costs.call},rollout={costs.rollout},step={costs.step}"
+    config = SimpleNamespace(pods_m=m, pods_n=n, pods_max_draws=3, pods_draw_coverage=0.9, pods_max_prompt_ratio=4,
+                             pods_auto_costs=given)  # fmt: skip
+    auto, refill = AutoMode(config), RefillMode(config)
+    auto.history.beta = refill.history.beta = beta
+    room = 4 * share
+    state = WaveState(n, 1, room, share, torch.full((room, n), torch.nan), torch.zeros(room, dtype=torch.long),
+                      torch.arange(room) < share)  # fmt: skip
+    return auto.plan(state), refill.plan(state), auto.history.rate, room
+
+
+def _first_call(rate, share: int, plan: DrawPlan, room: int) -> float:
+    """Expected groups with contrast after a plan's first call."""
+    return expected_outcomes(rate(plan.n), share, plan, room)[0].contrast
+
+
+@pytest.mark.parametrize("share", [2, 4, 8])
+def test_autos_first_call_finds_at_least_what_sized_refills_does(share):
+    """Auto's first call is never smaller in expected groups with contrast than sized refill's (its n = pods_n, its
+    prompts covering the share with probability 0.9), whatever the costs: its plans differ from sized refill's only in
+    what the costs pay for (with a CPU engine's costs it used to plan a smaller first call and a second one)."""
+    for beta, costs in itertools.product(BETAS, (H200, CPU, MIXED)):
+        auto, refill, rate, room = _auto_and_refill(4, 16, costs, beta, share)
+        assert _first_call(rate, share, auto, room) >= _first_call(rate, share, refill, room) - 1e-9, (beta, costs)
+
+
+@pytest.mark.parametrize("share", [2, 4, 8])
+def test_auto_with_natural_groups_is_never_worse_than_sized_refill(share):
+    """With pods_n == pods_m auto chooses prompts per call and calls only; by its own cost model its plan trains at
+    least as many groups with contrast a second as sized refill's plan at the same n."""
+    for beta, costs in itertools.product(BETAS, (H200, CPU, MIXED)):
+        auto, refill, rate, room = _auto_and_refill(4, 4, costs, beta, share)
+        score = []
+        for plan in (auto, refill):
+            outcome = expected_outcomes(rate(4), share, plan, room)[-1]
+            score.append(outcome.contrast / costs.seconds(outcome.calls, 4 * outcome.prompts))
+        assert score[0] >= score[1] * (1 - 1e-9), (beta, costs, auto, refill)
+
+
+def test_a_group_kept_from_more_rollouts_carries_more_signal():
+    """`kept_signal`: the expected reward variance of the M rollouts a group with contrast keeps grows with the
+    rollouts max-variance down-sampling chooses from (a group of 4 chosen from 16 is more often balanced than one of
+    4 taken from 4), whatever the mix of easy and hard prompts; with N == M it is the group's own variance, by
+    enumeration."""
+    for beta in BETAS:
+        signals = [kept_signal(*beta, n, 4) for n in (4, 8, 16, 32)]
+        assert all(0 < low < high <= 0.25 for low, high in itertools.pairwise(signals)), (beta, signals)
+    a, b, n = 0.5, 1.5, 4
+    beta = math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
+    weights = {
+        k: math.comb(n, k) * math.exp(math.lgamma(a + k) + math.lgamma(b + n - k) - math.lgamma(a + b + n) - beta)
+        for k in (1, 2, 3)
+    }
+    variance = sum(w * k * (n - k) / n**2 for k, w in weights.items()) / sum(weights.values())
+    assert kept_signal(a, b, n, n) == pytest.approx(variance)
+
+
+def test_autos_objective_weighs_what_a_group_teaches():
+    """Auto scores a plan by its groups with contrast times what such a group teaches at its rollouts per prompt
+    (`best_plan`'s ``value``; auto passes `ContrastHistory.signal`): with a CPU engine's costs it keeps 4 rollouts per
+    prompt counting groups alone, and takes 16 once a group of 16 teaches enough more."""
+    rate = functools.partial(contrast_rate, 0.5, 1.5)
+    counted, *_ = best_plan(rate, CPU, 4, rollout_ladder(4, 16), 16, 3, 0.9)
+    weighed, *_ = best_plan(rate, CPU, 4, rollout_ladder(4, 16), 16, 3, 0.9, value=lambda n: 4.0 if n == 16 else 1.0)
+    assert (counted.n, weighed.n) == (4, 16)
+    fields = dict(pods_max_draws=3, pods_draw_coverage=0.9, pods_max_prompt_ratio=4, pods_auto_costs=None)
+    mode = AutoMode(SimpleNamespace(pods_m=4, pods_n=16, **fields))
+    mode.history.beta = (0.5, 1.5)
+    assert mode.history.signal(16, 4) == kept_signal(0.5, 1.5, 16, 4) > mode.history.signal(4, 4)
