@@ -155,3 +155,14 @@ def test_learning_efficiency_smoke_mode_trains_the_demo_model_and_renders_its_se
     rows = _first_table(out)
     assert {method: row["rollouts / step"] for method, row in rows.items()} == {"GRPO 4": "4.0", "PODS 8->4": "8.0"}
     assert {row["runs reaching 0.75"][-2:] for row in rows.values()} == {"/1"}
+
+
+@pytest.mark.slow
+def test_reasoning_gym_base_smoke_mode_reads_each_task_both_ways(tiny_model_path):
+    """`benchmarks/reasoning_gym_base.py --smoke` generates greedily on a numeric and a text task's held-out problems
+    with the tiny model, scores them raw and through `extract_answer`, prints the table and leaves docs/ untouched."""
+    out = _run_smoke("reasoning_gym_base.py", "--model", str(tiny_model_path))
+    rows = _first_table(out)
+    assert list(rows) == ["chain_sum", "spell_backward"]
+    for row in rows.values():
+        assert 0 <= float(row["raw accuracy"]) <= 1 and 0 <= float(row["extracted accuracy"].split()[0]) <= 1
