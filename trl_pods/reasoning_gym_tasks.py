@@ -56,6 +56,7 @@ __all__ = [
     "reasoning_gym_format_reward",
     "reasoning_gym_reward",
     "score_answers",
+    "split_items",
 ]
 
 PREFIX = "reasoning_gym:"
