@@ -168,3 +168,14 @@ def test_planning_smoke_mode_times_auto_and_refill_and_the_exact_search():
         if column != "prompts a process (room)"
     )
     assert table["32 (128)"]["before H200"] == "not timed"
+
+
+@pytest.mark.slow
+def test_reasoning_gym_base_smoke_mode_reads_each_task_both_ways(tiny_model_path):
+    """`benchmarks/reasoning_gym_base.py --smoke` generates greedily on a numeric and a text task's held-out problems
+    with the tiny model, scores them raw and through `extract_answer`, prints the table and leaves docs/ untouched."""
+    out = _run_smoke("reasoning_gym_base.py", "--model", str(tiny_model_path))
+    rows = _first_table(out)
+    assert list(rows) == ["chain_sum", "spell_backward"]
+    for row in rows.values():
+        assert 0 <= float(row["raw accuracy"]) <= 1 and 0 <= float(row["extracted accuracy"].split()[0]) <= 1

@@ -259,3 +259,37 @@ def test_tiny_model_trains_and_evaluates_on_the_runs_held_out_problems(task, con
     held_out = load_task(f"reasoning_gym:{task}", "test", config=config, seed=5, n_test=3)
     args = EvalArguments(run_dir=str(out), task=f"reasoning_gym:{task}")
     assert _questions(_load_problems(args)) == _questions(held_out)
+
+
+EVALUATES_ONLY_ITS_OWN_DATA = {  # reviewed in reasoning_gym 0.1.25: these modules evaluate, but never the answer
+    "number_sorting": "score_answer evals the gold answer (entry['answer']) when it is not JSON",
+    "basic_arithmetic": "eval of the generated expression, while generating",
+    "bitwise_arithmetic": "eval of the generated problem, while generating",
+    "codeio": "exec of the dataset's own code, while generating",
+    "gsm_symbolic": "eval in its templates' generators, while generating",
+    "propositional_logic": "its own parse_expr: a recursive parser of its logic syntax that evaluates nothing",
+}
+
+
+def test_every_installed_scorer_that_evaluates_text_is_guarded_or_reviewed():
+    """A reasoning-gym release that adds a scorer calling eval/exec/sympy parsing on text must not slip through: every
+    dataset whose module (or the shared utils its scorers call) holds such a call is either in `EVALUATING_SCORERS`
+    (guarded by `admissible`) or was reviewed as evaluating only its own data."""
+    import inspect
+    import re
+    from pathlib import Path
+
+    from reasoning_gym.factory import DATASETS
+
+    evaluating = re.compile(r"\b(eval|exec|sympify|parse_expr|parse_latex|S)\(")
+    found = set()
+    for name, (dataset_class, _) in DATASETS.items():
+        module_file = inspect.getsourcefile(dataset_class)
+        source = Path(module_file).read_text()
+        if name == "gsm_symbolic":  # its generators live in sibling files
+            source += "".join(p.read_text() for p in Path(module_file).parent.glob("generators_*.py"))
+        if evaluating.search(source):
+            found.add(name)
+    assert found == set(rg.EVALUATING_SCORERS) | set(EVALUATES_ONLY_ITS_OWN_DATA)
+    shared = Path(inspect.getsourcefile(reasoning_gym.utils)).read_text()
+    assert not evaluating.search(shared)

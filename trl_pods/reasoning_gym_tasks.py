@@ -56,6 +56,7 @@ __all__ = [
     "reasoning_gym_format_reward",
     "reasoning_gym_reward",
     "score_answers",
+    "split_items",
 ]
 
 PREFIX = "reasoning_gym:"
@@ -86,6 +87,7 @@ EVALUATING_SCORERS: dict[str, str] = {
     # Not listed: number_sorting evals only the gold answer (entry["answer"]), bitwise_arithmetic and
     # basic_arithmetic eval only while generating, codeio execs its own data while generating, propositional_logic
     # parses with its own parser; composite scores with the scorer of each item's source dataset (checked per item).
+    # tests/test_reasoning_gym.py scans the installed reasoning_gym, so a release with a new such scorer fails there.
 }
 """reasoning-gym datasets whose scorer evaluates the answer text as code, and how (``"eval"`` or ``"sympy"``)."""
 
