@@ -16,7 +16,7 @@ from test_phase1 import FakeSteps, _inputs, _settings
 
 from trl_pods.auto import KEPT_CALLS, AutoMode, best_plan, expected_outcomes, rollout_ladder
 from trl_pods.contrast import contrast_rate, kept_signal, prompts_to_cover
-from trl_pods.costs import Costs, parse_costs
+from trl_pods.costs import CallTiming, Costs, fit_costs, parse_costs
 from trl_pods.phase1 import generate_and_score
 from trl_pods.refill import DrawPlan, RefillMode
 from trl_pods.waves import FixedMode, GenerationTiming, WaveState
@@ -170,3 +170,56 @@ def test_autos_objective_weighs_what_a_group_teaches():
     mode = AutoMode(SimpleNamespace(pods_m=4, pods_n=16, **fields))
     mode.history.beta = (0.5, 1.5)
     assert mode.history.signal(16, 4) == kept_signal(0.5, 1.5, 16, 4) > mode.history.signal(4, 4)
+
+
+def test_a_first_and_a_later_call_alone_do_not_fit_the_costs():
+    """A generation's first call also loads the weights; with one first call and one later call of another size, a
+    weight load and a rollout's cost cannot be told apart. The fit used to take them as enough: on a CPU engine with a
+    1 s weight load it called rollouts free (the next plan then took the most rollouts per prompt in one call).
+    Now it waits for a second size of first call (or of later calls), and then recovers the costs."""
+    truth, load = CPU, 1.0
+    calls = [
+        CallTiming(32, truth.call + load + 32 * truth.rollout, True),
+        CallTiming(8, truth.call + 8 * truth.rollout, False),
+    ]
+    assert fit_costs(calls, [truth.step]) is None
+    calls.append(CallTiming(64, truth.call + load + 64 * truth.rollout, True))
+    costs = fit_costs(calls, [truth.step])
+    assert (costs.call, costs.rollout, costs.step) == pytest.approx((truth.call, truth.rollout, truth.step + load))
+    later = [
+        CallTiming(8, truth.call + 8 * truth.rollout, False),
+        CallTiming(2, truth.call + 2 * truth.rollout, False),
+    ]
+    costs = fit_costs([calls[0], *later], [truth.step])  # later calls of two sizes tell the load apart too
+    assert (costs.call, costs.rollout, costs.step) == pytest.approx((truth.call, truth.rollout, truth.step + load))
+
+
+def test_auto_explores_with_sized_refills_plan():
+    """Until its costs are fitted, auto's generations are sized refill's plan (the plan it never plans worse than),
+    but for at most one, whose first call is of another size and finds at least as many groups with contrast; it used
+    to explore with three fixed plans (refill at pods_m twice, one call of pods_n) that sized refill's plan beats.
+    The fit still needs the warm-up and two sizes of call: three generations before it plans from the costs, each
+    generation timed with one call (every group showing contrast)."""
+    truth, load = CPU, 1.0
+    config = SimpleNamespace(pods_m=2, pods_n=8, pods_max_draws=2, pods_draw_coverage=0.9, pods_max_prompt_ratio=4,
+                             pods_auto_costs=None)  # fmt: skip
+    auto, refill = AutoMode(config), RefillMode(config)
+    share, room, timing, explored, deviating = 4, 16, None, 0, []
+    for generation in range(6):
+        state = WaveState(8, 1, room, share, torch.full((room, 8), torch.nan), torch.zeros(room, dtype=torch.long),
+                          torch.arange(room) < share, timing=timing)  # fmt: skip
+        plan, floor = auto.plan(state), refill.plan(state)
+        if auto.costs() is None:
+            explored += 1
+            if plan != floor:
+                deviating.append(plan)
+                assert _first_call(auto.history.rate, share, plan, room) >= _first_call(
+                    auto.history.rate, share, floor, room
+                )
+        rollouts = plan.n * plan.first
+        seconds = truth.call + load + truth.rollout * rollouts + (5.0 if generation == 0 else 0.0)  # warm-up
+        timing = GenerationTiming(((rollouts, seconds),), truth.step if generation else None)
+    assert explored == 3 and len(deviating) <= 1, (explored, deviating)
+    restored = AutoMode(config)
+    restored.load_state_dict(auto.state_dict())
+    assert restored.costs() == auto.costs()
