@@ -104,7 +104,7 @@ def test_fit_costs_recovers_the_call_rollout_and_weight_load_costs():
     assert (alone.call, alone.rollout, alone.step) == pytest.approx((0.75, 0.002, 3.0))
     assert fit_costs([CallTiming(16, 1.0, True), CallTiming(16, 1.1, False)], [3.0]) is None
     assert fit_costs(calls, []) is None
-    falling = fit_costs([CallTiming(10, 2.0, True), CallTiming(40, 1.0, False)], [1.0])
+    falling = fit_costs([CallTiming(10, 2.0, True), CallTiming(40, 1.0, True)], [1.0])
     assert falling.rollout == 0.0 and falling.call >= 0.0
 
 
@@ -204,10 +204,11 @@ def test_sized_refill_draws_for_more_prompts_in_its_first_call():
 
 
 def test_auto_measures_costs_then_plans_and_says_why():
-    """Auto with measured costs: its first generations explore (plain refill at pods_m, then one call of pods_n per
-    prompt) while the timings cannot tell a call from a rollout; the first timing it sees (warm-up) is left out; once
-    the calls' sizes differ it plans from the fitted costs (here: calls dear, rollouts cheap, so one call of pods_n
-    for more prompts), and each change of plan is one line naming its reason."""
+    """Auto with measured costs: while the timings cannot tell a call from a rollout it explores with refill's plan
+    (pods_n rollouts per prompt), and once that plan's first call was timed, the same plan with a first call of
+    another size (all the room); the first timing it sees (warm-up) is left out; once the calls' sizes differ it
+    plans from the fitted costs (here: calls dear, rollouts cheap, so one call of pods_n for more prompts), and each
+    change of plan is one line naming its reason."""
     mode = _auto()
     rewards = {p: [0.0, 1.0] * 8 for p in "abcdefghijkl"}
     plans = []
@@ -216,7 +217,8 @@ def test_auto_measures_costs_then_plans_and_says_why():
     for timing in timings:
         rollouts, _ = _generation(mode, rewards, list("cdefghijkl"), timing)
         plans.append(mode.current)
-    assert [p.n for p in plans[:3]] == [2, 2, 4] and plans[2].calls == 1, "explore: refill at m twice, then n_max"
+    refill = DrawPlan(4, 2, 2, 0.9)
+    assert plans[:3] == [refill, refill, DrawPlan(4, 6, 2, 0.9)], "explore: refill's plan, then its first call grown"
     assert [c.rollouts for c in mode.calls] == [8, 16] and mode.gaps == [0.5, 0.5]
     assert plans[3].n == 4 and plans[3].calls >= 1 and rollouts.metrics["exploring"] == 0.0
     lines = mode.notes()
@@ -224,7 +226,7 @@ def test_auto_measures_costs_then_plans_and_says_why():
     assert mode.notes() == []
     restored = _auto()
     restored.load_state_dict(mode.state_dict())
-    assert (restored.calls, restored.gaps, restored.generations) == (mode.calls, mode.gaps, mode.generations)
+    assert (restored.calls, restored.gaps) == (mode.calls, mode.gaps)
     assert restored.history.beta == mode.history.beta
 
 

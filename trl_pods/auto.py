@@ -50,13 +50,13 @@ import itertools
 import math
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from .contrast import TAIL, ContrastHistory, binomial_terms, prompts_to_cover
-from .costs import CallTiming, Costs, fit_costs, parse_costs
+from .costs import SPREAD, CallTiming, Costs, fit_costs, parse_costs
 from .refill import DEFAULT_DRAW_COVERAGE, DrawPlan, RefillMode
 from .reporting import describe_plan
 from .waves import WaveState
@@ -253,12 +253,13 @@ def _signal(history: ContrastHistory, m: int, n: int) -> float:
 
 def kept_calls(calls: list[CallTiming]) -> list[CallTiming]:
     """The timings auto fits its costs to: the most recent `KEPT_CALLS` of each size class (rollouts per process
-    within a factor of two), in order. A steady plan, which times one size generation after generation, then does
-    not push the other sizes out of the fit (they would leave the costs impossible to tell apart)."""
-    seen: dict[int, int] = {}
+    within a factor of two) among first calls and among later calls, in order. A steady plan, which times one size
+    generation after generation, then does not push the other sizes out of the fit (they would leave the costs
+    impossible to tell apart)."""
+    seen: dict[tuple[bool, int], int] = {}
     kept = []
     for call in reversed(calls):
-        size = max(call.rollouts, 1).bit_length()
+        size = (call.first, max(call.rollouts, 1).bit_length())
         seen[size] = seen.get(size, 0) + 1
         if seen[size] <= KEPT_CALLS:
             kept.append(call)
@@ -280,7 +281,6 @@ class AutoMode(RefillMode):
         self.timed = self.given is None
         self.calls: list[CallTiming] = []  # measured calls (kept across generations)
         self.gaps: list[float] = []  # measured seconds between generations
-        self.generations = 0
         self.skip_timing = True  # the first timing a process sees: the engine warming up
         self.lines: list[str] = []
         self.announced: DrawPlan | None = None
@@ -290,14 +290,13 @@ class AutoMode(RefillMode):
 
     def plan(self, state: WaveState) -> DrawPlan:
         self._record(state)
-        self.generations += 1
         costs, room = self.costs(), state.groups_per_process
+        floor = None if self.coverage is None else RefillMode.plan(self, state)  # sized refill's plan
         if costs is None:
-            exploring = self._exploring(state.share, room, self.generations)
+            exploring = self._exploring(state, floor)
             self._announce(exploring, f"measuring what generating costs ({len(self.calls)} calls timed so far)")
             return exploring
         ladder = rollout_ladder(self.m, self.n_max)
-        floor = None if self.coverage is None else RefillMode.plan(self, state)  # sized refill's plan
         signal = functools.partial(_signal, self.history, self.m)
         plan, outcome, seconds = best_plan(
             self.history.rate, costs, state.share, ladder, room, self.max_draws, self.later_coverage, floor, signal
@@ -311,12 +310,24 @@ class AutoMode(RefillMode):
         )
         return plan
 
-    def _exploring(self, share: int, room: int, generation: int) -> DrawPlan:
-        """The plans that measure the costs: refill at ``pods_m`` twice, then one call of ``pods_n`` per prompt (or
-        of the most prompts, when ``pods_n == pods_m``), in turn."""
-        if generation % 3 != 0:
-            return DrawPlan(self.m, share, self.max_draws, None)
-        return DrawPlan(self.n_max, share if self.n_max > self.m else room, 1, None)
+    def _exploring(self, state: WaveState, floor: DrawPlan | None) -> DrawPlan:
+        """A plan while the costs cannot be fitted: sized refill's plan (``floor``; without it refill's at ``pods_n``),
+        unless its first call is of a size already timed (within `trl_pods.costs.SPREAD` of a timed first call's
+        rollouts per process); then the same plan with the first call of all the room (at least as many groups with
+        contrast), else of the share only, else at ``pods_m`` rollouts per prompt, whichever is first of a new
+        size. Every process timing the same calls, every process explores alike."""
+        base = floor or DrawPlan(self.n_max, state.share, self.max_draws, self.later_coverage)
+        timed = [call.rollouts for call in self.calls if call.first]
+        for plan in (
+            base,
+            replace(base, first=state.groups_per_process),
+            replace(base, first=state.share),
+            replace(base, n=self.m),
+        ):
+            size = plan.n * plan.first
+            if all(max(size, t) >= SPREAD * max(min(size, t), 1) for t in timed):
+                return plan
+        return base
 
     def _record(self, state: WaveState) -> None:
         timing = state.timing
@@ -365,10 +376,9 @@ class AutoMode(RefillMode):
             **super().state_dict(),
             "calls": torch.tensor([[c.rollouts, c.seconds, c.first] for c in self.calls], dtype=torch.float64),
             "gaps": torch.tensor(self.gaps, dtype=torch.float64),
-            "generations": self.generations,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.calls = [CallTiming(int(r), float(s), bool(f)) for r, s, f in state["calls"].tolist()]
-        self.gaps, self.generations = state["gaps"].tolist(), int(state["generations"])
+        self.gaps = state["gaps"].tolist()

@@ -25,7 +25,9 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["CallTiming", "Costs", "fit_costs", "parse_costs"]
+__all__ = ["SPREAD", "CallTiming", "Costs", "fit_costs", "parse_costs", "spread"]
+
+SPREAD = 1.5  # call sizes (rollouts per process) tell a call's cost from a rollout's when they differ by this factor
 
 
 @dataclass(frozen=True)
@@ -91,16 +93,27 @@ def _non_negative_least_squares(x: torch.Tensor, y: torch.Tensor) -> torch.Tenso
     return best
 
 
+def spread(sizes: list[int]) -> bool:
+    """Whether call sizes (rollouts per process) differ by at least `SPREAD`.
+
+    >>> spread([8, 12]), spread([8, 11])
+    (True, False)
+    """
+    return bool(sizes) and max(sizes) >= SPREAD * max(min(sizes), 1)
+
+
 def fit_costs(calls: list[CallTiming], between: list[float]) -> Costs | None:
     """`Costs` from measured calls and times between generations (see the module docstring), or None while they
-    cannot be told apart: fewer than two call sizes differing by at least a half, or no time between generations.
+    cannot be told apart: no time between generations, or no two sizes of call (`spread`) among the generations'
+    first calls nor among their later ones. A first call also loads the weights, so a first and a later call of
+    different sizes alone cannot tell a weight load from rollouts.
 
     Without any call that is not a generation's first, the weight load cannot be told from a call's own cost, and
     counts as the call's (each measured generation then made one call)."""
-    sizes = [c.rollouts for c in calls]
-    if not between or not sizes or max(sizes) < 1.5 * max(min(sizes), 1):
+    firsts, laters = [c.rollouts for c in calls if c.first], [c.rollouts for c in calls if not c.first]
+    if not between or not firsts or not (spread(firsts) or spread(laters)):
         return None
-    later = any(not c.first for c in calls)
+    later = bool(laters)
     x = torch.tensor(
         [[1.0, c.rollouts, *([float(c.first)] if later else [])] for c in calls], dtype=torch.float64
     )  # [calls, 2 or 3]
