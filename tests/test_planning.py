@@ -223,3 +223,23 @@ def test_auto_explores_with_sized_refills_plan():
     restored = AutoMode(config)
     restored.load_state_dict(auto.state_dict())
     assert restored.costs() == auto.costs()
+
+
+def test_auto_explores_call_sizes_that_the_fit_can_tell_apart():
+    """Where no exploring plan gives the timed first calls two sizes at once (pods_n == pods_m, room for twice the
+    share, a first call of 11 prompts timed), auto takes the one of all the room or of the share farther from the
+    timed size, then the other: the fit gets two sizes, and exploring never stalls on sizes it cannot tell apart."""
+    config = SimpleNamespace(pods_m=4, pods_n=4, pods_max_draws=2, pods_draw_coverage=0.0, pods_max_prompt_ratio=2,
+                             pods_auto_costs=None)  # fmt: skip
+    auto = AutoMode(config)
+    state = WaveState(4, 1, 16, 8, torch.full((16, 4), torch.nan), torch.zeros(16, dtype=torch.long),
+                      torch.arange(16) < 8)  # fmt: skip
+    assert auto._exploring(state, None) == DrawPlan(4, 8, 2, None), "nothing timed: refill's plan"
+    auto.calls = [CallTiming(44, 1.0, True)]
+    assert auto._exploring(state, None) == DrawPlan(4, 16, 2, None), "64 rollouts: 1.45 x 44, against 1.38 x 32"
+    auto.calls.append(CallTiming(64, 1.2, True))
+    assert auto._exploring(state, None) == DrawPlan(4, 8, 2, None), "32 rollouts: 2 x 64 with those timed"
+    auto.calls = [CallTiming(46, 1.0, True)]
+    assert auto._exploring(state, None) == DrawPlan(4, 8, 2, None), (
+        "32 rollouts: 46 / 32 = 1.44 against 64 / 46 = 1.39"
+    )

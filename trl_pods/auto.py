@@ -56,7 +56,7 @@ from typing import Any
 import torch
 
 from .contrast import TAIL, ContrastHistory, binomial_terms, prompts_to_cover
-from .costs import SPREAD, CallTiming, Costs, fit_costs, parse_costs
+from .costs import CallTiming, Costs, fit_costs, parse_costs, spread
 from .refill import DEFAULT_DRAW_COVERAGE, DrawPlan, RefillMode
 from .reporting import describe_plan
 from .waves import WaveState
@@ -311,23 +311,21 @@ class AutoMode(RefillMode):
         return plan
 
     def _exploring(self, state: WaveState, floor: DrawPlan | None) -> DrawPlan:
-        """A plan while the costs cannot be fitted: sized refill's plan (``floor``; without it refill's at ``pods_n``),
-        unless its first call is of a size already timed (within `trl_pods.costs.SPREAD` of a timed first call's
-        rollouts per process); then the same plan with the first call of all the room (at least as many groups with
-        contrast), else of the share only, else at ``pods_m`` rollouts per prompt, whichever is first of a new
-        size. Every process timing the same calls, every process explores alike."""
+        """A plan while the costs cannot be fitted: sized refill's plan (``floor``; without it refill's at ``pods_n``)
+        until a first call was timed; then the first of these whose first call, with those timed, gives the fit two
+        sizes (`trl_pods.costs.spread`): that plan, the same with a first call of all the room (at least as many
+        groups with contrast), of the share only, or at ``pods_m`` rollouts per prompt. Where none does, the one
+        of all the room or of the share only that is farther from those timed, so that the other one does next.
+        Every process times the same calls, so every process explores alike."""
         base = floor or DrawPlan(self.n_max, state.share, self.max_draws, self.later_coverage)
         timed = [call.rollouts for call in self.calls if call.first]
-        for plan in (
-            base,
-            replace(base, first=state.groups_per_process),
-            replace(base, first=state.share),
-            replace(base, n=self.m),
-        ):
-            size = plan.n * plan.first
-            if all(max(size, t) >= SPREAD * max(min(size, t), 1) for t in timed):
+        if not timed:
+            return base
+        room, share = replace(base, first=state.groups_per_process), replace(base, first=state.share)
+        for plan in (base, room, share, replace(base, n=self.m)):
+            if spread([*timed, plan.n * plan.first]):
                 return plan
-        return base
+        return room if room.n * room.first * share.n * share.first >= min(timed) * max(timed) else share
 
     def _record(self, state: WaveState) -> None:
         timing = state.timing
