@@ -29,10 +29,14 @@ share with probability ``pods_draw_coverage``): only plans whose first call find
 contrast as refill's, and that score at least refill's plan, are chosen from, so auto's plans differ from sized
 refill's only where the costs say so.
 
-Until the costs can be told apart, auto measures them with plans it would also train well with: the run's first two
-generations are plain refill at ``n = pods_m`` (calls of different sizes), the third one call of ``pods_n`` rollouts
-per prompt. The first generation a process times (the engine warming up) is left out. Each change of plan is logged in
-one line with its reason (`AutoMode._announce`). With measured costs, choices follow the machine's timings, so two runs
+Until the costs can be told apart (`trl_pods.costs.fit_costs`: a time between generations, and two sizes of call
+among the generations' first calls or among their later ones, a first call also loading the weights), auto plans as
+sized refill does, and times what it draws (`AutoMode._exploring`): its first call's size once timed, only the next
+generation differs, with a first call of all the room (at least as many groups with contrast) or else of another size
+that the fit can tell apart. The first generation a process times (the engine warming up) is left out, so the fit
+comes after three generations (the warm-up and two sizes), sooner when refill's own calls already differ enough.
+Given costs (``pods_auto_costs``) need no exploring. Each change of plan is logged in one line with its reason
+(`AutoMode._announce`). With measured costs, choices follow the machine's timings, so two runs
 can differ; with ``pods_auto_costs`` every choice is a function of the rewards, reproducible and the same on every
 machine.
 
