@@ -205,10 +205,11 @@ def test_sized_refill_draws_for_more_prompts_in_its_first_call():
 
 def test_auto_measures_costs_then_plans_and_says_why():
     """Auto with measured costs: while the timings cannot tell a call from a rollout it explores with refill's plan
-    (pods_n rollouts per prompt), and once that plan's first call was timed, the same plan with a first call of
-    another size (all the room); the first timing it sees (warm-up) is left out; once the calls' sizes differ it
-    plans from the fitted costs (here: calls dear, rollouts cheap, so one call of pods_n for more prompts), and each
-    change of plan is one line naming its reason."""
+    (pods_n rollouts per prompt), and once that plan's first call was timed, the same plan with the fewest more
+    prompts in its first call that make another size for the fit (3 prompts, 12 rollouts against 8); the first
+    timing it sees (warm-up) is left out; once the calls' sizes differ it plans from the fitted costs (here: calls
+    dear, rollouts cheap, so one call of pods_n for more prompts), and each change of plan is one line naming its
+    reason."""
     mode = _auto()
     rewards = {p: [0.0, 1.0] * 8 for p in "abcdefghijkl"}
     plans = []
@@ -218,7 +219,7 @@ def test_auto_measures_costs_then_plans_and_says_why():
         rollouts, _ = _generation(mode, rewards, list("cdefghijkl"), timing)
         plans.append(mode.current)
     refill = DrawPlan(4, 2, 2, 0.9)
-    assert plans[:3] == [refill, refill, DrawPlan(4, 6, 2, 0.9)], "explore: refill's plan, then its first call grown"
+    assert plans[:3] == [refill, refill, DrawPlan(4, 3, 2, 0.9)], "explore: refill's plan, then a first call 1.5x"
     assert [c.rollouts for c in mode.calls] == [8, 16] and mode.gaps == [0.5, 0.5]
     assert plans[3].n == 4 and plans[3].calls >= 1 and rollouts.metrics["exploring"] == 0.0
     lines = mode.notes()

@@ -29,16 +29,15 @@ share with probability ``pods_draw_coverage``): only plans whose first call find
 contrast as refill's, and that score at least refill's plan, are chosen from, so auto's plans differ from sized
 refill's only where the costs say so.
 
-Until the costs can be told apart (`trl_pods.costs.fit_costs`: a time between generations, and two sizes of call
-among the generations' first calls or among their later ones, a first call also loading the weights), auto plans as
-sized refill does, and times what it draws (`AutoMode._exploring`): its first call's size once timed, only the next
-generation differs, with a first call of all the room (at least as many groups with contrast) or else of another size
-that the fit can tell apart. The first generation a process times (the engine warming up) is left out, so the fit
-comes after three generations (the warm-up and two sizes), sooner when refill's own calls already differ enough.
-Given costs (``pods_auto_costs``) need no exploring. Each change of plan is logged in one line with its reason
-(`AutoMode._announce`). With measured costs, choices follow the machine's timings, so two runs
-can differ; with ``pods_auto_costs`` every choice is a function of the rewards, reproducible and the same on every
-machine.
+Until the costs can be told apart (`trl_pods.costs.fit_costs`: a time between generations, and two sizes of call among
+the generations' first calls or among their later ones, a first call also loading the weights), auto plans as sized
+refill does, and times what it draws (`AutoMode._exploring`): its first call's size once timed, only the next
+generation differs, with the fewest more prompts in its first call that make a size the fit tells apart (at least as
+many groups with contrast), or else fewer. The first generation a process times (the engine warming up) is left out, so
+the fit comes after three generations (the warm-up and two sizes), sooner when refill's own calls already differ
+enough. Given costs (``pods_auto_costs``) need no exploring. Each change of plan is logged in one line with its reason
+(`AutoMode._announce`). With measured costs, choices follow the machine's timings, so two runs can differ; with
+``pods_auto_costs`` every choice is a function of the rewards, reproducible and the same on every machine.
 
 Several processes: each generation's timing is the most any process measured, and every process plans alike; the
 expected calls are a single process's (processes that miss more draw in the same calls).
@@ -60,7 +59,7 @@ from typing import Any
 import torch
 
 from .contrast import TAIL, ContrastHistory, binomial_terms, prompts_to_cover
-from .costs import CallTiming, Costs, fit_costs, parse_costs, spread
+from .costs import SPREAD, CallTiming, Costs, fit_costs, parse_costs, spread
 from .refill import DEFAULT_DRAW_COVERAGE, DrawPlan, RefillMode
 from .reporting import describe_plan
 from .waves import WaveState
@@ -317,19 +316,27 @@ class AutoMode(RefillMode):
     def _exploring(self, state: WaveState, floor: DrawPlan | None) -> DrawPlan:
         """A plan while the costs cannot be fitted: sized refill's plan (``floor``; without it refill's at ``pods_n``)
         until a first call was timed; then the first of these whose first call, with those timed, gives the fit two
-        sizes (`trl_pods.costs.spread`): that plan, the same with a first call of all the room (at least as many
-        groups with contrast), of the share only, or at ``pods_m`` rollouts per prompt. Where none does, the one
-        of all the room or of the share only that is farther from those timed, so that the other one does next.
-        Every process times the same calls, so every process explores alike."""
+        sizes (`trl_pods.costs.spread`): that plan; the same with the fewest more prompts in its first call that do
+        (at least as many groups with contrast); with the most fewer prompts that do (at least the share); at
+        ``pods_m`` rollouts per prompt. Where none does, the one of all the room or of the share only that is farther
+        from those timed, so that the other one does next. Every process times the same calls, so every process
+        explores alike."""
         base = floor or DrawPlan(self.n_max, state.share, self.max_draws, self.later_coverage)
         timed = [call.rollouts for call in self.calls if call.first]
         if not timed:
             return base
-        room, share = replace(base, first=state.groups_per_process), replace(base, first=state.share)
-        for plan in (base, room, share, replace(base, n=self.m)):
+        room, share = state.groups_per_process, state.share
+        more = max(base.first, math.ceil(SPREAD * min(timed) / base.n))
+        fewer = min(base.first, math.floor(max(timed) / (SPREAD * base.n)))
+        for plan in (
+            base,
+            replace(base, first=min(more, room)),
+            replace(base, first=max(fewer, share)),
+            replace(base, n=self.m),
+        ):
             if spread([*timed, plan.n * plan.first]):
                 return plan
-        return room if room.n * room.first * share.n * share.first >= min(timed) * max(timed) else share
+        return replace(base, first=room if room * share * base.n**2 >= min(timed) * max(timed) else share)
 
     def _record(self, state: WaveState) -> None:
         timing = state.timing
