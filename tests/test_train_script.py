@@ -519,3 +519,19 @@ def test_the_hub_check_asks_through_huggingface_hubs_own_client(monkeypatch):
         assert not hub_reachable() and len(asked) == 2
     finally:
         set_client_factory(factory)
+
+
+@pytest.mark.parametrize("where", [".", "..", "HOME"])
+def test_overwrite_output_dir_refuses_to_empty_the_working_folder_its_parents_or_home(where, tmp_path, monkeypatch):
+    """``--overwrite_output_dir true`` empties ``--output_dir``: with ``--output_dir .`` (or a folder above the working
+    one, or the home folder) it deleted the user's own files. Such a folder is refused with a ValueError naming it,
+    and nothing in it is touched."""
+    home, work = tmp_path / "home", tmp_path / "home" / "project"
+    work.mkdir(parents=True)
+    (work / "notes.txt").write_text("mine")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    with pytest.raises(ValueError, match="--overwrite_output_dir would empty"):
+        train_module.check_output_dir(str(home) if where == "HOME" else where, resuming=False, overwrite=True)
+    assert (work / "notes.txt").read_text() == "mine"
+    train_module.check_output_dir(str(work / "runs"), resuming=False, overwrite=True)  # a folder below it: allowed
