@@ -214,7 +214,8 @@ def test_the_task_sets_the_reward_and_completion_length_the_user_did_not(
 def test_help_opens_with_the_command_the_pods_and_script_flags():
     """`--help` was 1,469 lines, its usage line said `trl-pods` and --pods_n came at line 1,316. Now the usage line
     names the command, a description follows, the PODS and script flags come within the first 60 lines, and TRL's
-    and transformers' other flags appear only with --help-all."""
+    and transformers' other flags appear only with --help-all (the brief help is 257 lines with this session's task,
+    draw and output-folder flags; under 250 before)."""
 
     def help_text(flag):
         result = subprocess.run(
@@ -231,7 +232,7 @@ def test_help_opens_with_the_command_the_pods_and_script_flags():
     for flag in ("--task", "--reward_funcs", "--model_name_or_path", "--output_dir", "--help-all"):
         assert any(line.lstrip().startswith(flag) for line in brief), flag
     assert not any("--adam_beta1" in line for line in brief) and any("--adam_beta1" in line for line in full)
-    assert len(brief) < 250 < len(full)
+    assert len(brief) < 300 < len(full)  # TRL's and transformers' flags alone take over 1,000 lines
     negative = next(i for i, line in enumerate(full) if line.lstrip().startswith("--no_pods_selection_log"))
     assert full[negative + 1].strip() == "Turn --pods_selection_log off (it is on by default)."  # not the positive's
 
