@@ -45,12 +45,12 @@ import planning_reference  # noqa: E402
 from trl_pods.auto import best_plan, rollout_ladder  # noqa: E402
 from trl_pods.contrast import contrast_rate, kept_signal, prompts_to_cover  # noqa: E402
 from trl_pods.costs import Costs  # noqa: E402
-from trl_pods.refill import DrawPlan  # noqa: E402
+from trl_pods.refill import DEFAULT_DRAW_COVERAGE, DrawPlan  # noqa: E402
 
 STUDY = Study("planning.py", "planning", "Planning time: auto's search and sized refill's draw", "planning")
 SHARES = (16, 32, 64, 128, 256, 512, 1024, 16384)
 """Prompts a process trains on per generation; the room is `RATIO` times as many."""
-RATIO, LADDER, MAX_CALLS, COVERAGE = 4, rollout_ladder(4, 16), 3, 0.9
+RATIO, LADDER, MAX_CALLS, COVERAGE = 4, rollout_ladder(4, 16), 3, DEFAULT_DRAW_COVERAGE
 COSTS = {
     "H200": Costs(call=1.031, rollout=0.000116, step=0.321),
     "CPU engine": Costs(call=0.3, rollout=0.041, step=10.4),

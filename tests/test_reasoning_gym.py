@@ -268,20 +268,26 @@ EVALUATES_ONLY_ITS_OWN_DATA = {  # reviewed in reasoning_gym 0.1.25: these modul
     "codeio": "exec of the dataset's own code, while generating",
     "gsm_symbolic": "eval in its templates' generators, while generating",
     "propositional_logic": "its own parse_expr: a recursive parser of its logic syntax that evaluates nothing",
+    "advanced_geometry": "sympy while generating; score_answer reads the answer with float() and ==",
+    "polynomial_equations": "sympy while generating; score_answer reads the answer's comma-separated parts with float",
+    "simple_equations": "sympy while generating; the base class's score_answer compares strings",
 }
 
 
 def test_every_installed_scorer_that_evaluates_text_is_guarded_or_reviewed():
     """A reasoning-gym release that adds a scorer calling eval/exec/sympy parsing on text must not slip through: every
-    dataset whose module (or the shared utils its scorers call) holds such a call is either in `EVALUATING_SCORERS`
-    (guarded by `admissible`) or was reviewed as evaluating only its own data."""
+    dataset whose module (or the shared utils its scorers call) holds such a call, or imports sympy (whose functions
+    sympify a string argument), is either in `EVALUATING_SCORERS` (guarded by `admissible`) or was reviewed as
+    evaluating only its own data."""
     import inspect
     import re
     from pathlib import Path
 
     from reasoning_gym.factory import DATASETS
 
-    evaluating = re.compile(r"\b(eval|exec|sympify|parse_expr|parse_latex|S)\(")
+    # sympy's functions (expand, solve, simplify, Eq, ...) sympify a string argument, which evaluates it: a module
+    # that imports sympy at all is reviewed.
+    evaluating = re.compile(r"\b(eval|exec|sympify|parse_expr|parse_latex|S)\(|^\s*(import|from) sympy\b", re.M)
     found = set()
     for name, (dataset_class, _) in DATASETS.items():
         module_file = inspect.getsourcefile(dataset_class)

@@ -86,7 +86,9 @@ EVALUATING_SCORERS: dict[str, str] = {
     "intermediate_integration": _SYMPY,  # algebra/intermediate_integration.py: sympy.parse_expr(answer, ...)
     # Not listed: number_sorting evals only the gold answer (entry["answer"]), bitwise_arithmetic and
     # basic_arithmetic eval only while generating, codeio execs its own data while generating, propositional_logic
-    # parses with its own parser; composite scores with the scorer of each item's source dataset (checked per item).
+    # parses with its own parser; advanced_geometry, polynomial_equations and simple_equations use sympy (whose
+    # functions sympify strings) only while generating; composite scores with the scorer of each item's source
+    # dataset (checked per item).
     # tests/test_reasoning_gym.py scans the installed reasoning_gym, so a release with a new such scorer fails there.
 }
 """reasoning-gym datasets whose scorer evaluates the answer text as code, and how (``"eval"`` or ``"sympy"``)."""

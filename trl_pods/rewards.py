@@ -14,38 +14,34 @@ a C call and fails outside the main thread (TRL runs async reward functions on a
 
 1. The answer text is cut to its last `MAX_ANSWER_CHARS` characters before parsing; string handling in this process
    is linear-time (``str.find``/``str.count``, no regular expressions), so megabyte completions are cheap.
-2. Parsing and verification run in persistent worker subprocesses (``python -c``, importing only this file and
-   math-verify, never torch or the training script). A worker gets its items in one message and answers one message
-   per item, in order. Each item gets `reward_timeout()` seconds of wall-clock time (the deadline restarts with every
-   answer); when it runs out, the worker is killed, that item scores 0.0, a fresh worker is started and the
-   remaining items are sent to it. Every worker has its own pipe, so no answer of a killed worker can be mistaken
-   for an answer of its replacement. Worst case, a worker's n items return after about n * (timeout + worker
-   start-up, ~1 s); a normal item takes one to a few milliseconds.
+2. Parsing and verification run in persistent worker subprocesses (`trl_pods.sandbox.Sandbox`: ``python -c``,
+   importing only this module and math-verify, never torch or the training script). A worker gets its items in one
+   message and answers one message per item, in order. Each item gets `reward_timeout()` seconds of wall-clock time
+   (the deadline restarts with every answer); when it runs out, the worker is killed, that item scores 0.0, a fresh
+   worker is started and the remaining items are sent to it. Every worker has its own pipe, so no answer of a killed
+   worker can be mistaken for an answer of its replacement. Worst case, a worker's n items return after about
+   n * (timeout + worker start-up, ~1 s); a normal item takes one to a few milliseconds.
 3. PODS scores N rollouts per prompt, hundreds per process and generation, so a call of at least
    2 * `MIN_ITEMS_PER_WORKER` items is split into interleaved shards over up to `reward_workers()` workers, each
    driven by its own thread, and the answers are put back in the caller's order (the measurements behind this:
    docs/benchmarks/reward-throughput.md). Workers are independent, so a hanging item stalls and restarts only its
    own worker.
-4. Processes never outlive the interpreter: ``atexit`` kills the workers; an idle worker exits when its pipe closes
-   (e.g. the trainer was killed); a busy one also caps its own CPU time per item (``RLIMIT_CPU``, timeout + 2 s),
-   so the kernel ends it even when nobody is left to. The threads driving extra workers are daemon threads, so the
-   interpreter never waits for a batch at exit.
+4. Processes never outlive the interpreter (`trl_pods.sandbox`): ``atexit`` kills the workers; an idle worker
+   exits when its pipe closes (e.g. the trainer was killed); a busy one also caps its own CPU time per item
+   (``RLIMIT_CPU``, timeout + 2 s), so the kernel ends it even when nobody is left to. The threads driving extra
+   workers are daemon threads, so the interpreter never waits for a batch at exit.
 """
 
 from __future__ import annotations
 
-import atexit
 import logging
 import math
-import multiprocessing
 import os
-import subprocess
-import sys
 import threading
-import time
 from collections.abc import Callable
 from functools import lru_cache
-from multiprocessing.connection import Connection
+
+from .sandbox import Sandbox
 
 __all__ = [
     "MAX_ANSWER_CHARS",
@@ -75,19 +71,6 @@ MAX_ANSWER_CHARS = 1000
 
 _TAGS = ("<think>", "</think>", "<answer>", "</answer>")
 _TAG_CREDIT = 0.05  # gsm8k_reward: per tag that occurs exactly once, for a wrong answer
-
-_STARTUP_TIMEOUT_S = 120.0
-_READY = "ready"
-# Runs in the worker: load this file under a private name, so the `trl_pods` package (and torch) stays unimported.
-_BOOT = (
-    "import importlib.util, sys\n"
-    "spec = importlib.util.spec_from_file_location('_trl_pods_reward_worker', sys.argv[1])\n"
-    "module = importlib.util.module_from_spec(spec)\n"
-    "spec.loader.exec_module(module)\n"
-    "module._serve(int(sys.argv[2]))\n"
-)
-
-logger = logging.getLogger(__name__)
 
 
 def reward_timeout() -> float:
@@ -225,134 +208,42 @@ def _verify_item(gold: str, candidates: tuple[str, ...]) -> float | None:
     return 0.0
 
 
-def _limit_cpu(seconds: float) -> None:
-    """Have the kernel end this process (SIGXCPU) once it uses ``seconds`` more CPU time."""
-    import resource
-
-    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
-    soft = math.ceil(time.process_time() + seconds)
-    resource.setrlimit(resource.RLIMIT_CPU, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
+def _verify(item: tuple[str, tuple[str, ...]]) -> float:
+    """Worker side (`trl_pods.sandbox.Sandbox`): `_verify_item` of one ``(gold, candidates)`` item, NaN for an
+    unscorable gold (None stands for an item that raised or ran out of time)."""
+    score = _verify_item(*item)
+    return math.nan if score is None else score
 
 
-def _serve(fd: int) -> None:
-    """Worker main loop: answer each ``(items, timeout)`` request with one message per item, in order."""
-    import resource
-
+def _prepare_worker() -> None:
+    """Worker side: import and warm up math-verify before the first item's clock starts."""
     logging.disable(logging.WARNING)  # math-verify warns that its own (signal-based) timeouts are off
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # being killed by RLIMIT_CPU must not dump core
-    conn = Connection(fd)
-    _verify_item("\\boxed{1}", ("1",))  # import and warm up math-verify before declaring readiness
-    conn.send(_READY)
-    while True:
-        try:
-            items, timeout = conn.recv()
-        except EOFError:  # the parent closed the pipe or died
-            return
-        for gold, candidates in items:
-            _limit_cpu(timeout + 2)
-            try:
-                result = _verify_item(gold, candidates)
-            except Exception:  # math-verify catches its own errors; this is a last line of defence
-                result = 0.0
-            conn.send(result)
+    _verify_item("\\boxed{1}", ("1",))
 
 
-class _Worker:
-    """Client of one math-verify worker process, replaced whenever it dies or overruns a deadline."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._proc: subprocess.Popen | None = None
-        self._conn: Connection | None = None
-
-    def score(self, items: list[tuple[str, tuple[str, ...]]], timeout: float) -> list[float | None]:
-        """`_verify_item` for every ``(gold, candidates)`` item, in order; 0.0 for an item that timed out."""
-        results: list[float | None] = []
-        with self._lock:
-            while len(results) < len(items):
-                self._ensure_running()
-                todo = items[len(results) :]
-                try:
-                    self._conn.send((todo, timeout))
-                    for _ in todo:
-                        if not self._conn.poll(timeout):
-                            raise TimeoutError
-                        results.append(self._conn.recv())
-                except (OSError, EOFError) as err:  # TimeoutError is an OSError
-                    # The item in flight is the next one: it costs its rollout 0.0; the rest go to a new worker.
-                    logger.warning(
-                        "math-verify %s on a completion; scored it 0.0 and restarted the worker.",
-                        f"took over {timeout:g} s" if isinstance(err, TimeoutError) else f"failed ({err!r})",
-                    )
-                    self.close()
-                    results.append(0.0)
-                except BaseException:
-                    self.close()  # e.g. KeyboardInterrupt: answers left in the pipe must never reach a later call
-                    raise
-        return results
-
-    def _ensure_running(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            return
-        self.close()
-        parent_conn, child_conn = multiprocessing.Pipe()
-        try:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-c", _BOOT, os.path.abspath(__file__), str(child_conn.fileno())],
-                pass_fds=(child_conn.fileno(),),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-            )
-        finally:
-            child_conn.close()
-        self._conn = parent_conn
-        try:
-            ready = parent_conn.poll(_STARTUP_TIMEOUT_S) and parent_conn.recv() == _READY
-        except (OSError, EOFError):
-            ready = False
-        except BaseException:
-            self.close()
-            raise
-        if not ready:
-            self.close()
-            raise RuntimeError(
-                f"The math-verify worker ({sys.executable}) did not start within {_STARTUP_TIMEOUT_S:g} s; "
-                "is math-verify installed?"
-            )
-
-    def close(self) -> None:
-        """Kill the worker process, if any (lock-free, so that it can run at interpreter exit)."""
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-        if self._proc is not None:
-            self._proc.kill()
-            self._proc.wait()
-            self._proc = None
+def _worker() -> Sandbox:
+    """A math-verify worker: `_verify` in a `Sandbox` of its own."""
+    return Sandbox("rewards", "_verify", prepare="_prepare_worker")
 
 
-_WORKER = _Worker()  # scores every call; the first shard of a split one
-_EXTRA_WORKERS: list[_Worker] = []  # the other shards' workers, started when a call first needs them
+def _worker_score(worker: Sandbox, items: list[tuple[str, tuple[str, ...]]], timeout: float) -> list[float | None]:
+    """``worker``'s scores of ``items``: 0.0 for an item that raised or timed out, None for an unscorable gold."""
+    return [0.0 if score is None else None if math.isnan(score) else score for score in worker.run(items, timeout)]
+
+
+_WORKER = _worker()  # scores every call; the first shard of a split one
+_EXTRA_WORKERS: list[Sandbox] = []  # the other shards' workers, started when a call first needs them
 _EXTRA_WORKERS_LOCK = threading.Lock()
 
 
 def _reset_after_fork() -> None:
-    # A forked child must not share its parent's workers (nor a lock some other thread held at fork time); closing
-    # its copies of the pipes keeps "parent gone => pipe closed => idle worker exits" true.
-    global _WORKER, _EXTRA_WORKERS, _EXTRA_WORKERS_LOCK
-    for worker in (_WORKER, *_EXTRA_WORKERS):
-        if worker._conn is not None:
-            worker._conn.close()
-    _WORKER, _EXTRA_WORKERS, _EXTRA_WORKERS_LOCK = _Worker(), [], threading.Lock()
-
-
-def _close_all() -> None:
-    for worker in (_WORKER, *_EXTRA_WORKERS):
-        worker.close()
+    # The workers forget their parent's processes themselves (`Sandbox`); a lock some other thread held at fork time
+    # must not stay held in the child.
+    global _EXTRA_WORKERS_LOCK
+    _EXTRA_WORKERS_LOCK = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_reset_after_fork)
-atexit.register(_close_all)
 
 
 def _shard_count(n_items: int, workers: int) -> int:
@@ -361,25 +252,25 @@ def _shard_count(n_items: int, workers: int) -> int:
 
 
 def _score(items: list[tuple[str, tuple[str, ...]]], timeout: float) -> list[float | None]:
-    """`_Worker.score` over up to `reward_workers()` workers at once: shard k is ``items[k::shards]``."""
+    """`_worker_score` over up to `reward_workers()` workers at once: shard k is ``items[k::shards]``."""
     shards = _shard_count(len(items), reward_workers())
     if shards == 1:
-        return _WORKER.score(items, timeout)
+        return _worker_score(_WORKER, items, timeout)
     with _EXTRA_WORKERS_LOCK:
-        _EXTRA_WORKERS.extend(_Worker() for _ in range(shards - 1 - len(_EXTRA_WORKERS)))
+        _EXTRA_WORKERS.extend(_worker() for _ in range(shards - 1 - len(_EXTRA_WORKERS)))
         workers = [_WORKER, *_EXTRA_WORKERS[: shards - 1]]
     answers: list[list[float | None] | BaseException | None] = [None] * shards
 
     def run(k: int) -> None:
         try:
-            answers[k] = workers[k].score(items[k::shards], timeout)
+            answers[k] = _worker_score(workers[k], items[k::shards], timeout)
         except BaseException as err:  # re-raised in the caller's thread below
             answers[k] = err
 
     threads = [threading.Thread(target=run, args=(k,), daemon=True) for k in range(1, shards)]
     for thread in threads:
         thread.start()
-    answers[0] = workers[0].score(items[0::shards], timeout)
+    answers[0] = _worker_score(workers[0], items[0::shards], timeout)
     for thread in threads:
         thread.join()
     results: list[float | None] = [None] * len(items)
@@ -487,7 +378,7 @@ def get_reward_func(name_or_path: str) -> RewardFunc:
     Raises:
         ValueError: the name is neither registered nor an importable callable; the message lists the known names.
     """
-    # Imported here: the reward worker loads this file on its own, outside the package.
+    # Imported here: the reward worker imports this module alone (`Sandbox`: neither the package nor torch).
     from trl_pods._lookup import resolve
     from trl_pods.arithmetic import arithmetic_reward
     from trl_pods.reasoning_gym_tasks import reasoning_gym_format_reward, reasoning_gym_reward

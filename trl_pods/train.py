@@ -296,8 +296,16 @@ def fresh_folder(wanted: Path) -> Path:
 def check_output_dir(output_dir: str, resuming: bool, overwrite: bool) -> None:
     """Raise ValueError for an ``output_dir`` that already holds files, unless the run resumes (``resuming``) or
     ``overwrite`` (``--overwrite_output_dir``) empties it first: two runs in one folder mixed their
-    ``pods_selections.jsonl`` and left one's evaluations beside the other's weights."""
+    ``pods_selections.jsonl`` and left one's evaluations beside the other's weights. ``overwrite`` never empties
+    the working folder, a folder above it or the home folder."""
     folder = Path(output_dir)
+    if overwrite and not resuming:
+        resolved, here = folder.resolve(), Path.cwd().resolve()
+        if resolved in (here, *here.parents, Path.home().resolve()):
+            raise ValueError(
+                f"--overwrite_output_dir would empty --output_dir {output_dir}, which is the working folder, a folder "
+                "above it or the home folder: give a folder of its own for the run."
+            )
     if resuming or overwrite or folder == fresh_folder(folder):
         return
     raise ValueError(
