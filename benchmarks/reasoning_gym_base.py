@@ -154,7 +154,8 @@ and the question as the user message, through the model's chat template. **Raw**
 completion (stripped). **Extracted**: the scorer on the answer `trl_pods.reasoning_gym_tasks.extract_answer` reads
 (the last `<answer>` content, else the last number where the answers are numbers, else the last line): what the
 `reasoning_gym` reward and `trl-pods eval` score. Accuracy counts scores of 1. `<answer>` tags: the share of
-completions with one well-formed `<answer>` (the `reasoning_gym_format` reward). **(10-50%)** marks the tasks where
+completions with one well-formed `<answer>` (the `reasoning_gym_format` reward). s: the task's wall-clock seconds on
+cores shared with other jobs (they say nothing about speed). **(10-50%)** marks the tasks where
 RL can show skill learned rather than format: {", ".join(marked) or "none"}.
 
 {table(runs)}
