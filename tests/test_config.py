@@ -309,3 +309,10 @@ def test_refill_sizes_its_draws_by_default_and_draws_exactly_the_missing_groups_
     assert make(pods_m=4, pods_generation="screened").pods_draw_coverage is None
     with pytest.raises(ValueError, match="0 draws exactly the missing groups"):
         make(pods_m=4, pods_generation="screened", pods_draw_coverage=0.0)
+
+
+def test_auto_refuses_the_exact_form_whose_draws_have_no_sized_refill_floor():
+    """Auto never plans below sized refill's plan, its floor; with `pods_draw_coverage=0` there is no sized plan to
+    hold it to (it took the setting and planned without a floor), so the config refuses it in one line."""
+    with pytest.raises(ValueError, match="auto, which never plans below sized refill, takes no 0"):
+        make(pods_m=4, pods_generation="auto", pods_draw_coverage=0.0)

@@ -153,6 +153,8 @@ def test_a_completion_that_would_run_code_runs_nothing_in_the_reward_or_eval(
         ("binary_matrix", "[[0, 1], [1, x]]", False),
         ("countdown", "94*4 - 61 - 6", True),
         ("countdown", "x*4", False),
+        ("countdown", "9**9**9**9", False),  # no gold uses a power: it would only make the scorer compute for hours
+        ("puzzle24", "(2**3)*3", False),
         ("puzzle24", "open(chr(120)+chr(120), chr(119))", False),
         ("simple_integration", "-34*x**8/15 - 5*x/4 + C", True),
         ("intermediate_integration", "-4*(-2*x - 8)**(3/2)/3 + sin(x) + C", True),

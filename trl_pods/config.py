@@ -409,13 +409,14 @@ def _check_draw_sizing(config: PODSConfig) -> None:
     generation, coverage = config.pods_generation, config.pods_draw_coverage
     if coverage is None and generation in DRAWING:
         config.pods_draw_coverage = coverage = DEFAULT_DRAW_COVERAGE
-    exact = 0.0 if generation in DRAWING else None  # refill and auto take 0: exactly the missing groups
+    exact = 0.0 if generation == "refill" else None  # refill takes 0: exactly the missing groups
     if coverage is not None and (
         generation not in (*DRAWING, "screened") or not (0.0 < coverage < 1.0 or coverage == exact)
     ):
         raise ValueError(
             f"pods_draw_coverage is a probability in (0, 1) that sizes the draws of pods_generation='refill', "
-            f"'auto' or 'screened' (refill and auto: 0 draws exactly the missing groups); got {coverage!r} with "
+            f"'auto' or 'screened' (refill: 0 draws exactly the missing groups; auto, which never plans below sized "
+            f"refill, takes no 0); got {coverage!r} with "
             f"pods_generation={generation!r}."
         )
     sized = generation == "auto" or (generation == "refill" and coverage > 0)

@@ -71,9 +71,10 @@ class PODSFields:
             from the contrast rate the run has observed, so that the groups with contrast cover what the step lacks
             with this probability: refill's first call already generates for more prompts than the batch, and a
             later call only for what is still missing (`trl_pods.refill`). Defaults to 0.9 for both; `0` draws
-            exactly the missing groups (refill's exact form; auto: its later draws). Screened: the pool is drawn
-            with the pilot, as many prompts as hold the batch's groups with pilot contrast with this probability (at
-            most `pods_screen_ratio` per trained prompt), instead of `pods_screen_ratio` each step (unset).
+            exactly the missing groups (refill's exact form; auto, which never plans below sized refill, refuses
+            it). Screened: the pool is drawn with the pilot, as many prompts as hold the batch's groups with pilot
+            contrast with this probability (at most `pods_screen_ratio` per trained prompt), instead of
+            `pods_screen_ratio` each step (unset).
     """
 
     num_generations: int | None = field(
@@ -173,7 +174,8 @@ class PODSFields:
         metadata={
             "help": "Synchronous trainer. Refill and auto: size draws from the observed contrast rate so that the "
             "groups with contrast cover what the step lacks with this probability; refill's first call generates for "
-            "more prompts than the batch. Default for both: 0.9; 0 draws exactly the missing groups. Screened: the "
-            "pool is sized so (at most pods_screen_ratio per trained prompt); unset: pods_screen_ratio each step."
+            "more prompts than the batch. Default for both: 0.9; refill: 0 draws exactly the missing groups. "
+            "Screened: the pool is sized so (at most pods_screen_ratio per trained prompt); unset: pods_screen_ratio "
+            "each step."
         },
     )

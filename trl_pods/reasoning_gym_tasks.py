@@ -102,8 +102,8 @@ _ALPHABETS = {
     "spiral_matrix": re.compile(r"[0-9\s]*"),
     "binary_matrix": re.compile(r"[0-9\s]*"),
     "n_queens": re.compile(r"[_Q\s]*"),
-    "countdown": re.compile(r"[0-9\s+\-*/()]*"),
-    "puzzle24": re.compile(r"[0-9\s+\-*/()]*"),
+    "countdown": re.compile(r"(?:[0-9\s+\-/()]|\*(?!\*))*"),  # no power: no gold has one, and 9**9**9**9 hangs
+    "puzzle24": re.compile(r"(?:[0-9\s+\-/()]|\*(?!\*))*"),
     "polynomial_multiplication": re.compile(r"[0-9A-Za-z\s+\-*/()]*"),
     "simple_integration": re.compile(r"[0-9A-Za-z\s+\-*/()]*"),
     "intermediate_integration": re.compile(r"[0-9A-Za-z\s+\-*/()]*"),
