@@ -81,6 +81,9 @@ METHODS = {
     "adaptive 4->16->4": dict(pods_n=16, pods_m=4, pods_generation="adaptive", pods_n_initial=4),
     "budgeted 4-32 (mean 20)": dict(pods_n=32, pods_m=4, pods_generation="budgeted", pods_budget=20),
     "GRPO 8": dict(pods_n=8, pods_m=8),
+    "GRPO 4 + sized refill": dict(pods_n=4, pods_m=4, pods_generation="refill", pods_max_draws=3),
+    "auto 16->4": dict(pods_n=16, pods_m=4, pods_generation="auto", pods_max_draws=3),
+    "auto 4->4": dict(pods_n=4, pods_m=4, pods_generation="auto", pods_max_draws=3),
 }
 CHARACTERS = "0123456789+="
 EOS, PAD = "<eos>", "<pad>"
