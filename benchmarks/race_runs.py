@@ -25,12 +25,12 @@ from pathlib import Path
 import torch
 from harness import DATA, RunStore, cpu_model, interleaved, versions
 from race_analysis import FIELD, STEP_FIELDS, Race, confirmed
-from transformers import AutoTokenizer, TrainerCallback
+from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer, ModelConfig
 
 from trl_pods import PODSConfig, PODSGRPOTrainer
 from trl_pods.demo import demo_arguments, held_out
-from trl_pods.evaluate import EvalArguments, _generate_hf, _load_problems
+from trl_pods.evaluate import EvalArguments, _generate_hf, _load_problems, chat_prompts
 from trl_pods.reasoning_gym_tasks import reasoning_gym_reward, score_answers
 from trl_pods.train import ScriptArguments, train
 from trl_pods.vllm_engine import cpu_weights_in_place
@@ -164,10 +164,7 @@ def held_out_accuracy(race: Race, task: str, seed: int, problems: int, model: st
         device="cuda" if torch.cuda.is_available() else "cpu",
     )  # fmt: skip
     rows = _load_problems(args)
-    tokenizer = AutoTokenizer.from_pretrained(model, padding_side="left")
-    tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
-    chat = dict(add_generation_prompt=True, tokenize=True, return_dict=True)
-    prompts = [tokenizer.apply_chat_template(p, **chat)["input_ids"] for p in rows["prompt"]]
+    tokenizer, prompts = chat_prompts(model, rows["prompt"])
     texts, _ = _generate_hf(model, tokenizer, prompts, args, torch.device(args.device))
     completions = [samples[0] for samples in texts]
     columns = {name: rows[name] for name in rows.column_names if name.startswith("reasoning_gym_")}

@@ -29,7 +29,7 @@ import time
 
 from harness import DATA, RunStore, Study, command_line, measure, notes
 
-from trl_pods.evaluate import EvalArguments, _generate_hf
+from trl_pods.evaluate import EvalArguments, _generate_hf, chat_prompts
 from trl_pods.reasoning_gym_tasks import (
     load_reasoning_gym,
     reasoning_gym_format_reward,
@@ -69,18 +69,10 @@ LOW, HIGH = 0.10, 0.50  # the band where RL can show skill rather than format
 
 def measure_task(task: str, model: str, problems: int, seed: int, batch_size: int) -> dict:
     """Generate greedily on the task's held-out problems and score both readings."""
-    from transformers import AutoTokenizer
-
     config, length = TASKS[task]
     start = time.perf_counter()
     rows = load_reasoning_gym(f"reasoning_gym:{task}", "test", config=config, seed=seed, n_test=problems)
-    tokenizer = AutoTokenizer.from_pretrained(model, padding_side="left")
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    prompts = [
-        tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
-        for p in rows["prompt"]
-    ]
+    tokenizer, prompts = chat_prompts(model, rows["prompt"])
     args = EvalArguments(
         model_name_or_path=model, task=f"reasoning_gym:{task}", max_new_tokens=length, batch_size=batch_size
     )

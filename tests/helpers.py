@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import socket
 import sys
@@ -42,6 +43,17 @@ def one_thread():
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+def import_from(folder: str, name: str):
+    """``<repository>/<folder>/<name>.py`` imported as the scripts there import each other (``benchmarks``,
+    ``scripts``): its folder on ``sys.path`` for the import only."""
+    path = str(Path(__file__).parent.parent / folder)
+    sys.path.insert(0, path)
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(path)
 
 
 def free_port() -> int:

@@ -6,7 +6,6 @@ claims, and the report refusing runs the plan did not ask for."""
 
 from __future__ import annotations
 
-import importlib
 import itertools
 import os
 import statistics
@@ -15,17 +14,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import import_from
 
 REPO = Path(__file__).parent.parent
 
 
 def _benchmark(name: str):
     """``benchmarks/<name>.py``, imported as the scripts import each other (no model is loaded on import)."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
+    return import_from("benchmarks", name)
 
 
 @pytest.fixture(scope="module")

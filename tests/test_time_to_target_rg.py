@@ -5,13 +5,13 @@ from the runs and refusing runs off the plan; and the command's smoke mode on th
 
 from __future__ import annotations
 
-import importlib
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import import_from
 
 REPO = Path(__file__).parent.parent
 COSTS = {"call": 1.0, "rollout": 0.01, "row": 0.1, "update": 0.5}
@@ -19,20 +19,12 @@ COSTS = {"call": 1.0, "rollout": 0.01, "row": 0.1, "update": 0.5}
 
 def _benchmark(name: str):
     """``benchmarks/<name>.py``, imported as the scripts import each other."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
+    return import_from("benchmarks", name)
 
 
 def _script(name: str):
     """``scripts/<name>.py``, imported."""
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(REPO / "scripts"))
+    return import_from("scripts", name)
 
 
 @pytest.fixture(scope="module")

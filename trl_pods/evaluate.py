@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import torch
 from datasets import Dataset
@@ -406,17 +407,21 @@ def _generate_vllm(model_path: str, prompts: list[list[int]], args: EvalArgument
     return texts, tokens
 
 
+def chat_prompts(model_path: str, conversations: Sequence[list[dict]]) -> tuple[Any, list[list[int]]]:
+    """The model's tokenizer (left padding; its EOS as the pad token where it has none) and the token ids of each
+    conversation through its chat template, ready for generation."""
+    tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    chat = dict(add_generation_prompt=True, tokenize=True, return_dict=True)
+    return tokenizer, [tokenizer.apply_chat_template(c, **chat)["input_ids"] for c in conversations]
+
+
 def _evaluate_model(model_path: str, dataset: Dataset, args: EvalArguments) -> dict:
     """Generate, score and summarize one model on ``dataset``."""
     start = time.perf_counter()
     device = _resolve_device(args.device)
-    tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    prompts = [
-        tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
-        for prompt in dataset["prompt"]
-    ]
+    tokenizer, prompts = chat_prompts(model_path, dataset["prompt"])
     if _use_vllm(args, model_path, device):
         texts, tokens = _generate_vllm(model_path, prompts, args)
     else:
