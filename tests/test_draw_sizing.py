@@ -108,6 +108,19 @@ def test_fit_costs_recovers_the_call_rollout_and_weight_load_costs():
     assert falling.rollout == 0.0 and falling.call >= 0.0
 
 
+def test_fit_costs_gives_the_same_bits_from_the_same_timings():
+    """The fit went through LAPACK (MKL), whose last bits change with the memory's alignment: the same timings gave
+    six different costs in 200 fits, and a resumed auto fitted other costs than the run it resumed (a test of the
+    restored state failed now and then). The fit is pure Python now: one answer, to the bit."""
+    calls = [CallTiming(r, 1.05 + 0.041 * r + first, first) for r, first in [(8, True), (16, True), (24, False)] * 3]
+    fits = set()
+    for size in range(1, 60):
+        padding = [torch.zeros(size) for _ in range(3)]  # moves where the next tensors, if any, are allocated
+        fits.add(fit_costs(calls, [0.5]))
+        del padding
+    assert len(fits) == 1
+
+
 def test_parse_costs_reads_seconds_and_refuses_anything_else():
     """`pods_auto_costs` is three named non-negative seconds; a missing, unknown, negative or non-numeric one is a
     clear error naming the expected form."""

@@ -12,18 +12,18 @@ the generations it makes anyway (no extra work):
 
 `fit_costs` fits ``call seconds = call + rollout x rollouts per process + load x first`` by non-negative least squares,
 and the rest of a step as the median time between generations (robust to an evaluation or a checkpoint now and then)
-plus the weight load.
+plus the weight load. The fit is pure Python, so that the same timings give the same costs to the bit (a resumed run
+plans as the uninterrupted one).
 
-This module imports only torch.
+This module imports nothing outside the standard library.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 from dataclasses import dataclass
-
-import torch
 
 __all__ = ["SPREAD", "CallTiming", "Costs", "fit_costs", "parse_costs", "spread"]
 
@@ -77,17 +77,46 @@ def parse_costs(text: str) -> Costs:
     return Costs(**values)
 
 
-def _non_negative_least_squares(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def _least_squares(x: list[list[float]], y: list[float]) -> list[float] | None:
+    """``argmin |x w - y|``, by modified Gram-Schmidt on the columns of ``x`` in Python floats with exactly rounded
+    sums: the same bits from the same numbers on every run (LAPACK's answer through MKL changes in its last bits with
+    the memory's alignment, and a resumed run must plan as the uninterrupted one); None where a column depends on the
+    others."""
+    columns, r, basis = [list(c) for c in zip(*x, strict=True)], {}, []
+    for j, column in enumerate(columns):
+        v = column
+        for i, q in enumerate(basis):
+            r[i, j] = math.fsum(a * b for a, b in zip(q, v, strict=True))
+            v = [a - r[i, j] * b for a, b in zip(v, q, strict=True)]
+        norm = math.sqrt(math.fsum(a * a for a in v))
+        if norm <= 1e-9 * math.sqrt(math.fsum(a * a for a in column)):
+            return None
+        r[j, j] = norm
+        basis.append([a / norm for a in v])
+    projections, rest = [], y
+    for q in basis:
+        projections.append(math.fsum(a * b for a, b in zip(q, rest, strict=True)))
+        rest = [a - projections[-1] * b for a, b in zip(rest, q, strict=True)]
+    w = [0.0] * len(basis)
+    for i in reversed(range(len(basis))):
+        w[i] = (projections[i] - math.fsum(r[i, j] * w[j] for j in range(i + 1, len(basis)))) / r[i, i]
+    return w
+
+
+def _non_negative_least_squares(x: list[list[float]], y: list[float]) -> list[float]:
     """``argmin |x w - y|`` over ``w >= 0``, by trying every set of free coefficients (``x`` has a few columns)."""
-    best, best_error = torch.zeros(x.size(1), dtype=x.dtype), float(y.square().sum())
-    for size in range(1, x.size(1) + 1):
-        for free in itertools.combinations(range(x.size(1)), size):
-            solution = torch.linalg.lstsq(x[:, free], y.unsqueeze(1)).solution.squeeze(1)
-            if (solution < 0).any():
+    width = len(x[0])
+    best, best_error = [0.0] * width, math.fsum(v * v for v in y)
+    for size in range(1, width + 1):
+        for free in itertools.combinations(range(width), size):
+            solution = _least_squares([[row[i] for i in free] for row in x], y)
+            if solution is None or any(v < 0 for v in solution):
                 continue
-            weights = torch.zeros(x.size(1), dtype=x.dtype)
-            weights[list(free)] = solution
-            error = float((x @ weights - y).square().sum())
+            weights = [0.0] * width
+            for i, v in zip(free, solution, strict=True):
+                weights[i] = v
+            fitted = [math.fsum(a * w for a, w in zip(row, weights, strict=True)) for row in x]
+            error = math.fsum((f - v) ** 2 for f, v in zip(fitted, y, strict=True))
             if error < best_error - 1e-12:
                 best, best_error = weights, error
     return best
@@ -114,9 +143,6 @@ def fit_costs(calls: list[CallTiming], between: list[float]) -> Costs | None:
     if not between or not firsts or not (spread(firsts) or spread(laters)):
         return None
     later = bool(laters)
-    x = torch.tensor(
-        [[1.0, c.rollouts, *([float(c.first)] if later else [])] for c in calls], dtype=torch.float64
-    )  # [calls, 2 or 3]
-    y = torch.tensor([c.seconds for c in calls], dtype=torch.float64)
-    call, rollout, *load = _non_negative_least_squares(x, y).tolist()
+    x = [[1.0, float(c.rollouts), *([float(c.first)] if later else [])] for c in calls]  # [calls][2 or 3]
+    call, rollout, *load = _non_negative_least_squares(x, [c.seconds for c in calls])
     return Costs(call=call, rollout=rollout, step=statistics.median(between) + (load[0] if load else 0.0))
