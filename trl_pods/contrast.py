@@ -83,14 +83,20 @@ def fit_pass_rates(
     return mean * size, (1 - mean) * size
 
 
+def _beta_binomial(a: float, b: float, n: int, k: int) -> float:
+    """``P(k passes of n)`` when pass rates follow ``Beta(a, b)`` (the beta-binomial), from log space."""
+    base = math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
+    return math.exp(
+        math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+        + math.lgamma(a + k) + math.lgamma(b + (n - k)) - math.lgamma(a + b + n) - base
+    )  # fmt: skip
+
+
 def contrast_rate(a: float, b: float, n: int) -> float:
     """``P(contrast | n)`` when pass rates follow ``Beta(a, b)`` (see the module docstring); 0 for ``n <= 1``."""
     if n <= 1:
         return 0.0
-    base = math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
-    all_pass = math.lgamma(a + n) + math.lgamma(b) - math.lgamma(a + b + n) - base
-    all_fail = math.lgamma(a) + math.lgamma(b + n) - math.lgamma(a + b + n) - base
-    return max(0.0, 1.0 - math.exp(all_pass) - math.exp(all_fail))
+    return max(0.0, 1.0 - _beta_binomial(a, b, n, n) - _beta_binomial(a, b, n, 0))
 
 
 def kept_signal(a: float, b: float, n: int, m: int) -> float:
@@ -107,13 +113,9 @@ def kept_signal(a: float, b: float, n: int, m: int) -> float:
     """
     if n < 2 or m < 2:
         return 0.0
-    base = math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
     total, contrast = 0.0, 0.0
     for k in range(1, n):
-        p = math.exp(
-            math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
-            + math.lgamma(a + k) + math.lgamma(b + n - k) - math.lgamma(a + b + n) - base
-        )  # fmt: skip
+        p = _beta_binomial(a, b, n, k)
         j = min(max(m // 2, m - (n - k)), k, m)
         total, contrast = total + p * j * (m - j) / m**2, contrast + p
     return total / contrast if contrast > 0 else 0.0
