@@ -38,7 +38,7 @@ from .cpu import set_up_cpu
 from .parsing import CommandParser
 from .reasoning_gym_tasks import is_reasoning_gym
 from .rewards import get_reward_func
-from .tasks import TASK_COMPLETION_LENGTHS, TASK_REWARDS, TASKS, load_task
+from .tasks import TASK_COMPLETION_LENGTHS, TASK_REWARDS, TASKS, is_generated, load_task
 from .train import check_data_file, check_hub_inputs, check_model, check_task
 
 __all__ = [
@@ -529,8 +529,7 @@ def output_paths(args: EvalArguments) -> tuple[Path, Path]:
 
 def describe(args: EvalArguments) -> str:
     """What an evaluation measures, in one line: the task and data, samples per problem and how they are drawn."""
-    generated = args.task == "arithmetic" or is_reasoning_gym(args.task)
-    data = args.dataset_path or ("generated offline" if generated else f"split {args.split}")
+    data = args.dataset_path or ("generated offline" if is_generated(args.task) else f"split {args.split}")
     sampling = (
         "greedy (temperature 0)"
         if args.temperature == 0

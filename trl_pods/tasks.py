@@ -33,6 +33,7 @@ __all__ = [
     "TASK_COMPLETION_LENGTHS",
     "TASK_REWARDS",
     "check_task_name",
+    "is_generated",
     "hub_dataset",
     "load_arithmetic",
     "load_gsm8k",
@@ -98,10 +99,15 @@ GSM8K_HUB, MATH_TRAIN_HUB, MATH_TEST_HUB = "openai/gsm8k", "EleutherAI/hendrycks
 """The Hub datasets of the tasks without a data file: GSM8K (both splits), MATH's training and test sets."""
 
 
+def is_generated(task: str) -> bool:
+    """Whether ``task`` is generated offline (the arithmetic task, a reasoning-gym dataset), not read from data."""
+    return task == "arithmetic" or is_reasoning_gym(task)
+
+
 def hub_dataset(task: str, split: str, path: str | Path | None = None) -> str | None:
     """The Hub dataset `load_task` reads for ``task``, ``split`` and ``path``: ``path`` when it names no local file,
     else the task's own; None when it reads none (the arithmetic task, a local file, a split the task lacks)."""
-    if task == "arithmetic" or is_reasoning_gym(task):
+    if is_generated(task):
         return None
     if path is not None:
         return None if Path(path).suffix.lower() in _FILE_FORMATS or Path(path).exists() else str(path)
@@ -246,7 +252,7 @@ def load_task(
     check_task_name(name)
     if prompt_style not in PROMPT_STYLES:
         raise ValueError(f"Unknown prompt style {prompt_style!r}; use one of {', '.join(PROMPT_STYLES)}.")
-    if name == "arithmetic" or is_reasoning_gym(name):
+    if is_generated(name):
         if path is not None:
             raise ValueError(f"The {name} task is generated, not read from a file: drop the path {str(path)!r}.")
         if name == "arithmetic":

@@ -41,7 +41,7 @@ from .hub import check_on_hub
 from .parsing import CommandParser
 from .reasoning_gym_tasks import check_reasoning_gym_task, is_reasoning_gym, parse_task_config
 from .rewards import get_reward_func
-from .tasks import TASK_COMPLETION_LENGTHS, TASK_REWARDS, check_task_name, hub_dataset, load_task
+from .tasks import TASK_COMPLETION_LENGTHS, TASK_REWARDS, check_task_name, hub_dataset, is_generated, load_task
 from .trainer import PODSGRPOTrainer
 
 DESCRIPTION = (
@@ -177,7 +177,7 @@ def check_model(flag: str, name: str) -> None:
 
 def check_data_file(flag: str, path: str | None, task: str) -> None:
     """Raise ValueError for a data path given to a generated task, or a missing local data file."""
-    if path and (task == "arithmetic" or is_reasoning_gym(task)):
+    if path and is_generated(task):
         raise ValueError(f"--{flag}: the {task} task is generated, not read from a file; drop --{flag}.")
     if path and Path(path).suffix.lower() in (".jsonl", ".json", ".parquet") and not Path(path).is_file():
         raise ValueError(f"--{flag} {path}: no such file.")
