@@ -12,7 +12,7 @@ from .down_sampling import get_down_sampler
 from .fields import ADVANTAGE_SCOPES, PODSFields
 from .generation_modes import get_generation_mode
 from .losses import MICRO_BATCH_TOKEN_LOSSES, SEQUENCE_AVERAGE_LOSSES
-from .refill import DEFAULT_DRAW_COVERAGE
+from .refill import DEFAULT_DRAW_COVERAGE, sized_draws
 from .schedules import SCHEDULES
 from .screening import get_screen_rule
 
@@ -419,7 +419,7 @@ def _check_draw_sizing(config: PODSConfig) -> None:
             f"refill, takes no 0); got {coverage!r} with "
             f"pods_generation={generation!r}."
         )
-    sized = generation == "auto" or (generation == "refill" and coverage > 0)
+    sized = sized_draws(generation, coverage)
     ratio = config.pods_max_prompt_ratio
     if ratio is not None and not sized:
         raise ValueError(

@@ -35,11 +35,17 @@ from .adaptive import has_contrast
 from .contrast import ContrastHistory, prompts_to_cover
 from .waves import GenerationMode, Wave, WaveState
 
-__all__ = ["DEFAULT_DRAW_COVERAGE", "DrawPlan", "RefillMode", "missing_groups", "refill_choice"]
+__all__ = ["DEFAULT_DRAW_COVERAGE", "DrawPlan", "RefillMode", "missing_groups", "refill_choice", "sized_draws"]
 
 DEFAULT_DRAW_COVERAGE = 0.9
 """`pods_draw_coverage` of refill and auto when it is not set: draws sized to cover what a step lacks with this
 probability (0: exactly the missing groups)."""
+
+
+def sized_draws(generation: str, coverage: float | None) -> bool:
+    """Whether ``pods_generation`` sizes its draws from the contrast rate (and may lay out room for
+    ``pods_max_prompt_ratio`` times the batch): auto, and refill with a ``pods_draw_coverage`` above 0."""
+    return generation == "auto" or (generation == "refill" and bool(coverage))
 
 
 def refill_choice(rewards: torch.Tensor, drawn: torch.Tensor, chosen: int) -> tuple[torch.Tensor, int]:

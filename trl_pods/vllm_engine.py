@@ -41,6 +41,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from .refill import sized_draws
+
 logger = logging.getLogger(__name__)
 
 # TRL 1.16 builds the colocate engine with max_num_batched_tokens=4096, and vLLM refuses max_num_seqs above it.
@@ -75,7 +77,7 @@ def rows_per_call(args: Any) -> int:
     rows = generated_rows_per_process(
         args.per_device_train_batch_size, args.steps_per_generation, args.pods_m, args.pods_n
     )
-    if args.pods_generation == "auto" or (args.pods_generation == "refill" and args.pods_draw_coverage):
+    if sized_draws(args.pods_generation, args.pods_draw_coverage):
         return args.pods_max_prompt_ratio * rows
     if args.pods_generation != "screened":
         return rows
