@@ -167,7 +167,7 @@ class RunStore:
         (False). The claim ends with the block. It is taken before the saved runs are read: a process that measured
         and saved the run released its claim only after saving, so the run is seen and not measured again."""
         self.claims.mkdir(parents=True, exist_ok=True)
-        marker = self.claims / "__".join(str(part).replace("/", "_").replace(" ", "_") for part in key)
+        marker = self.claims / key_name(key)
         held = _create_claim(marker, self.claims / ".lock")
         if held and key in self.done():
             marker.unlink()
@@ -177,6 +177,11 @@ class RunStore:
         finally:
             if held:
                 marker.unlink(missing_ok=True)
+
+
+def key_name(key: tuple) -> str:
+    """A file name for a run's key: its parts joined by ``__``, slashes and spaces as ``_``."""
+    return "__".join(str(part).replace("/", "_").replace(" ", "_") for part in key)
 
 
 def _create_claim(marker: Path, lock: Path) -> bool:

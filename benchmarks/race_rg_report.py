@@ -206,6 +206,12 @@ python benchmarks/time_to_target_rg.py --phase pilot      # then tune, fix (comm
 python benchmarks/time_to_target_rg.py --report           # this page
 ```
 
+A phase takes its runs as a queue: any number of processes side by side, each saving a run as it ends. A run trains
+in its own folder under `runs/race_rg/` (`--work`) with a whole checkpoint at every evaluation, so a run cut short
+(a stopped machine) continues from its last evaluated checkpoint when the phase is run again, the same run as one
+that did not stop on HF `generate` (a test checks it); on vLLM its sampling takes a new random stream there, and the
+run lists the step in `resumed_at`.
+
 On a CUDA machine with vLLM, the same race with a model of your own (its runs, and its base-model table from
 `reasoning_gym_base.py --model`, in a folder of their own), e.g.
 `python benchmarks/time_to_target_rg.py --engine vllm-cuda --model Qwen/Qwen2.5-0.5B-Instruct --data runs/qwen

@@ -15,6 +15,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import socket
 import tempfile
 import time
@@ -72,11 +73,13 @@ def run_arguments(
     engine: str = "vllm-cpu",
 ) -> tuple[ScriptArguments, PODSConfig, ModelConfig]:
     """The demo's arguments with the arm's settings, the plan's prompts per optimizer step in micro-batches of 4 rows
-    per prompt, its held-out problems excluded from training, a checkpoint every ``eval_every`` steps (None: none),
+    per prompt, its held-out problems excluded from training, a whole checkpoint every ``eval_every`` steps (None:
+    none),
     generating on ``engine`` (`ENGINES`). A reasoning-gym ``task`` trains on its dataset with the race's settings
     and completion length for it (`Race.task_configs`), rewarded by the dataset's own scorer."""
     options, plan = race.arms[arm], race.plan
-    checkpoints = dict(save_steps=eval_every) if eval_every else dict(save_strategy="no")
+    # whole checkpoints (optimizer and RNG states too): a run cut short continues exactly (`resume_point`)
+    checkpoints = dict(save_steps=eval_every, save_only_model=False) if eval_every else dict(save_strategy="no")
     engine_options = engine_arguments(engine, torch.cuda.is_available())
     generated = race.task_configs.get(task, {})
     lengths = {"max_completion_length": generated["max_completion_length"]} if generated else {}
@@ -132,11 +135,18 @@ def step_records(history: list[dict], trl_rollouts: int | None, per_generation: 
 
 
 def train_arm(
-    race: Race, arm: str, where: tuple, callbacks: list | None = None, engine: str = "vllm-cpu"
+    race: Race,
+    arm: str,
+    where: tuple,
+    callbacks: list | None = None,
+    engine: str = "vllm-cpu",
+    resume: str | None = None,
 ) -> list[list[float]]:
-    """Train one arm (``where``: `run_arguments`'s after the arm) on ``engine``; its `step_records`."""
+    """Train one arm (``where``: `run_arguments`'s after the arm) on ``engine``, from the checkpoint ``resume`` if
+    given; its `step_records` (from the first step: a checkpoint's log holds the steps before it)."""
     trainer_class, arguments = method_arguments(race, arm, *where, engine=engine)
     config = arguments[1]
+    config.resume_from_checkpoint = resume
     trl_rollouts = config.per_device_train_batch_size * config.gradient_accumulation_steps
     per_generation = config.steps_per_generation // config.gradient_accumulation_steps
     # trl.GRPOTrainer's colocate engine must take TRL's weight sync on vLLM-CPU too
@@ -177,20 +187,74 @@ def held_out_accuracy(race: Race, task: str, seed: int, problems: int, model: st
     return {**solved, "seconds": time.perf_counter() - start}
 
 
+def steps_per_generation(race: Race, arm: str) -> int:
+    """Optimizer steps an arm trains on one generation: ``steps_per_generation`` over the accumulation of a
+    `trl.GRPOTrainer` setting (`run_arguments`: micro-batches of 4 rows per prompt), 1 for a trl_pods arm."""
+    options = race.arms[arm]
+    accumulation = max(1, options["pods_m"] // 4)
+    return options.get("steps_per_generation", accumulation) // accumulation
+
+
+EVALUATIONS = "evaluations.json"
+"""A resumable run's evaluations so far and the steps it resumed at, in its folder (`HeldOut`, `resume_point`)."""
+
+
+def resume_point(folder: Path, per_generation: int) -> tuple[str | None, dict]:
+    """Where a run whose folder is ``folder`` continues: ``(checkpoint, record)``, the latest checkpoint that was
+    evaluated and falls on a generation's first step (a multiple of ``per_generation``: TRL regenerates at once
+    when it resumes), and the folder's `EVALUATIONS` record cut to it, with that step added to ``resumed_at``; the
+    checkpoints after it are removed. ``(None, {})`` with the folder emptied when there is none."""
+    path = folder / EVALUATIONS
+    record = json.loads(path.read_text()) if path.exists() else {"evaluations": [], "resumed_at": []}
+    evaluated = {step for step, _ in record["evaluations"]}
+    saved = {int(p.name.split("-")[1]): p for p in folder.glob("checkpoint-*") if p.name.split("-")[1].isdigit()}
+    usable = [step for step in saved if step in evaluated and step % per_generation == 0]
+    if not usable:
+        for entry in folder.iterdir() if folder.is_dir() else ():
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+        return None, {}
+    step = max(usable)
+    for later in (p for s, p in saved.items() if s > step):
+        shutil.rmtree(later)
+    kept = [[s, found] for s, found in record["evaluations"] if s <= step]
+    return str(saved[step]), {"evaluations": kept, "resumed_at": [*record["resumed_at"], step]}
+
+
 class HeldOut(TrainerCallback):
     """Evaluates every checkpoint as it is saved (`held_out_accuracy`: greedy, the run's held-out problems) with an
     RNG state of its own, so that evaluating does not change training; stops training at the evaluation that
-    confirms the endpoint (`confirmed`; ``target`` None: never)."""
+    confirms the endpoint (`confirmed`; ``target`` None: never). ``record`` (`resume_point`'s) carries a resumed
+    run's evaluations; with a ``folder``, the record is written there after each evaluation."""
 
-    def __init__(self, race: Race, task: str, seed: int, target: float | None, problems: int, model: Path):
+    def __init__(
+        self,
+        race: Race,
+        task: str,
+        seed: int,
+        target: float | None,
+        problems: int,
+        model: Path,
+        record: dict | None = None,
+        folder: Path | None = None,
+    ):
         self.race, self.task, self.seed, self.target, self.problems = race, task, seed, target, problems
-        self.evaluations = [(0, held_out_accuracy(race, task, seed, problems, str(model)))]  # the base model first
+        self.folder, self.resumed_at = folder, (record or {}).get("resumed_at", [])
+        self.evaluations = [tuple(e) for e in (record or {}).get("evaluations", [])]
+        if not self.evaluations:  # the base model first
+            self.evaluations = [(0, held_out_accuracy(race, task, seed, problems, str(model)))]
+            self._write()
+
+    def _write(self) -> None:
+        if self.folder is not None:
+            record = {"evaluations": self.evaluations, "resumed_at": self.resumed_at}
+            (self.folder / EVALUATIONS).write_text(json.dumps(record) + "\n")
 
     def on_save(self, args, state, control, **kwargs):
         checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         with torch.random.fork_rng():
             found = held_out_accuracy(self.race, self.task, self.seed, self.problems, str(checkpoint))
         self.evaluations.append((state.global_step, found))
+        self._write()
         print(f"step {state.global_step}: held-out accuracy {found['accuracy']:.3f} ({found['seconds']:.0f} s)",
               flush=True)  # fmt: skip
         if (
@@ -200,15 +264,31 @@ class HeldOut(TrainerCallback):
             control.should_training_stop = True
 
 
-def run(race: Race, model: Path, task: str, arm: str, seed: int, settings: dict, engine: str = "vllm-cpu") -> dict:
+def run(
+    race: Race,
+    model: Path,
+    task: str,
+    arm: str,
+    seed: int,
+    settings: dict,
+    engine: str = "vllm-cpu",
+    folder: Path | None = None,
+) -> dict:
     """Train one arm on one task from one seed until the endpoint is confirmed (``settings["target"]``; None: all
     its steps); its curve ``[step, accuracy, rollouts, rows, calls]`` (cumulative counts up to each evaluation, step 0
     the base model), its `step_records` and per evaluation its seconds (``eval_seconds``) and, on a reasoning-gym
-    task, its accuracy with the scorer on the raw completion (``raw_accuracy``)."""
-    evaluation = HeldOut(race, task, seed, settings["target"], settings["held_out"], model)
-    with tempfile.TemporaryDirectory() as out:
+    task, its accuracy with the scorer on the raw completion (``raw_accuracy``).
+
+    With a ``folder`` the run is resumable: it trains there and continues a run stopped in it from `resume_point`
+    (a run that resumed lists the steps in ``resumed_at``: vLLM's sampler starts a new random stream there, so such a
+    run is the same measurement but not the same bits as one that did not stop); else in a temporary folder."""
+    with nullcontext(folder) if folder is not None else tempfile.TemporaryDirectory() as out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        checkpoint, record = resume_point(Path(out), steps_per_generation(race, arm))
+        evaluation = HeldOut(race, task, seed, settings["target"], settings["held_out"], model, record,
+                             folder)  # fmt: skip
         where = (model, out, task, seed, settings["max_steps"], settings["eval_every"])
-        steps = train_arm(race, arm, where, [evaluation], engine)
+        steps = train_arm(race, arm, where, [evaluation], engine, checkpoint)
 
     def up_to(step: int, name: str) -> float:
         return sum(record[FIELD[name]] for record in steps if record[0] <= step)
@@ -220,6 +300,8 @@ def run(race: Race, model: Path, task: str, arm: str, seed: int, settings: dict,
     extra = {"eval_seconds": [found["seconds"] for _, found in evaluation.evaluations]}
     if task in race.task_configs:
         extra["raw_accuracy"] = [found["raw_accuracy"] for _, found in evaluation.evaluations]
+    if evaluation.resumed_at:
+        extra["resumed_at"] = evaluation.resumed_at
     print(f"{task} {arm} seed {seed}: " + ", ".join(f"{s}: {a:.3f}" for s, a, *_ in curve), flush=True)
     return {"task": task, "arm": arm, "seed": seed, "settings": settings, "curve": curve, "steps": steps, **extra,
             "device": cpu_model(), "versions": versions(("torch", "transformers", "trl", "peft", "vllm"))}  # fmt: skip

@@ -27,17 +27,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 from pathlib import Path
 
 import time_to_target_rg_plan as plan
 import torch
-from harness import DATA, RunStore
+from harness import DATA, RunStore, key_name
 from race_rg_report import render, write_report
 from race_runs import ENGINES, free_port, run, timing
 
 SMOKE_TASK = {"reasoning_gym:chain_sum": {"config": {"min_terms": 2, "max_terms": 3, "min_digits": 1,
                                                      "max_digits": 1}, "max_completion_length": 32}}  # fmt: skip
 """The smoke run's task: chain_sum as the base-model table measured it (10-50%: 0.14)."""
+WORK = Path(__file__).resolve().parent.parent / "runs" / "race_rg"
+"""Where a phase's runs train (``--work``; ``runs/`` is not committed): a run cut short continues from here."""
 SMOKE_LINE = "race_rg smoke: "
 """What starts the line a smoke run prints per run (its step and evaluation seconds, curve, raw accuracies)."""
 __all__ = ["main", "render"]
@@ -58,14 +61,18 @@ def costs(data: Path) -> dict[str, float] | None:
 
 
 def take(race, queue: list[tuple], store: RunStore, model: Path, args: argparse.Namespace) -> None:
-    """Take the runs of ``queue`` nobody has saved or claimed, one at a time, saving each as it ends."""
+    """Take the runs of ``queue`` nobody has saved or claimed, one at a time, saving each as it ends. Each trains in
+    a folder of its own under ``--work``, so that a run cut short (a stopped machine) continues from its last
+    evaluated checkpoint when it is taken again (`race_runs.resume_point`); the folder goes once the run is saved."""
     for key in queue:
         task, arm, seed = key
         if args.arms and arm not in args.arms:
             continue
         with store.claim(key) as mine:
             if mine:
-                store.append(run(race, model, task, arm, seed, race.settings(task), args.engine))
+                folder = Path(args.work) / key_name(key)
+                store.append(run(race, model, task, arm, seed, race.settings(task), args.engine, folder))
+                shutil.rmtree(folder)
 
 
 def phase(args: argparse.Namespace, model: Path) -> None:
@@ -147,6 +154,7 @@ def parser() -> argparse.ArgumentParser:
     found.add_argument("--engine", choices=list(ENGINES), default="vllm-cpu", help="where runs generate (ENGINES)")
     found.add_argument("--model", default=None, help="model folder or Hub name (default: SmolLM2-135M-Instruct)")
     found.add_argument("--data", default=str(DATA), help="folder of the runs (another model's: a folder of its own)")
+    found.add_argument("--work", default=str(WORK), help="folder of the runs' checkpoints while they train (resume)")
     found.add_argument("--timing_rounds", type=int, default=3)
     found.add_argument("--timing_steps", type=int, default=5, help="steps per arm and round (the first unused)")
     found.add_argument("--smoke", action="store_true", help="train a few steps per arm on seed 0; write nothing")

@@ -289,3 +289,59 @@ def test_the_page_reports_every_arm_against_the_fixed_baseline_and_refuses_anoth
     (tmp_path / "race_rg_fixed.json").write_text(json.dumps(fixing))
     with pytest.raises(SystemExit, match="not what the plan's rules give"):
         report.render(tmp_path)
+
+
+def test_a_resumed_run_starts_from_its_last_evaluated_checkpoint_on_a_generation_boundary(tmp_path):
+    """`race_runs.resume_point`: a run cut short continues from the latest checkpoint that was evaluated and falls on
+    a generation's first step (TRL regenerates at once when it resumes), drops the checkpoints and evaluations after
+    it and notes the step; a folder with none is emptied for a fresh start."""
+    runner = _benchmark("race_runs")
+    for step in (2, 4, 6, 8):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+    found = {"accuracy": 0.5, "seconds": 1.0}
+    record = {"evaluations": [[s, found] for s in (0, 2, 4, 6)], "resumed_at": [2]}  # 8 saved, not evaluated
+    (tmp_path / runner.EVALUATIONS).write_text(json.dumps(record))
+    checkpoint, resumed = runner.resume_point(tmp_path, per_generation=4)
+    assert checkpoint == str(tmp_path / "checkpoint-4")
+    assert resumed == {"evaluations": [[0, found], [2, found], [4, found]], "resumed_at": [2, 4]}
+    assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    assert runner.resume_point(tmp_path, per_generation=1)[0] == str(tmp_path / "checkpoint-4")
+    (tmp_path / runner.EVALUATIONS).write_text(json.dumps({"evaluations": [[0, found]], "resumed_at": []}))
+    assert runner.resume_point(tmp_path, per_generation=4) == (None, {}) and not any(tmp_path.iterdir())
+
+
+def test_a_run_stopped_after_a_checkpoint_continues_to_the_same_run(plan, tiny_model_path, tmp_path, monkeypatch):
+    """A race run stopped while it evaluates step 6 (`trl.GRPOTrainer` 4, 4 steps a generation: steps 1 and 5
+    generate) and taken again in its folder continues from step 4's checkpoint with the evaluations before it kept
+    (not measured again), and trains the same steps as a run that was not stopped: the same generations, rewards and
+    counts a step (HF generate on the CPU, the RNG restored from the checkpoint), with ``resumed_at`` saying where it
+    continued."""
+    runner, script = _benchmark("race_runs"), _benchmark("time_to_target_rg")
+    race = plan.tuning_race(script.SMOKE_TASK)
+    race = plan.Race("resume", {**race.plan, "held_out": 4}, race.arms, race.baselines, race.task_configs)
+    task, arm = next(iter(script.SMOKE_TASK)), plan.arm_name(4, 4, 2e-4)
+    settings = {**race.settings(task), "max_steps": 8, "eval_every": 2}
+
+    def measure(folder: Path) -> dict:
+        return runner.run(race, tiny_model_path, task, arm, 0, settings, "hf", folder)
+
+    whole = measure(tmp_path / "whole")
+    saved = runner.HeldOut.on_save
+
+    def stop_at_six(self, args, state, control, **kwargs):
+        saved(self, args, state, control, **kwargs)
+        if state.global_step == 6:
+            raise KeyboardInterrupt("the machine stopped")
+
+    monkeypatch.setattr(runner.HeldOut, "on_save", stop_at_six)
+    with pytest.raises(KeyboardInterrupt):
+        measure(tmp_path / "cut")
+    before = json.loads((tmp_path / "cut" / runner.EVALUATIONS).read_text())["evaluations"]
+    monkeypatch.setattr(runner.HeldOut, "on_save", saved)
+    resumed = measure(tmp_path / "cut")
+    assert resumed["resumed_at"] == [4] and "resumed_at" not in whole
+    assert [p[0] for p in resumed["curve"]] == [0, 2, 4, 6, 8]
+    assert resumed["eval_seconds"][:3] == [found["seconds"] for _, found in before[:3]]  # kept, not measured again
+    assert [r[0] for r in resumed["steps"]] == list(range(1, 9))
+    assert [r[2:] for r in resumed["steps"]] == [r[2:] for r in whole["steps"]]
+    assert [p[1:] for p in resumed["curve"]] == [p[1:] for p in whole["curve"]]
