@@ -243,3 +243,19 @@ def test_auto_explores_call_sizes_that_the_fit_can_tell_apart():
     assert auto._exploring(state, None) == DrawPlan(4, 8, 2, None), (
         "32 rollouts: 46 / 32 = 1.44 against 64 / 46 = 1.39"
     )
+
+
+def test_auto_says_when_its_calls_cannot_tell_the_costs_apart():
+    """With pods_max_prompt_ratio 1 and pods_n below 1.5 x pods_m, auto's first calls can never differ enough for the
+    cost fit (`trl_pods.costs.SPREAD`): it plans as sized refill, and its line says so and what to set, instead of
+    "measuring what generating costs" for ever while nothing it can draw would let it measure them."""
+    for ratio, expected in ((1, "too little to tell a call's cost from a rollout's"), (2, "measuring what")):
+        config = SimpleNamespace(pods_m=4, pods_n=4, pods_max_draws=2, pods_draw_coverage=0.9,
+                                 pods_max_prompt_ratio=ratio, pods_auto_costs=None)  # fmt: skip
+        auto, refill = AutoMode(config), RefillMode(config)
+        room, share = 8 * ratio, 8
+        state = WaveState(4, 1, room, share, torch.full((room, 4), torch.nan), torch.zeros(room, dtype=torch.long),
+                          torch.arange(room) < share)  # fmt: skip
+        assert auto.plan(state) == refill.plan(state)
+        (line,) = auto.notes()
+        assert expected in line and ("pods_auto_costs" in line) == (ratio == 1), line

@@ -297,7 +297,16 @@ class AutoMode(RefillMode):
         floor = None if self.coverage is None else RefillMode.plan(self, state)  # sized refill's plan
         if costs is None:
             exploring = self._exploring(state, floor)
-            self._announce(exploring, f"measuring what generating costs ({len(self.calls)} calls timed so far)")
+            if self.n_max * room >= SPREAD * self.m * state.share:
+                self._announce(exploring, f"measuring what generating costs ({len(self.calls)} calls timed so far)")
+            else:
+                self._announce(
+                    exploring,
+                    f"its first calls can differ by at most {self.n_max * room / (self.m * state.share):.2f}x in "
+                    f"rollouts (pods_n / pods_m x pods_max_prompt_ratio), too little to tell a call's cost from a "
+                    f"rollout's ({SPREAD}x): it plans as sized refill until later calls of two sizes are timed; "
+                    "pods_auto_costs gives it costs to plan with",
+                )
             return exploring
         ladder = rollout_ladder(self.m, self.n_max)
         signal = functools.partial(_signal, self.history, self.m)
