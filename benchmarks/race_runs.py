@@ -334,27 +334,37 @@ def measure(race: Race, planned: list[tuple], model: Path, args: argparse.Namesp
                 yield result
 
 
-def timing(race: Race, model: Path, args: argparse.Namespace) -> Iterator[dict]:
+def timing(race: Race, model: Path, args: argparse.Namespace, earlier: dict | None = None) -> Iterator[dict]:
     """Every arm ``--timing_steps`` steps per round, round robin over ``--timing_rounds`` rounds in this process (the
     order rotated each round, `harness.interleaved`; round r trains from seed r), on the first of ``--tasks``, on
     ``--engine``; the load average before and after every run. Yields the measurement so far after each run, so a
-    cut-short one keeps what it measured."""
-    task, loads, records = args.tasks[0], [os.getloadavg()], []
+    cut-short one keeps what it measured; given that measurement (``earlier``), it continues with the runs it lacks
+    (refused where it was measured otherwise)."""
+    task, loads, records, done = args.tasks[0], [os.getloadavg()], [], []
     gpu = engine_arguments(args.engine, torch.cuda.is_available()).get("bf16", False)  # hf on a CUDA GPU
+    same = {"task": task, "steps_per_run": args.timing_steps, "threads": torch.get_num_threads(),
+            "prompts_per_step": race.plan["prompts_per_step"]}  # fmt: skip
+    if earlier is not None:
+        if {key: earlier.get(key) for key in same} != same:
+            raise SystemExit(f"the timing run saved so far was measured with {({k: earlier.get(k) for k in same})}, "
+                             f"not {same}: remove its file to measure again.")  # fmt: skip
+        loads, records, done = earlier["load"], earlier["records"], earlier.get("runs", [])
     for round_, arm in interleaved(args.arms, args.timing_rounds):
+        if [arm, round_] in done:
+            continue
         with tempfile.TemporaryDirectory() as out:
             steps = train_arm(race, arm, (model, out, task, round_, args.timing_steps, None), engine=args.engine)
         records += [[arm, round_, *record] for record in steps[1:]]  # the first step warms the engine up
         loads.append(os.getloadavg())
+        done.append([arm, round_])
         print(f"timing round {round_} {arm}: " + ", ".join(f"{r[1]:.2f}" for r in steps) + " s", flush=True)
         yield {
             "device": torch.cuda.get_device_name() if gpu else cpu_model(),
             "engine": "the vLLM CPU engine (colocate)" if args.engine == "vllm-cpu"
             else f"HF generate, {'bf16' if gpu else 'fp32'}",
-            "versions": versions(("torch", "transformers", "trl", "peft", "vllm")), "task": task,
-            "prompts_per_step": race.plan["prompts_per_step"], "rounds": round_ + 1,
-            "steps_per_run": args.timing_steps, "threads": torch.get_num_threads(),
-            "fields": ["arm", "round", *STEP_FIELDS], "records": records, "load": loads,
+            "versions": versions(("torch", "transformers", "trl", "peft", "vllm")), **same,
+            "rounds": round_ + 1, "fields": ["arm", "round", *STEP_FIELDS], "records": records, "load": loads,
+            "runs": done,
         }  # fmt: skip
 
 

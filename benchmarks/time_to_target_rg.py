@@ -8,7 +8,7 @@ each run as it ends, to ``docs/benchmarks/data/race_rg_tuning.jsonl`` (pilot and
 4 prompts per optimizer step, vLLM's CPU engine), on the task's dataset with the setting and completion length the
 base-model table measured, rewarded by the dataset's own scorer.
 
-    python benchmarks/time_to_target_rg.py --phase timing    # interleaved step times of every setting (idle)
+    python benchmarks/time_to_target_rg.py --phase timing    # interleaved step times of every setting (idle; resumes)
     python benchmarks/time_to_target_rg.py --phase pilot     # the pilot seed on every candidate task
     python benchmarks/time_to_target_rg.py --phase tune      # the tuning runs (first seeds, then second seeds)
     python benchmarks/time_to_target_rg.py --phase fix       # race_rg_fixed.json (baseline, target, budget): commit
@@ -84,8 +84,9 @@ def phase(args: argparse.Namespace, model: Path) -> None:
     if args.phase == "timing":
         race = plan.Race("race_rg_timing", tuning.plan, plan.TIMING_ARMS, tuple(plan.TUNING_ARMS), found)
         args.arms, args.tasks = args.arms or list(plan.TIMING_ARMS), [next(iter(found))]
-        for measured in timing(race, model, args):
-            (data / "race_rg_timing.json").write_text(json.dumps(measured) + "\n")
+        saved = data / "race_rg_timing.json"
+        for measured in timing(race, model, args, json.loads(saved.read_text()) if saved.exists() else None):
+            saved.write_text(json.dumps(measured) + "\n")
         return
     if args.phase == "pilot":
         if lacking := plan.missing(read_jsonl(data / plan.BASE_TABLE)):

@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from helpers import import_from
@@ -345,3 +346,33 @@ def test_a_run_stopped_after_a_checkpoint_continues_to_the_same_run(plan, tiny_m
     assert [r[0] for r in resumed["steps"]] == list(range(1, 9))
     assert [r[2:] for r in resumed["steps"]] == [r[2:] for r in whole["steps"]]
     assert [p[1:] for p in resumed["curve"]] == [p[1:] for p in whole["curve"]]
+
+
+def test_a_timing_run_cut_short_continues_with_the_runs_it_lacks(plan, monkeypatch):
+    """The interleaved timing run (`race_runs.timing`) saves its measurement after every run; given it back, it
+    trains only the (arm, round) runs it lacks, in the same rotated order, and keeps the earlier records and loads;
+    a measurement of other settings (another step count) is refused rather than mixed in. It used to start over."""
+    runner, script = _benchmark("race_runs"), _benchmark("time_to_target_rg")
+    race = plan.tuning_race(script.SMOKE_TASK)
+    trained = []
+
+    def fake_train_arm(race, arm, where, callbacks=None, engine="vllm-cpu", resume=None):
+        trained.append((arm, where[3]))  # where: model, out, task, seed (the round), steps, eval_every
+        return [[step, 1.0, 16, 16, 1.0, 0.5, 0.5, 20.0] for step in (1, 2, 3)]
+
+    monkeypatch.setattr(runner, "train_arm", fake_train_arm)
+    arms = [plan.PILOT_ARM, "auto 16->4"]
+    args = SimpleNamespace(tasks=[next(iter(script.SMOKE_TASK))], arms=arms, timing_rounds=2, timing_steps=3,
+                           engine="hf")  # fmt: skip
+    cut = None
+    for i, cut in enumerate(runner.timing(race, Path("model"), args)):
+        if i == 1:
+            break
+    whole = list(runner.timing(race, Path("model"), args))[-1]
+    trained.clear()
+    resumed = list(runner.timing(race, Path("model"), args, json.loads(json.dumps(cut))))[-1]
+    assert trained == [("auto 16->4", 1), (plan.PILOT_ARM, 1)]  # round 1 rotated, round 0 not again
+    assert resumed["runs"] == whole["runs"] and len(resumed["records"]) == len(whole["records"]) == 8
+    assert resumed["records"][:4] == cut["records"] and len(resumed["load"]) == 5
+    with pytest.raises(SystemExit, match="remove its file"):
+        next(runner.timing(race, Path("model"), SimpleNamespace(**{**vars(args), "timing_steps": 5}), cut))
