@@ -5,6 +5,7 @@ from the runs and refusing runs off the plan; and the command's smoke mode on th
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -364,10 +365,7 @@ def test_a_timing_run_cut_short_continues_with_the_runs_it_lacks(plan, monkeypat
     arms = [plan.PILOT_ARM, "auto 16->4"]
     args = SimpleNamespace(tasks=[next(iter(script.SMOKE_TASK))], arms=arms, timing_rounds=2, timing_steps=3,
                            engine="hf")  # fmt: skip
-    cut = None
-    for i, cut in enumerate(runner.timing(race, Path("model"), args)):
-        if i == 1:
-            break
+    cut = list(itertools.islice(runner.timing(race, Path("model"), args), 2))[-1]  # stopped after two runs
     whole = list(runner.timing(race, Path("model"), args))[-1]
     trained.clear()
     resumed = list(runner.timing(race, Path("model"), args, json.loads(json.dumps(cut))))[-1]
