@@ -95,6 +95,21 @@ def test_the_datasets_scorer_is_the_reward_right_wrong_and_hostile():
     assert get_reward_func("reasoning_gym")(answers, **_columns(words)) == expected
 
 
+def test_a_conversation_is_scored_on_its_last_assistant_message_as_the_other_rewards_do():
+    """Both reasoning-gym rewards read a conversation as math-verify's reward does (`rewards.completion_text`): its
+    last assistant message, content parts joined; a tool message after it is not the answer. They read the last
+    message of any role, and no content parts."""
+    rows = load_task("reasoning_gym:chain_sum", "test", config=CHAIN_SUM, seed=0, n_test=1)
+    answer = f"<answer>{rows['answer'][0]}</answer>"
+    completions = [
+        [{"role": "assistant", "content": answer}, {"role": "tool", "content": "42"}],
+        [{"role": "assistant", "content": [{"type": "text", "text": answer}]}],
+    ]
+    columns = {name: values * 2 for name, values in _columns(rows).items()}
+    assert get_reward_func("reasoning_gym")(completions, **columns) == [1.0, 1.0]
+    assert get_reward_func("reasoning_gym_format")(completions) == [1.0, 1.0]
+
+
 def test_format_reward_wants_one_non_empty_answer_tag():
     """`reasoning_gym_format`: 1.0 for one ``<answer>…</answer>`` with content, else 0.0."""
     completions = ["<answer>7</answer>", "x <answer> 7 </answer> y", "<answer></answer>", "7", "<answer>7"]

@@ -39,6 +39,7 @@ from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
 
+from .rewards import completion_text
 from .sandbox import Sandbox
 
 __all__ = [
@@ -399,16 +400,6 @@ def score_answers(answers: list[str], tasks: list[str], configs: list[str], entr
     return scores
 
 
-def _text(completion: object) -> str:
-    """A completion's text: the string itself, or the content of a conversation's last message."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
-        content = completion[-1].get("content")
-        return content if isinstance(content, str) else ""
-    return ""
-
-
 def reasoning_gym_reward(
     completions: list,
     reasoning_gym_task: list[str],
@@ -420,14 +411,13 @@ def reasoning_gym_reward(
     """The dataset's own score, in [0, 1], of each completion's answer (`extract_answer`; `score_answers`).
 
     Args:
-        completions: Strings, or conversations whose last message is scored.
+        completions: Strings, or conversations whose last assistant message is scored (`completion_text`).
         reasoning_gym_task, reasoning_gym_config, reasoning_gym_entry, reasoning_gym_numeric: The dataset's columns
             (`load_reasoning_gym`).
         **kwargs: Other columns and TRL's extras, ignored.
     """
-    answers = [
-        extract_answer(_text(c), numeric) for c, numeric in zip(completions, reasoning_gym_numeric, strict=True)
-    ]
+    pairs = zip(completions, reasoning_gym_numeric, strict=True)
+    answers = [extract_answer(completion_text(c), numeric) for c, numeric in pairs]
     return score_answers(answers, reasoning_gym_task, reasoning_gym_config, reasoning_gym_entry)
 
 
@@ -436,7 +426,7 @@ def reasoning_gym_format_reward(completions: list, **kwargs) -> list[float]:
     else 0.0: the format reasoning-gym's prompt asks for."""
     rewards = []
     for completion in completions:
-        text = _text(completion)
+        text = completion_text(completion)
         start, end = text.find("<answer>"), text.find("</answer>")
         once = text.count("<answer>") == 1 and text.count("</answer>") == 1
         rewards.append(float(once and start < end and bool(text[start + len("<answer>") : end].strip())))

@@ -48,6 +48,7 @@ __all__ = [
     "REWARD_FUNCS",
     "REWARD_TIMEOUT_S",
     "accuracy_reward",
+    "completion_text",
     "format_reward",
     "get_reward_func",
     "gsm8k_reward",
@@ -120,7 +121,7 @@ def reward_workers() -> int:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _completion_text(completion: object) -> str:
+def completion_text(completion: object) -> str:
     """The text of a completion: a string, or the last assistant message of a conversation ("" if none)."""
     if isinstance(completion, str):
         return completion
@@ -287,7 +288,7 @@ def _correctness(completions: list, answer: list | None, solution: list | None) 
     n = len(completions)
     golds = [_gold_text(a, s) for a, s in zip(answer or [None] * n, solution or [None] * n, strict=True)]
     todo = [i for i, gold in enumerate(golds) if gold is not None]
-    items = [(golds[i], _answer_candidates(_completion_text(completions[i]))) for i in todo]
+    items = [(golds[i], _answer_candidates(completion_text(completions[i]))) for i in todo]
     rewards: list[float | None] = [None] * n
     for i, reward in zip(todo, _score(items, reward_timeout()) if items else [], strict=True):
         rewards[i] = reward
@@ -337,7 +338,7 @@ def format_reward(completions: list, **kwargs) -> list[float]:
         completions: Strings or conversations, as for `accuracy_reward`.
         **kwargs: Dataset columns and TRL's extras, ignored.
     """
-    return [float(_has_format(_completion_text(c))) for c in completions]
+    return [float(_has_format(completion_text(c))) for c in completions]
 
 
 def gsm8k_reward(
@@ -356,7 +357,7 @@ def gsm8k_reward(
         **kwargs: Other dataset columns and TRL's extras, ignored.
     """
     rewards = _correctness(completions, answer, solution)
-    texts = [_completion_text(c) for c in completions]
+    texts = [completion_text(c) for c in completions]
     return [
         r if r is None or r == 1.0 else _TAG_CREDIT * sum(text.count(tag) == 1 for tag in _TAGS)
         for r, text in zip(rewards, texts, strict=True)
