@@ -206,6 +206,36 @@ def test_killed_worker_is_replaced():
     assert rewards._WORKER._proc.pid != proc.pid
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_DATA and /proc are Linux's")
+def test_a_worker_cannot_allocate_past_its_headroom():
+    """A scorer's worker holds its imports plus `sandbox.MEMORY_HEADROOM` of data at most: an answer built to exhaust
+    memory fails there with MemoryError (its item scores None -> 0) instead of growing until the OOM killer picks
+    the trainer. The cap is what a process under `_limit_memory` gets: an allocation past it raises."""
+    from trl_pods import sandbox
+
+    assert accuracy_reward(["\\boxed{1}"], answer=["1"]) == [1.0]
+    limits = Path(f"/proc/{rewards._WORKER._proc.pid}/limits").read_text().splitlines()
+    soft = next(line for line in limits if line.startswith("Max data size")).split()[3]
+    assert soft.isdigit() and sandbox.MEMORY_HEADROOM < int(soft) < sandbox.MEMORY_HEADROOM + (8 << 30)
+    probe = textwrap.dedent(
+        f"""
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("sandbox", {str(Path(sandbox.__file__))!r})
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        bytearray(64 << 20)  # within any headroom
+        module._limit_memory(256 << 20)
+        bytearray(64 << 20)
+        try:
+            bytearray(1 << 30)
+        except MemoryError:
+            print("refused")
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == "refused", result.stderr
+
+
 def test_forked_child_gets_its_own_worker():
     """After os.fork the child starts its own worker instead of reading answers meant for its parent."""
     assert accuracy_reward(["\\boxed{1}"], answer=["1"]) == [1.0]

@@ -9,7 +9,8 @@ loaded, never ``trl_pods/__init__.py`` (torch, TRL). It lives as long as its `Sa
 module's imports once (about a second for reasoning-gym), an item then costs one pipe round trip.
 
 Safety nets: each item also caps the worker's own CPU time (``RLIMIT_CPU``, timeout + 2 s) so that the kernel ends a
-runaway worker even when its parent is gone; an idle worker exits when its pipe closes; ``atexit`` kills every
+runaway worker even when its parent is gone; the worker's memory is capped at what its imports took plus
+`MEMORY_HEADROOM` (``RLIMIT_DATA``, on Linux); an idle worker exits when its pipe closes; ``atexit`` kills every
 worker; a forked child (a DataLoader worker) drops its copies of the parent's workers. What a sandbox does not do:
 restrict what the code may do. Code that must never run (``eval`` of model text) has to be refused before it is
 sent (see `trl_pods.reasoning_gym_tasks.admissible`).
@@ -48,6 +49,10 @@ _BOOT = (
     "importlib.import_module('trl_pods.sandbox')._serve(*sys.argv[2:5], int(sys.argv[5]))\n"
 )
 
+MEMORY_HEADROOM = 2 << 30
+"""Bytes of data an item may allocate in a worker beyond what the worker held once it had imported its module: an
+answer built to exhaust memory raises MemoryError there (its item gives None) instead of starving the trainer."""
+
 logger = logging.getLogger(__name__)
 
 
@@ -58,6 +63,22 @@ def _limit_cpu(seconds: float) -> None:
     _, hard = resource.getrlimit(resource.RLIMIT_CPU)
     soft = math.ceil(time.process_time() + seconds)
     resource.setrlimit(resource.RLIMIT_CPU, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
+
+
+def _limit_memory(headroom: int) -> None:
+    """Cap this process's data (heap and anonymous mappings, ``RLIMIT_DATA``) at what it holds now plus
+    ``headroom`` bytes, so that an allocation past it raises MemoryError; no cap where the kernel does not say what
+    the process holds (not Linux)."""
+    import resource
+
+    try:
+        with open("/proc/self/status") as status:
+            held = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmData:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return
+    _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    soft = held + headroom
+    resource.setrlimit(resource.RLIMIT_DATA, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
 
 
 def _serve(module: str, function: str, prepare: str, fd: int) -> None:
@@ -71,6 +92,7 @@ def _serve(module: str, function: str, prepare: str, fd: int) -> None:
     if prepare:
         getattr(code, prepare)()
     work = getattr(code, function)
+    _limit_memory(MEMORY_HEADROOM)  # after the imports: what an item allocates, past them
     conn = Connection(fd)
     conn.send(_READY)
     while True:
