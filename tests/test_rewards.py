@@ -236,6 +236,25 @@ def test_a_worker_cannot_allocate_past_its_headroom():
     assert result.stdout.strip() == "refused", result.stderr
 
 
+def test_a_worker_that_dies_before_an_item_reaches_it_costs_nothing(monkeypatch):
+    """A worker that is alive when a call checks it and dead before it answers (killed in between: the OOM killer,
+    kill -9) is restarted and the item sent once more; it used to score that item 0 without trying it."""
+    assert accuracy_reward(["\\boxed{1}"], answer=["1"]) == [1.0]
+    ensure = rewards._WORKER._ensure_running
+    killed = []
+
+    def ensure_then_die():
+        ensure()
+        if not killed:
+            killed.append(rewards._WORKER._proc.pid)
+            os.kill(killed[0], signal.SIGKILL)
+            rewards._WORKER._proc.wait(timeout=10)
+
+    monkeypatch.setattr(rewards._WORKER, "_ensure_running", ensure_then_die)
+    assert accuracy_reward(["\\boxed{2}", "\\boxed{3}"], answer=["2", "4"]) == [1.0, 0.0]
+    assert killed and rewards._WORKER._proc.pid != killed[0]
+
+
 def test_forked_child_gets_its_own_worker():
     """After os.fork the child starts its own worker instead of reading answers meant for its parent."""
     assert accuracy_reward(["\\boxed{1}"], answer=["1"]) == [1.0]

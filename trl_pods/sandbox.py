@@ -129,12 +129,14 @@ class Sandbox:
 
     def run(self, items: Sequence[Any], timeout: float) -> list[Any]:
         """The function's result for every item, in order; None for an item that raised or ran past ``timeout``
-        seconds (the worker is then restarted for the items after it).
+        seconds (the worker is then restarted for the items after it). A worker that dies without answering (killed
+        from outside, or crashing on the item) is restarted and the item sent once more; None if it dies again.
 
         Raises:
             RuntimeError: the worker could not be started.
         """
         results: list[Any] = []
+        retried = -1  # the item sent again after its worker died without an answer
         with self._lock:
             while len(results) < len(items):
                 self._ensure_running()
@@ -146,13 +148,16 @@ class Sandbox:
                             raise TimeoutError
                         results.append(self._conn.recv())
                 except (OSError, EOFError) as err:  # TimeoutError is an OSError
+                    self.close()
+                    if not isinstance(err, TimeoutError) and retried != len(results):
+                        retried = len(results)  # the worker may have died before the item reached it: once more
+                        continue
                     logger.warning(
                         "%s.%s %s on an item; it counts as None and the worker was restarted.",
                         self.module,
                         self.function,
                         f"took over {timeout:g} s" if isinstance(err, TimeoutError) else f"failed ({err!r})",
                     )
-                    self.close()
                     results.append(None)
                 except BaseException:
                     self.close()  # e.g. KeyboardInterrupt: answers left in the pipe must never reach a later call
