@@ -100,7 +100,7 @@ def run_arguments(
         per_device_train_batch_size=4 * plan["prompts_per_step"], gradient_accumulation_steps=accumulation(options),
         pods_selection_log=False, **checkpoints, **lengths, **options, **engine_options,
     )  # fmt: skip
-    script_args.arithmetic_test_size = plan["held_out"]
+    script_args.task_test_size = plan["held_out"]
     if generated:
         script_args = ScriptArguments(task=task, task_config=json.dumps(generated["config"]),
                                       task_test_size=plan["held_out"], reward_funcs=["reasoning_gym"])  # fmt: skip

@@ -67,7 +67,7 @@ LAYOUTS = {  # options, then a checkpoint step inside a generation cycle (genera
     # both prompts ("0 + 3", always solved, and "7 + 5", a coin flip) every step: allocations from their history
     "budgeted": (
         ["--reward_funcs", "helpers.slow_even_solved_reward", "--pods_generation", "budgeted", "--pods_budget", "6"]
-        + ["--arithmetic_train_size", "2", "--per_device_train_batch_size", "8"],
+        + ["--task_train_size", "2", "--per_device_train_batch_size", "8"],
         2,
     ),
 }
@@ -167,7 +167,7 @@ def test_killed_two_process_run_resumes_exactly_mid_epoch(tiny_model_path, tmp_p
     and epoch 2) trains on the uninterrupted run's prompts, rollouts and selections, with its losses. Guards the CPU
     crash loading the PODS state onto ``cpu:0``, and a resumed epoch replaying epoch 0's prompt order."""
     mode_options, train_size = TWO_PROCESS_MODES[mode]
-    options = [*mode_options, "--arithmetic_train_size", str(train_size), "--per_device_train_batch_size", "8"]
+    options = [*mode_options, "--task_train_size", str(train_size), "--per_device_train_batch_size", "8"]
 
     def command(out, *extra):
         return [*_launch(2), *_command(tiny_model_path, out, 5, 3, *options, *extra)]

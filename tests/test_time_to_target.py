@@ -64,7 +64,7 @@ def test_baseline_is_trl_grpo_trainer_on_the_same_arguments(study, runner):
     assert trainer_class is GRPOTrainer and type(config) is GRPOConfig
     assert config.to_dict() == {k: v for k, v in pods_config.to_dict().items() if not k.startswith("pods_")}
     assert (config.num_generations, config.gradient_accumulation_steps, config.generation_batch_size) == (16, 4, 64)
-    assert script.arithmetic_test_size == study.PLAN["held_out"] == 200
+    assert script.task_test_size == study.PLAN["held_out"] == 200
     for arm in study.ARMS:
         trainer_class, (_, config, _) = runner.method_arguments(study.RACE, arm, *where)
         assert trainer_class is (GRPOTrainer if arm in study.TRL_GROUP_SIZES else PODSGRPOTrainer)

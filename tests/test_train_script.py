@@ -269,6 +269,10 @@ BAD_FLAGS = {
         ["--per_device_train_batch_size", "4", "--pods_mm", "4"],
         "unknown flags (--help-all lists all): ['--pods_mm', '4'] (did you mean --pods_m?)",
     ),
+    "flag of an earlier version": (
+        ["--task", "arithmetic", "--arithmetic_train_size", "100"],
+        "unknown flags (--help-all lists all): ['--arithmetic_train_size', '100'] (did you mean --task_train_size?)",
+    ),
     "missing checkpoint folder": (
         ["--resume_from_checkpoint", "/tmp/no-such-dir/checkpoint-10"],
         "--resume_from_checkpoint /tmp/no-such-dir/checkpoint-10: no such folder",
@@ -536,3 +540,15 @@ def test_overwrite_output_dir_refuses_to_empty_the_working_folder_its_parents_or
         train_module.check_output_dir(str(home) if where == "HOME" else where, resuming=False, overwrite=True)
     assert (work / "notes.txt").read_text() == "mine"
     train_module.check_output_dir(str(work / "runs"), resuming=False, overwrite=True)  # a folder below it: allowed
+
+
+def test_one_pair_of_size_flags_serves_every_generated_task():
+    """``--task_train_size``/``--task_test_size`` size the arithmetic task and reasoning-gym's alike (arithmetic had a
+    pair of its own); the held-out default is each task's (`trl_pods.tasks.TASK_TEST_SIZES`: 50 and 200) and a Hub
+    task has none."""
+    from trl_pods.train import ScriptArguments, load_datasets
+
+    assert [ScriptArguments(task=t).task_test_size for t in ("arithmetic", "reasoning_gym:chain_sum", "gsm8k")] == [
+        50, 200, None]  # fmt: skip
+    train, _ = load_datasets(ScriptArguments(task="arithmetic", task_train_size=30, task_test_size=7), seed=3)
+    assert len(train) == 30

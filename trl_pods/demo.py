@@ -142,7 +142,7 @@ def verdict(accuracy_by_step: list[tuple[int, float]], steps_planned: int) -> li
 def held_out(difficulty: str = "add1", seed: int = SEED, problems: int = HELD_OUT, **kwargs) -> dict:
     """Greedy accuracy on the ``problems`` held-out problems of a training run with this ``seed`` (the demo's by
     default), which that run does not train on when the difficulty has at least twice as many distinct problems and
-    the run's `ScriptArguments.arithmetic_test_size` is ``problems`` (`trl_pods.arithmetic.train_test_arithmetic`);
+    the run's `ScriptArguments.task_test_size` is ``problems`` (`trl_pods.arithmetic.train_test_arithmetic`);
     `trl_pods.evaluate.evaluate`'s report."""
     args = EvalArguments(
         task="arithmetic", arithmetic_difficulty=difficulty, arithmetic_seed=seed, max_problems=problems,

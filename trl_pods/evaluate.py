@@ -38,7 +38,7 @@ from .cpu import set_up_cpu
 from .parsing import CommandParser
 from .reasoning_gym_tasks import is_reasoning_gym
 from .rewards import get_reward_func
-from .tasks import TASK_COMPLETION_LENGTHS, TASK_REWARDS, TASKS, is_generated, load_task
+from .tasks import TASK_COMPLETION_LENGTHS, TASK_REWARDS, TASK_TEST_SIZES, TASKS, is_generated, load_task
 from .train import check_data_file, check_hub_inputs, check_model, check_task
 
 __all__ = [
@@ -269,7 +269,7 @@ def _reasoning_gym_problems(args: EvalArguments) -> Dataset:
     script = run.get("script", {}) if run.get("script", {}).get("task") == args.task else {}
     config = args.task_config if args.task_config is not None else script.get("task_config")
     seed = run.get("training", {}).get("seed", args.seed) if script else args.seed
-    n_test = script.get("task_test_size", args.max_problems or 200)
+    n_test = script.get("task_test_size") or args.max_problems or TASK_TEST_SIZES[args.task]
     dataset = load_task(args.task, "test", config=config, seed=seed, n_test=n_test)
     return dataset.select(range(min(args.max_problems or n_test, n_test)))
 
@@ -281,7 +281,8 @@ def _load_problems(args: EvalArguments) -> Dataset:
     if args.task == "arithmetic":
         seed = args.seed if args.arithmetic_seed is None else args.arithmetic_seed
         difficulty = args.arithmetic_difficulty
-        return load_task("arithmetic", "test", difficulty=difficulty, seed=seed, n_test=args.max_problems or 50)
+        n_test = args.max_problems or TASK_TEST_SIZES["arithmetic"]
+        return load_task("arithmetic", "test", difficulty=difficulty, seed=seed, n_test=n_test)
     dataset = load_task(args.task, args.split, args.dataset_path, args.prompt_style)
     if args.max_problems is not None:
         dataset = dataset.select(range(min(args.max_problems, len(dataset))))

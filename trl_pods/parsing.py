@@ -58,14 +58,22 @@ def one_line(error: BaseException) -> str:
     return message
 
 
+RENAMED = {"arithmetic_train_size": "task_train_size", "arithmetic_test_size": "task_test_size"}
+"""Flags of earlier versions and the flag that now does what each did (one flag for every generated task)."""
+
+
 def did_you_mean(parser: argparse.ArgumentParser, message: str) -> str:
     """``message`` followed by "did you mean --FLAG?" for each ``--name`` in it that is no flag of ``parser`` but
-    close to one."""
+    close to one, or was renamed to one (`RENAMED`)."""
     known = [option[2:] for action in parser._actions for option in action.option_strings if option[:2] == "--"]
+
+    def guess(name: str) -> list[str]:
+        return [RENAMED[name]] if RENAMED.get(name) in known else difflib.get_close_matches(name, known, 1, 0.8)
+
     guesses = [
         f"--{match[0]}"
         for name in re.findall(r"(?<![\w-])--([\w-]+)", message)
-        if name not in known and (match := difflib.get_close_matches(name, known, n=1, cutoff=0.8))
+        if name not in known and (match := guess(name))
     ]
     return f"{message} (did you mean {' or '.join(guesses)}?)" if guesses else message
 

@@ -39,6 +39,7 @@ __all__ = [
     "load_gsm8k",
     "load_math",
     "load_task",
+    "TASK_TEST_SIZES",
 ]
 
 REASONING_GYM_TASKS = f"{REASONING_GYM_PREFIX}<name>"
@@ -66,6 +67,10 @@ TASK_COMPLETION_LENGTHS = _PerTask({"gsm8k": 512, "math": 512, "arithmetic": 16,
 """Most tokens a completion of each task may take when none is set: TRL's default (512) for the reasoning tasks; 16
 for arithmetic, whose answer is a few tokens (the demo's length: with 512, two CPU steps of SmolLM2-135M had not
 finished after 400 s); 64 for reasoning-gym, whose prompt asks for the bare answer in ``<answer>`` tags."""
+
+TASK_TEST_SIZES = _PerTask({"arithmetic": 50, REASONING_GYM_TASKS: 200})
+"""Held-out problems of each generated task when none is set (``--task_test_size``; `trl-pods eval`'s
+``--max_problems``): the demo's 50 for arithmetic, reasoning-gym's 200."""
 
 SYSTEM_PROMPT_THINK = (
     "A conversation between User and Assistant. The user asks a question, and the Assistant solves it. The Assistant "

@@ -41,7 +41,15 @@ from .hub import check_on_hub
 from .parsing import CommandParser
 from .reasoning_gym_tasks import check_reasoning_gym_task, is_reasoning_gym, parse_task_config
 from .rewards import get_reward_func
-from .tasks import TASK_COMPLETION_LENGTHS, TASK_REWARDS, check_task_name, hub_dataset, is_generated, load_task
+from .tasks import (
+    TASK_COMPLETION_LENGTHS,
+    TASK_REWARDS,
+    TASK_TEST_SIZES,
+    check_task_name,
+    hub_dataset,
+    is_generated,
+    load_task,
+)
 from .trainer import PODSGRPOTrainer
 
 DESCRIPTION = (
@@ -73,12 +81,14 @@ class ScriptArguments:
             "help": "A reasoning_gym:<name> dataset's settings: JSON (e.g. '{\"min_terms\": 2}'; a mapping in YAML)."
         },
     )
-    task_train_size: int = field(default=2000, metadata={"help": "Training problems of a reasoning_gym:<name> task."})
-    task_test_size: int = field(
-        default=200,
+    task_train_size: int = field(
+        default=2000, metadata={"help": "Training problems of a generated task ('arithmetic', reasoning_gym:<name>)."}
+    )
+    task_test_size: int | None = field(
+        default=None,
         metadata={
-            "help": "Held-out problems of a reasoning_gym:<name> task (training excludes them; `trl-pods eval "
-            "--run_dir` evaluates them)."
+            "help": "Held-out problems of a generated task, which its training problems exclude (`trl-pods eval "
+            "--run_dir` evaluates them). Default: 50 for 'arithmetic', 200 for reasoning_gym:<name>."
         },
     )
     dataset_path: str | None = field(
@@ -116,16 +126,6 @@ class ScriptArguments:
     arithmetic_difficulty: str = field(
         default="add1", metadata={"help": "Difficulty of the 'arithmetic' task (see trl_pods.arithmetic)."}
     )
-    arithmetic_train_size: int = field(
-        default=2000, metadata={"help": "Training problems generated for the 'arithmetic' task."}
-    )
-    arithmetic_test_size: int = field(
-        default=50,
-        metadata={
-            "help": "Held-out problems of the 'arithmetic' task (`trl-pods eval --max_problems`), which its training "
-            "problems exclude."
-        },
-    )
     overwrite_output_dir: bool = field(
         default=False,
         metadata={
@@ -137,6 +137,8 @@ class ScriptArguments:
 
     def __post_init__(self):
         self.task_config = check_task(self.task, self.arithmetic_difficulty, self.task_config)
+        if self.task_test_size is None and is_generated(self.task):
+            self.task_test_size = TASK_TEST_SIZES[self.task]
         if self.reward_funcs is None:
             self.reward_funcs = [TASK_REWARDS[self.task]]
 
@@ -242,12 +244,12 @@ def load_datasets(script_args: ScriptArguments, seed: int):
     """``(train, eval or None)`` for the task of ``script_args`` (a generated task drawn with ``seed``)."""
     task, style = script_args.task, script_args.prompt_style
     generated = {}
-    if task == "arithmetic":
-        difficulty, size = script_args.arithmetic_difficulty, script_args.arithmetic_train_size
-        generated = dict(difficulty=difficulty, seed=seed, n_train=size, n_test=script_args.arithmetic_test_size)
-    elif is_reasoning_gym(task):
-        config, size = script_args.task_config, script_args.task_train_size
-        generated = dict(config=config, seed=seed, n_train=size, n_test=script_args.task_test_size)
+    if is_generated(task):
+        generated = dict(seed=seed, n_train=script_args.task_train_size, n_test=script_args.task_test_size)
+        if task == "arithmetic":
+            generated["difficulty"] = script_args.arithmetic_difficulty
+        else:
+            generated["config"] = script_args.task_config
     train = load_task(task, "train", script_args.dataset_path, style, **generated)
     evaluation = None
     if script_args.eval_dataset_path or script_args.eval_split:
