@@ -37,6 +37,15 @@ def planned_count(tasks: int) -> str:
             f"{evaluation} evaluation runs")  # fmt: skip
 
 
+H200_PRICING = (
+    "H200-priced minutes are a pricing, not runs on an H200: each step is priced with the costs fitted on the "
+    "trainers' own step times on an H200 in the earlier race (HF `generate` in bf16, arithmetic completions of up to "
+    "16 tokens), the baseline's generation counted on the steps that make it. This race's completions take up to 32 "
+    "tokens, so a rollout likely costs more here than that pricing says."
+)
+"""What the H200 column is, and what its costs were measured on."""
+
+
 def pricings(data: Path) -> list[Pricing]:
     """CPU (the timing run's costs, None before it) and the H200 pricing (costs fitted on the trainers' own H200
     steps)."""
@@ -195,6 +204,8 @@ Candidate tasks now (the base-model table's rows in the band, `candidates`):
 {RESTRICTED}
 
 {NOISE}
+
+{H200_PRICING}
 
 {evaluation}
 
