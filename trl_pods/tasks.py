@@ -32,6 +32,7 @@ __all__ = [
     "TASKS",
     "TASK_COMPLETION_LENGTHS",
     "TASK_REWARDS",
+    "TASK_TEST_SIZES",
     "check_task_name",
     "is_generated",
     "hub_dataset",
@@ -39,7 +40,6 @@ __all__ = [
     "load_gsm8k",
     "load_math",
     "load_task",
-    "TASK_TEST_SIZES",
 ]
 
 REASONING_GYM_TASKS = f"{REASONING_GYM_PREFIX}<name>"
