@@ -374,3 +374,35 @@ def test_a_timing_run_cut_short_continues_with_the_runs_it_lacks(plan, monkeypat
     assert resumed["records"][:4] == cut["records"] and len(resumed["load"]) == 5
     with pytest.raises(SystemExit, match="remove its file"):
         next(runner.timing(race, Path("model"), SimpleNamespace(**{**vars(args), "timing_steps": 5}), cut))
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_a_race_run_on_the_vllm_cpu_engine_continues_after_a_stop(plan, vllm_model_path, tmp_path, monkeypatch):
+    """The race's own engine (vLLM's CPU build, colocated): a `trl.GRPOTrainer` run stopped after its step-2
+    checkpoint is taken again in its folder, continues from that checkpoint with the engine started anew, trains
+    the steps it lacks and says where it resumed (`resumed_at`); its step records count every step once."""
+    from helpers import free_port
+
+    runner, script = _benchmark("race_runs"), _benchmark("time_to_target_rg")
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    race = plan.tuning_race(script.SMOKE_TASK)
+    race = plan.Race("resume", {**race.plan, "held_out": 4}, race.arms, race.baselines, race.task_configs)
+    task, arm = next(iter(script.SMOKE_TASK)), plan.arm_name(8, 1, 2e-4)
+    settings = {**race.settings(task), "max_steps": 4, "eval_every": 2}
+    saved = runner.HeldOut.on_save
+
+    def stop_at_two(self, args, state, control, **kwargs):
+        saved(self, args, state, control, **kwargs)
+        if state.global_step == 2:
+            raise KeyboardInterrupt("the machine stopped")
+
+    monkeypatch.setattr(runner.HeldOut, "on_save", stop_at_two)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(race, vllm_model_path, task, arm, 0, settings, "vllm-cpu", tmp_path / "run")
+    monkeypatch.setattr(runner.HeldOut, "on_save", saved)
+    resumed = runner.run(race, vllm_model_path, task, arm, 0, settings, "vllm-cpu", tmp_path / "run")
+    assert resumed["resumed_at"] == [2] and [p[0] for p in resumed["curve"]] == [0, 2, 4]
+    assert [r[0] for r in resumed["steps"]] == [1, 2, 3, 4]
+    assert [r[2:5] for r in resumed["steps"]] == [[32, 32, 1.0]] * 4  # 8 rollouts of 4 prompts, one call, a step
