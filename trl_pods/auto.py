@@ -297,12 +297,13 @@ class AutoMode(RefillMode):
         floor = None if self.coverage is None else RefillMode.plan(self, state)  # sized refill's plan
         if costs is None:
             exploring = self._exploring(state, floor)
-            if self.n_max * room >= SPREAD * self.m * state.share:
+            smallest, largest = self.m * state.share, self.n_max * room  # rollouts of its first calls, at most
+            if spread([smallest, largest]):
                 self._announce(exploring, f"measuring what generating costs ({len(self.calls)} calls timed so far)")
             else:
                 self._announce(
                     exploring,
-                    f"its first calls can differ by at most {self.n_max * room / (self.m * state.share):.2f}x in "
+                    f"its first calls can differ by at most {largest / smallest:.2f}x in "
                     f"rollouts (pods_n / pods_m x pods_max_prompt_ratio), too little to tell a call's cost from a "
                     f"rollout's ({SPREAD}x): it plans as sized refill until later calls of two sizes are timed; "
                     "pods_auto_costs gives it costs to plan with",
