@@ -56,13 +56,19 @@ answer built to exhaust memory raises MemoryError there (its item gives None) in
 logger = logging.getLogger(__name__)
 
 
+def _set_soft_limit(kind: int, soft: int) -> None:
+    """Set this process's soft ``resource`` limit ``kind`` to ``soft``, never above its hard limit."""
+    import resource
+
+    _, hard = resource.getrlimit(kind)
+    resource.setrlimit(kind, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
+
+
 def _limit_cpu(seconds: float) -> None:
     """Have the kernel end this process (SIGXCPU) once it uses ``seconds`` more CPU time."""
     import resource
 
-    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
-    soft = math.ceil(time.process_time() + seconds)
-    resource.setrlimit(resource.RLIMIT_CPU, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
+    _set_soft_limit(resource.RLIMIT_CPU, math.ceil(time.process_time() + seconds))
 
 
 def _limit_memory(headroom: int) -> None:
@@ -76,9 +82,7 @@ def _limit_memory(headroom: int) -> None:
             held = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmData:"))
     except (OSError, StopIteration, ValueError, IndexError):
         return
-    _, hard = resource.getrlimit(resource.RLIMIT_DATA)
-    soft = held + headroom
-    resource.setrlimit(resource.RLIMIT_DATA, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
+    _set_soft_limit(resource.RLIMIT_DATA, held + headroom)
 
 
 def _serve(module: str, function: str, prepare: str, fd: int) -> None:
