@@ -312,6 +312,24 @@ def test_a_resumed_run_starts_from_its_last_evaluated_checkpoint_on_a_generation
     assert runner.resume_point(tmp_path, per_generation=4) == (None, {}) and not any(tmp_path.iterdir())
 
 
+def _resume_race(plan, script):
+    """The smoke task's race with 4 held-out problems, for runs stopped and taken again."""
+    race = plan.tuning_race(script.SMOKE_TASK)
+    return plan.Race("resume", {**race.plan, "held_out": 4}, race.arms, race.baselines, race.task_configs)
+
+
+def _stop_after(runner, monkeypatch, step: int) -> None:
+    """Make every race run stop (as a stopped machine would) right after it saved and evaluated ``step``."""
+    saved = runner.HeldOut.on_save
+
+    def stop(self, args, state, control, **kwargs):
+        saved(self, args, state, control, **kwargs)
+        if state.global_step == step:
+            raise KeyboardInterrupt("the machine stopped")
+
+    monkeypatch.setattr(runner.HeldOut, "on_save", stop)
+
+
 def test_a_run_stopped_after_a_checkpoint_continues_to_the_same_run(plan, tiny_model_path, tmp_path, monkeypatch):
     """A race run stopped while it evaluates step 6 (`trl.GRPOTrainer` 4, 4 steps a generation: steps 1 and 5
     generate) and taken again in its folder continues from step 4's checkpoint with the evaluations before it kept
@@ -319,8 +337,7 @@ def test_a_run_stopped_after_a_checkpoint_continues_to_the_same_run(plan, tiny_m
     counts a step (HF generate on the CPU, the RNG restored from the checkpoint), with ``resumed_at`` saying where it
     continued."""
     runner, script = _benchmark("race_runs"), _benchmark("time_to_target_rg")
-    race = plan.tuning_race(script.SMOKE_TASK)
-    race = plan.Race("resume", {**race.plan, "held_out": 4}, race.arms, race.baselines, race.task_configs)
+    race = _resume_race(plan, script)
     task, arm = next(iter(script.SMOKE_TASK)), plan.arm_name(4, 4, 2e-4)
     settings = {**race.settings(task), "max_steps": 8, "eval_every": 2}
 
@@ -328,18 +345,11 @@ def test_a_run_stopped_after_a_checkpoint_continues_to_the_same_run(plan, tiny_m
         return runner.run(race, tiny_model_path, task, arm, 0, settings, "hf", folder)
 
     whole = measure(tmp_path / "whole")
-    saved = runner.HeldOut.on_save
-
-    def stop_at_six(self, args, state, control, **kwargs):
-        saved(self, args, state, control, **kwargs)
-        if state.global_step == 6:
-            raise KeyboardInterrupt("the machine stopped")
-
-    monkeypatch.setattr(runner.HeldOut, "on_save", stop_at_six)
-    with pytest.raises(KeyboardInterrupt):
-        measure(tmp_path / "cut")
+    with monkeypatch.context() as stopping:
+        _stop_after(runner, stopping, 6)
+        with pytest.raises(KeyboardInterrupt):
+            measure(tmp_path / "cut")
     before = json.loads((tmp_path / "cut" / runner.EVALUATIONS).read_text())["evaluations"]
-    monkeypatch.setattr(runner.HeldOut, "on_save", saved)
     resumed = measure(tmp_path / "cut")
     assert resumed["resumed_at"] == [4] and "resumed_at" not in whole
     assert [p[0] for p in resumed["curve"]] == [0, 2, 4, 6, 8]
@@ -387,21 +397,13 @@ def test_a_race_run_on_the_vllm_cpu_engine_continues_after_a_stop(plan, vllm_mod
     runner, script = _benchmark("race_runs"), _benchmark("time_to_target_rg")
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
     monkeypatch.setenv("MASTER_PORT", str(free_port()))
-    race = plan.tuning_race(script.SMOKE_TASK)
-    race = plan.Race("resume", {**race.plan, "held_out": 4}, race.arms, race.baselines, race.task_configs)
+    race = _resume_race(plan, script)
     task, arm = next(iter(script.SMOKE_TASK)), plan.arm_name(8, 1, 2e-4)
     settings = {**race.settings(task), "max_steps": 4, "eval_every": 2}
-    saved = runner.HeldOut.on_save
-
-    def stop_at_two(self, args, state, control, **kwargs):
-        saved(self, args, state, control, **kwargs)
-        if state.global_step == 2:
-            raise KeyboardInterrupt("the machine stopped")
-
-    monkeypatch.setattr(runner.HeldOut, "on_save", stop_at_two)
-    with pytest.raises(KeyboardInterrupt):
-        runner.run(race, vllm_model_path, task, arm, 0, settings, "vllm-cpu", tmp_path / "run")
-    monkeypatch.setattr(runner.HeldOut, "on_save", saved)
+    with monkeypatch.context() as stopping:
+        _stop_after(runner, stopping, 2)
+        with pytest.raises(KeyboardInterrupt):
+            runner.run(race, vllm_model_path, task, arm, 0, settings, "vllm-cpu", tmp_path / "run")
     resumed = runner.run(race, vllm_model_path, task, arm, 0, settings, "vllm-cpu", tmp_path / "run")
     assert resumed["resumed_at"] == [2] and [p[0] for p in resumed["curve"]] == [0, 2, 4]
     assert [r[0] for r in resumed["steps"]] == [1, 2, 3, 4]
