@@ -19,7 +19,7 @@ from transformers import AutoTokenizer
 from trl import TrlParser
 
 from trl_pods.async_grpo import PODSAsyncGRPOConfig, PODSAsyncGRPOTrainer
-from trl_pods.rewards import get_reward_func
+from trl_pods.tasks import get_reward_func
 from trl_pods.train import ScriptArguments, load_datasets
 
 

@@ -11,8 +11,7 @@ import reasoning_gym
 from trl_pods import reasoning_gym_tasks as rg
 from trl_pods.evaluate import EvalArguments, _load_problems, evaluate
 from trl_pods.evaluate import main as eval_main
-from trl_pods.rewards import get_reward_func
-from trl_pods.tasks import load_task
+from trl_pods.tasks import get_reward_func, load_task
 from trl_pods.train import main as train_main
 
 CHAIN_SUM = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}  # 200 distinct questions

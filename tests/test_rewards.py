@@ -16,11 +16,11 @@ from trl_pods.rewards import (
     REWARD_FUNCS,
     accuracy_reward,
     format_reward,
-    get_reward_func,
     gsm8k_reward,
     reward_timeout,
     reward_workers,
 )
+from trl_pods.tasks import get_reward_func
 
 GSM8K_GOLD = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nShe sold 48+24 = <<48+24=72>>72 clips.\n#### 72"
 TOWER = "\\boxed{10^{10^{10}}}"  # sympy would compute a 10-billion-digit integer inside one C call

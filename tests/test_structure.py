@@ -1,5 +1,6 @@
 """The package stays readable: `trainer.py` holds only TRL's seams (at most 350 lines), no class in `trl_pods/` is
-longer than 350 lines and no function longer than 60, so each concern lives in its own module in small pieces."""
+longer than 350 lines and no function longer than 60, so each concern lives in its own module in small pieces, and
+its modules import one another in one direction (no cycle, imports inside functions counted)."""
 
 from __future__ import annotations
 
@@ -34,3 +35,37 @@ def test_no_function_is_longer_than_the_limit():
     """Every function (and method) reads on one screen."""
     kinds = (ast.FunctionDef, ast.AsyncFunctionDef)
     assert [(name, lines) for name, lines in _definitions(kinds) if lines > FUNCTION_LINES] == []
+
+
+def _imports(path: Path) -> set[str]:
+    """The package's modules ``path`` imports anywhere in it (relative or ``trl_pods.``, inside functions too)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.level == 1 or (node.module or "").startswith("trl_pods")):
+            module = (node.module or "").removeprefix("trl_pods").lstrip(".")
+            names = [module] if module else [alias.name for alias in node.names]
+            found |= {name.split(".")[0] for name in names}
+        elif isinstance(node, ast.Import):
+            found |= {a.name.split(".")[1] for a in node.names if a.name.startswith("trl_pods.")}
+    return found & {p.stem for p in PACKAGE.glob("*.py")}
+
+
+def test_modules_import_in_one_direction():
+    """No two modules of the package import each other, directly or through others (a cycle ties two concerns into
+    one and breaks when either is imported alone, as the reward worker imports `trl_pods.rewards`)."""
+    graph = {path.stem: _imports(path) - {path.stem} for path in PACKAGE.glob("*.py")}
+    cycles, state = [], {}
+
+    def visit(module: str, trail: list[str]) -> None:
+        state[module] = "open"
+        for imported in sorted(graph[module]):
+            if state.get(imported) == "open":
+                cycles.append(trail[trail.index(imported) :] + [imported])
+            elif imported not in state:
+                visit(imported, [*trail, imported])
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert cycles == []

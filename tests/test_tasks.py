@@ -8,13 +8,14 @@ import pytest
 from datasets import Dataset
 
 from trl_pods.arithmetic import arithmetic_reward
-from trl_pods.rewards import accuracy_reward, get_reward_func, gsm8k_reward
+from trl_pods.rewards import accuracy_reward, gsm8k_reward
 from trl_pods.tasks import (
     SYSTEM_PROMPT_PLAIN,
     SYSTEM_PROMPT_THINK,
     TASK_COMPLETION_LENGTHS,
     TASK_REWARDS,
     TASKS,
+    get_reward_func,
     load_gsm8k,
     load_math,
     load_task,

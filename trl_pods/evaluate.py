@@ -37,8 +37,15 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from .cpu import set_up_cpu
 from .parsing import CommandParser
 from .reasoning_gym_tasks import is_reasoning_gym
-from .rewards import get_reward_func
-from .tasks import TASK_COMPLETION_LENGTHS, TASK_REWARDS, TASK_TEST_SIZES, TASKS, is_generated, load_task
+from .tasks import (
+    TASK_COMPLETION_LENGTHS,
+    TASK_REWARDS,
+    TASK_TEST_SIZES,
+    TASKS,
+    get_reward_func,
+    is_generated,
+    load_task,
+)
 from .train import check_data_file, check_hub_inputs, check_model, check_task
 
 __all__ = [

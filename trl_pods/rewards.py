@@ -50,7 +50,6 @@ __all__ = [
     "accuracy_reward",
     "completion_text",
     "format_reward",
-    "get_reward_func",
     "gsm8k_reward",
     "reward_timeout",
     "reward_workers",
@@ -369,24 +368,3 @@ REWARD_FUNCS: dict[str, RewardFunc] = {
     "format": format_reward,
     "gsm8k": gsm8k_reward,
 }
-
-
-def get_reward_func(name_or_path: str) -> RewardFunc:
-    """Return the reward registered as ``name_or_path`` (`REWARD_FUNCS`; ``"arithmetic"`` for the built-in offline
-    task; ``"reasoning_gym"`` and ``"reasoning_gym_format"`` for reasoning-gym tasks, `trl_pods.reasoning_gym_tasks`)
-    or import it from a dotted path ``"pkg.mod.fn"``.
-
-    Raises:
-        ValueError: the name is neither registered nor an importable callable; the message lists the known names.
-    """
-    # Imported here: the reward worker imports this module alone (`Sandbox`: neither the package nor torch).
-    from trl_pods._lookup import resolve
-    from trl_pods.arithmetic import arithmetic_reward
-    from trl_pods.reasoning_gym_tasks import reasoning_gym_format_reward, reasoning_gym_reward
-
-    task_rewards = {
-        "arithmetic": arithmetic_reward,
-        "reasoning_gym": reasoning_gym_reward,
-        "reasoning_gym_format": reasoning_gym_format_reward,
-    }
-    return resolve(name_or_path, {**REWARD_FUNCS, **task_rewards}, "reward function")

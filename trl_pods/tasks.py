@@ -12,7 +12,8 @@ message when ``system_prompt`` is None) and which keeps the gold answer:
 
 For GSM8K and MATH, with ``path=None`` the data comes from the Hugging Face Hub (not available offline); otherwise
 from a local ``.jsonl``, ``.json`` or ``.parquet`` file with the source's columns. Each task has its own reward
-(`TASK_REWARDS`) and completion length (`TASK_COMPLETION_LENGTHS`), used wherever none is given.
+(`TASK_REWARDS`, a name `get_reward_func` resolves) and completion length (`TASK_COMPLETION_LENGTHS`), used wherever
+none is given.
 """
 
 from __future__ import annotations
@@ -21,9 +22,16 @@ from pathlib import Path
 
 from datasets import Dataset, concatenate_datasets, load_dataset
 
-from .arithmetic import train_test_arithmetic
+from ._lookup import resolve
+from .arithmetic import arithmetic_reward, train_test_arithmetic
 from .reasoning_gym_tasks import PREFIX as REASONING_GYM_PREFIX
-from .reasoning_gym_tasks import is_reasoning_gym, load_reasoning_gym
+from .reasoning_gym_tasks import (
+    is_reasoning_gym,
+    load_reasoning_gym,
+    reasoning_gym_format_reward,
+    reasoning_gym_reward,
+)
+from .rewards import REWARD_FUNCS, RewardFunc
 
 __all__ = [
     "MATH_SUBJECTS",
@@ -32,8 +40,10 @@ __all__ = [
     "TASKS",
     "TASK_COMPLETION_LENGTHS",
     "TASK_REWARDS",
+    "TASK_REWARD_FUNCS",
     "TASK_TEST_SIZES",
     "check_task_name",
+    "get_reward_func",
     "is_generated",
     "hub_dataset",
     "load_arithmetic",
@@ -59,9 +69,27 @@ class _PerTask(dict):
 TASK_REWARDS = _PerTask(
     {"gsm8k": "gsm8k", "math": "accuracy", "arithmetic": "arithmetic", REASONING_GYM_TASKS: "reasoning_gym"}
 )
-"""The reward each task trains and is evaluated with when none is named (names of `trl_pods.rewards.get_reward_func`):
+"""The reward each task trains and is evaluated with when none is named (names of `get_reward_func`):
 the paper's GSM8K reward (correctness plus format credit), the paper's binary MATH reward, the exact integer, the
 reasoning-gym dataset's own scorer."""
+
+TASK_REWARD_FUNCS: dict[str, RewardFunc] = {
+    "arithmetic": arithmetic_reward,
+    "reasoning_gym": reasoning_gym_reward,
+    "reasoning_gym_format": reasoning_gym_format_reward,
+}
+"""The tasks' own rewards, beside the math rewards of `trl_pods.rewards.REWARD_FUNCS`."""
+
+
+def get_reward_func(name_or_path: str) -> RewardFunc:
+    """Return the reward registered as ``name_or_path`` (`trl_pods.rewards.REWARD_FUNCS`, or a task's own in
+    `TASK_REWARD_FUNCS`) or import it from a dotted path ``"pkg.mod.fn"``.
+
+    Raises:
+        ValueError: the name is neither registered nor an importable callable; the message lists the known names.
+    """
+    return resolve(name_or_path, {**REWARD_FUNCS, **TASK_REWARD_FUNCS}, "reward function")
+
 
 TASK_COMPLETION_LENGTHS = _PerTask({"gsm8k": 512, "math": 512, "arithmetic": 16, REASONING_GYM_TASKS: 64})
 """Most tokens a completion of each task may take when none is set: TRL's default (512) for the reasoning tasks; 16

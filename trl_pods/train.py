@@ -40,12 +40,12 @@ from .cpu import leave_distributed_run, quiet_trl_deprecations, set_up_cpu
 from .hub import check_on_hub
 from .parsing import CommandParser
 from .reasoning_gym_tasks import check_reasoning_gym_task, is_reasoning_gym, parse_task_config
-from .rewards import get_reward_func
 from .tasks import (
     TASK_COMPLETION_LENGTHS,
     TASK_REWARDS,
     TASK_TEST_SIZES,
     check_task_name,
+    get_reward_func,
     hub_dataset,
     is_generated,
     load_task,
