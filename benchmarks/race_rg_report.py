@@ -151,6 +151,28 @@ def tuning_text(data: Path, found: dict) -> tuple[str, int]:
     return (header + "\n".join(rows) if rows else "No pilot or tuning runs yet."), len(runs)
 
 
+def pilot_text(data: Path, found: dict) -> str:
+    """The tasks the pilot chose (`choose_tasks`) and what each candidate's pilot run learned (`gain`, `late_gain`);
+    "" until every candidate's pilot run is in."""
+    runs = RunStore(data / "race_rg_tuning.jsonl", ("task", "arm", "seed")).runs()
+    pilots = [r for r in runs if r["arm"] == plan.PILOT_ARM and r["seed"] == plan.TUNING_SEEDS[0]]
+    if not found or len(pilots) < len(found):
+        return ""
+    try:
+        chosen = f"The pilot chose {' and '.join(f'`{task}`' for task in plan.choose_tasks(pilots))}"
+    except ValueError as err:
+        chosen = f"The pilot chose no two tasks ({err})"
+    learned = "; ".join(
+        f"{r['task'].removeprefix(plan.REASONING_GYM)} {plan.gain(r):+.3f} over its base accuracy, "
+        f"{plan.late_gain(r):+.3f} past step 20"
+        for r in sorted(pilots, key=lambda r: r["task"])
+    )
+    return (
+        f"{chosen} (`choose_tasks`: a task learns with a plateau at least {plan.LEARNS} over its base accuracy, and "
+        f"keeps rising with one at least {plan.RISES} over its step-20 accuracy). The pilot runs learned: {learned}."
+    )
+
+
 def render(data: Path = DATA) -> str:
     """The page, from the runs under ``data`` alone (and the base-model table there, which names the candidates)."""
     table = data / plan.BASE_TABLE
@@ -196,6 +218,8 @@ Candidate tasks now (the base-model table's rows in the band, `candidates`):
 {candidates}
 
 ## Pilot and tuning
+
+{pilot_text(data, found) or "The pilot has not chosen the tasks yet."}
 
 {tuning}
 

@@ -165,6 +165,13 @@ def test_the_page_reproduces_from_the_runs_and_refuses_runs_off_the_plan(plan, t
     assert "**Runs: 1 of the pilot and tuning, 0 of 52 evaluation runs.**" in page
     assert "`reasoning_gym:letter_counting`" in page and "| 0.140 | 0.300 |" in page
     assert "- provisional: the base-model table lacks basic_arithmetic, products, gcd" in page
+    assert "The pilot has not chosen the tasks yet." in page  # letter_counting's pilot run is not in
+    other = _run("reasoning_gym:letter_counting", plan.PILOT_ARM, 100, [0.3, 0.45, 0.5] + [0.5] * 10)
+    other["settings"] = race.settings("reasoning_gym:letter_counting")
+    (tmp_path / "race_rg_tuning.jsonl").write_text(json.dumps(pilot) + "\n" + json.dumps(other) + "\n")
+    page = report.render(tmp_path)
+    assert "The pilot chose `reasoning_gym:chain_sum` and `reasoning_gym:letter_counting`" in page
+    assert "chain_sum +0.160 over its base accuracy, +0.000 past step 20; letter_counting +0.200" in page
     pilot["settings"] = {**pilot["settings"], "max_steps": 60}
     (tmp_path / "race_rg_tuning.jsonl").write_text(json.dumps(pilot) + "\n")
     with pytest.raises(SystemExit, match="not a tuning run"):
