@@ -132,9 +132,8 @@ def evaluation_text(data: Path, found: dict) -> tuple[str, int]:
     return "\n\n".join(parts), len(runs)
 
 
-def tuning_text(data: Path, found: dict) -> tuple[str, int]:
-    """The pilot's and the tuning's runs so far, per task and setting: runs, mean plateau, base accuracy."""
-    runs = RunStore(data / "race_rg_tuning.jsonl", ("task", "arm", "seed")).runs()
+def tuning_text(runs: list[dict], found: dict) -> str:
+    """The pilot's and the tuning's ``runs`` so far, per task and setting: runs, mean plateau, base accuracy."""
     tuning = plan.tuning_race(found)
     for run in runs:
         if run["settings"] != tuning.settings(run["task"]) or run["seed"] not in plan.TUNING_SEEDS:
@@ -148,14 +147,13 @@ def tuning_text(data: Path, found: dict) -> tuple[str, int]:
     header = (
         "| task | setting | runs | base accuracy | plateau (mean of the last 3 evaluations) |\n|---|---|---|---|---|\n"
     )
-    return (header + "\n".join(rows) if rows else "No pilot or tuning runs yet."), len(runs)
+    return header + "\n".join(rows) if rows else "No pilot or tuning runs yet."
 
 
-def pilot_text(data: Path, found: dict) -> str:
-    """The tasks the pilot chose (`choose_tasks`) and what each candidate's pilot run learned (`gain`, `late_gain`);
-    "" until every candidate's pilot run is in."""
-    runs = RunStore(data / "race_rg_tuning.jsonl", ("task", "arm", "seed")).runs()
-    pilots = [r for r in runs if r["arm"] == plan.PILOT_ARM and r["seed"] == plan.TUNING_SEEDS[0]]
+def pilot_text(runs: list[dict], found: dict) -> str:
+    """The tasks the pilot chose (`choose_tasks`) and what each candidate's pilot run learned (`gain`, `late_gain`),
+    from the pilot and tuning ``runs``; "" until every candidate's pilot run is in."""
+    pilots = plan.pilot_runs(runs)
     if not found or len(pilots) < len(found):
         return ""
     try:
@@ -189,7 +187,8 @@ def render(data: Path = DATA) -> str:
             why = f"none yet: {err}"
         if lacking := plan.missing(rows):
             why = f"provisional: the base-model table lacks {', '.join(lacking)} (the pilot waits for all of it)"
-    tuning, tuned = tuning_text(data, found)
+    runs = RunStore(data / "race_rg_tuning.jsonl", ("task", "arm", "seed")).runs()  # the pilot's and the tuning's
+    tuning, tuned = tuning_text(runs, found), len(runs)
     evaluation, evaluated = evaluation_text(data, found)
     candidates = "\n".join(f"- `{task}` `{json.dumps(c['config'])}`, {c['max_completion_length']} tokens"
                            for task, c in found.items()) or f"- {why}"  # fmt: skip
@@ -219,7 +218,7 @@ Candidate tasks now (the base-model table's rows in the band, `candidates`):
 
 ## Pilot and tuning
 
-{pilot_text(data, found) or "The pilot has not chosen the tasks yet."}
+{pilot_text(runs, found) or "The pilot has not chosen the tasks yet."}
 
 {tuning}
 

@@ -191,6 +191,11 @@ def accuracy_at(curve: Sequence[Sequence[float]], step: int) -> float:
     return [point[1] for point in curve if point[0] <= step][-1]
 
 
+def pilot_runs(runs: Sequence[dict]) -> list[dict]:
+    """The pilot's runs among the pilot and tuning runs: the pilot setting on the first tuning seed."""
+    return [r for r in runs if r["arm"] == PILOT_ARM and r["seed"] == TUNING_SEEDS[0]]
+
+
 def gain(run: dict) -> float:
     """What a run learned: its plateau over its base accuracy (step 0)."""
     return plateau(run["curve"]) - run["curve"][0][1]
@@ -203,9 +208,8 @@ def late_gain(run: dict) -> float:
 
 def choose_tasks(pilots: Sequence[dict]) -> list[str]:
     """Two tasks of different kinds from the pilot runs (one per candidate): those that learn (plateau >= base +
-    `LEARNS`: a `gain` of at least it),
-    rising ones first (`late_gain` >= `RISES`), then by that late gain, then by name; the first, and the first after
-    it of another kind. Refuses when no two such tasks are left."""
+    `LEARNS`), rising ones first (`late_gain` >= `RISES`), then by that late gain, then by name; the first, and the
+    first after it of another kind. Refuses when no two such tasks are left."""
     learning = [r for r in pilots if plateau(r["curve"]) >= r["curve"][0][1] + LEARNS]
     ranked = sorted(learning, key=lambda r: (late_gain(r) < RISES, -late_gain(r), r["task"]))
     for i, first in enumerate(ranked):

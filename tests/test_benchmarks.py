@@ -47,11 +47,10 @@ def test_each_measurement_command_asks_for_its_runs_settings_and_data_file(scrip
     study = _module(script)
     for path, runs in study.STUDY.measurements().items():
         sentence = re.search(r"Commands?: (`.*?`)\.", study.section(runs, path)).group(1)
-        planned = set()
+        planned, saved = set(), {**study.DEFAULTS, **runs[0].get("settings", {})}
         for command in re.findall(r"`(.*?)`", sentence):
             args = study.PARSER.parse_args(shlex.split(command)[2:])
             planned |= {(method, seed) for method in args.methods for seed in range(args.seeds)}
-            saved = {**study.DEFAULTS, **runs[0].get("settings", {})}
             assert {key: getattr(args, key) for key in study.SETTINGS} == {key: saved[key] for key in study.SETTINGS}
             assert study.data_file(args).stem == path.stem
         assert planned == {(r["method"], r["seed"]) for r in runs}
