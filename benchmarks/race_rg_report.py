@@ -132,28 +132,40 @@ def evaluation_text(data: Path, found: dict) -> tuple[str, int]:
     return "\n\n".join(parts), len(runs)
 
 
-def tuning_text(runs: list[dict], found: dict) -> str:
-    """The pilot's and the tuning's ``runs`` so far, per task and setting: runs, mean plateau, base accuracy."""
-    tuning = plan.tuning_race(found)
-    for run in runs:
-        if run["settings"] != tuning.settings(run["task"]) or run["seed"] not in plan.TUNING_SEEDS:
-            raise SystemExit(f"{(run['task'], run['arm'], run['seed'])} is not a tuning run of the plan.")
+def setting_rows(runs: list[dict], tasks) -> str:
+    """A table of ``runs`` of ``tasks``, per task and setting: runs, base accuracy, mean plateau ("" without runs)."""
     rows = [
         f"| {task} | {arm} | {len(mine)} | {statistics.fmean(r['curve'][0][1] for r in mine):.3f} | "
         f"{statistics.fmean(plan.plateau(r['curve']) for r in mine):.3f} |"
-        for task in found
+        for task in tasks
         for arm, mine in plan.by_arm(runs, task).items()
     ]
     header = (
         "| task | setting | runs | base accuracy | plateau (mean of the last 3 evaluations) |\n|---|---|---|---|---|\n"
     )
-    return header + "\n".join(rows) if rows else "No pilot or tuning runs yet."
+    return header + "\n".join(rows) if rows else ""
+
+
+def tuning_text(runs: list[dict], found: dict) -> str:
+    """The pilot's and the tuning's ``runs`` of the candidate tasks (``found``) so far, per task and setting (refusing
+    runs off the plan), then the runs of tasks that are no longer candidates, set aside by the plan's amendment."""
+    tuning = plan.tuning_race(found)
+    for run in runs:
+        if run["task"] in found and (run["settings"] != tuning.settings(run["task"]) or run["seed"] not in
+                                     plan.TUNING_SEEDS):  # fmt: skip
+            raise SystemExit(f"{(run['task'], run['arm'], run['seed'])} is not a tuning run of the plan.")
+    aside = setting_rows(runs, sorted({r["task"] for r in runs} - set(found)))
+    return (setting_rows(runs, found) or "No pilot or tuning runs yet.") + (
+        f"\n\nSet aside (`PLAN` amended: their tasks are no longer candidates; the runs stay committed):\n\n{aside}"
+        if aside
+        else ""
+    )
 
 
 def pilot_text(runs: list[dict], found: dict) -> str:
     """The tasks the pilot chose (`choose_tasks`) and what each candidate's pilot run learned (`gain`, `late_gain`),
     from the pilot and tuning ``runs``; "" until every candidate's pilot run is in."""
-    pilots = plan.pilot_runs(runs)
+    pilots = plan.pilot_runs(runs, found)
     if not found or len(pilots) < len(found):
         return ""
     try:

@@ -12,8 +12,9 @@ scorer in two readings:
   the last number for numeric tasks, else the last line): the reading the ``reasoning_gym`` reward and
   ``trl-pods eval`` use, so format and skill are told apart.
 
-A problem counts as solved when its score is 1. Tasks whose extracted accuracy is 10-50% are marked: there RL can
-show skill learned rather than format. Each task is saved as one line of
+A problem counts as solved when its score is 1. Tasks whose extracted accuracy is 10-50% and where one answer given
+to every problem (`constant_accuracy`) scores under 10% are marked: there RL can show skill learned rather than
+format or a collapse to one answer. Each task is saved as one line of
 ``docs/benchmarks/data/reasoning_gym_base.jsonl`` as it ends (a stopped run resumes), with its prompt, setting and
 completion length, and the page ``docs/benchmarks/reasoning-gym-base.md`` is written from them.
 
@@ -26,6 +27,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
+from collections.abc import Sequence
 
 from harness import DATA, RunStore, Study, command_line, measure, notes
 
@@ -67,6 +70,17 @@ PARSER.add_argument("--batch_size", type=int, default=50, help="prompts per gene
 LOW, HIGH = 0.10, 0.50  # the band where RL can show skill rather than format
 
 
+def in_band(run: dict) -> bool:
+    """Whether RL can show skill on the task: extracted accuracy in the band, and one answer to all under it."""
+    return LOW <= run["extracted_accuracy"] <= HIGH and run["constant_accuracy"] < LOW
+
+
+def constant_accuracy(answers: Sequence[str]) -> float:
+    """The held-out accuracy of one answer given to every problem: the share of the most common of the problems'
+    gold ``answers``."""
+    return max(Counter(answers).values()) / len(answers)
+
+
 def measure_task(task: str, model: str, problems: int, seed: int, batch_size: int) -> dict:
     """Generate greedily on the task's held-out problems and score both readings."""
     config, length = TASKS[task]
@@ -96,6 +110,7 @@ def measure_task(task: str, model: str, problems: int, seed: int, batch_size: in
         "problems": n,
         "raw_accuracy": sum(s >= 1.0 for s in raw) / n,
         "extracted_accuracy": sum(s >= 1.0 for s in extracted) / n,
+        "constant_accuracy": constant_accuracy([str(answer) for answer in rows["answer"]]),
         "raw_mean_score": sum(raw) / n,
         "extracted_mean_score": sum(extracted) / n,
         "answer_tag_rate": sum(formatted) / n,
@@ -112,16 +127,19 @@ def _device():
 
 
 def table(runs: list[dict]) -> str:
-    """One row per task: setting, length, both accuracies (the 10-50% band marked), tag rate, time."""
+    """One row per task: setting, length, both accuracies (the 10-50% band marked), one answer to all, tag rate,
+    time."""
     lines = [
-        "| task | setting (`--task_config`) | tokens | raw accuracy | extracted accuracy | `<answer>` tags | s |",
-        "|---|---|---|---|---|---|---|",
+        "| task | setting (`--task_config`) | tokens | raw accuracy | extracted accuracy | one answer to all | "
+        "`<answer>` tags | s |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
-        band = " **(10-50%)**" if LOW <= run["extracted_accuracy"] <= HIGH else ""
+        band = " **(10-50%)**" if in_band(run) else ""
         lines.append(
             f"| {run['task']} | `{json.dumps(run['config'])}` | {run['max_new_tokens']} | {run['raw_accuracy']:.2f} "
-            f"| {run['extracted_accuracy']:.2f}{band} | {run['answer_tag_rate']:.2f} | {run['seconds']:.0f} |"
+            f"| {run['extracted_accuracy']:.2f}{band} | {run['constant_accuracy']:.2f} | {run['answer_tag_rate']:.2f} "
+            f"| {run['seconds']:.0f} |"
         )
     return "\n".join(lines)
 
@@ -131,7 +149,7 @@ def render() -> str:
     path = DATA / "reasoning_gym_base.jsonl"
     runs = RunStore(path, ("task",)).runs()
     settings = runs[0]["settings"] if runs else {}
-    marked = [r["task"] for r in runs if LOW <= r["extracted_accuracy"] <= HIGH]
+    marked = [r["task"] for r in runs if in_band(r)]
     prompts = "\n".join(
         f"- {r['task']} ({'numeric' if r['numeric'] else 'text'} answers): `{r['example_question'][:160]!r}`"
         for r in runs
@@ -145,10 +163,12 @@ SmolLM2-135M-Instruct, greedy, on {settings.get("problems", 200)} held-out probl
 and the question as the user message, through the model's chat template. **Raw**: the task's scorer on the whole
 completion (stripped). **Extracted**: the scorer on the answer `trl_pods.reasoning_gym_tasks.extract_answer` reads
 (the last `<answer>` content, else the last number where the answers are numbers, else the last line): what the
-`reasoning_gym` reward and `trl-pods eval` score. Accuracy counts scores of 1. `<answer>` tags: the share of
-completions with one well-formed `<answer>` (the `reasoning_gym_format` reward). s: the task's wall-clock seconds on
-cores shared with other jobs (they say nothing about speed). **(10-50%)** marks the tasks where
-RL can show skill learned rather than format: {", ".join(marked) or "none"}.
+`reasoning_gym` reward and `trl-pods eval` score. Accuracy counts scores of 1. One answer to all: the accuracy of
+the most common gold answer given to every problem (a policy that collapses to it scores this without the skill).
+`<answer>` tags: the share of completions with one well-formed `<answer>` (the `reasoning_gym_format` reward). s: the
+task's wall-clock seconds on cores shared with other jobs (they say nothing about speed). **(10-50%)** marks the
+tasks at 10-50% extracted accuracy whose one answer to all scores under 10%: there RL can show skill learned rather
+than format (or a collapse to one answer): {", ".join(marked) or "none"}.
 
 {table(runs)}
 

@@ -93,7 +93,7 @@ def phase(args: argparse.Namespace, model: Path) -> None:
             raise SystemExit(f"the base-model table lacks {', '.join(lacking)}: the pilot waits for all of it.")
         take(tuning, [(task, plan.PILOT_ARM, plan.TUNING_SEEDS[0]) for task in found], tuning_store, model, args)
         return
-    pilots = plan.pilot_runs(tuning_store.runs())
+    pilots = plan.pilot_runs(tuning_store.runs(), found)
     if len(pilots) < len(found):
         raise SystemExit(f"the pilot has {len(pilots)} of its {len(found)} runs: run --phase pilot first.")
     tasks = plan.choose_tasks(pilots)

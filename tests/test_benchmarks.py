@@ -181,3 +181,12 @@ def test_reasoning_gym_base_smoke_mode_reads_each_task_both_ways(tiny_model_path
     assert list(rows) == ["chain_sum", "spell_backward"]
     for row in rows.values():
         assert 0 <= float(row["raw accuracy"]) <= 1 and 0 <= float(row["extracted accuracy"].split()[0]) <= 1
+        assert 0 < float(row["one answer to all"]) <= 1
+
+
+def test_one_answer_to_all_scores_the_share_of_the_most_common_answer():
+    """`reasoning_gym_base.constant_accuracy` is what a policy that gives one answer to every problem scores at best:
+    the share of the most common gold answer (the race's candidates must keep it under 10%)."""
+    base = _module("reasoning_gym_base")
+    assert base.constant_accuracy(["1", "1", "2", "1", "3"]) == 0.6
+    assert base.constant_accuracy(["4", "5"]) == 0.5
