@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import statistics
+from collections.abc import Iterable
 from pathlib import Path
 
 import time_to_target_rg_plan as plan
@@ -132,7 +133,7 @@ def evaluation_text(data: Path, found: dict) -> tuple[str, int]:
     return "\n\n".join(parts), len(runs)
 
 
-def setting_rows(runs: list[dict], tasks) -> str:
+def setting_rows(runs: list[dict], tasks: Iterable[str]) -> str:
     """A table of ``runs`` of ``tasks``, per task and setting: runs, base accuracy, mean plateau ("" without runs)."""
     rows = [
         f"| {task} | {arm} | {len(mine)} | {statistics.fmean(r['curve'][0][1] for r in mine):.3f} | "
