@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The device check for a lent CUDA GPU (about 10 minutes on an H200), writing under $OUT:
 #   1. the smallest pair of the reasoning-gym race (benchmarks/time_to_target_rg.py): the pilot's trl.GRPOTrainer setting
-#      against auto 16->4 on chain_sum, 2 seeds, $STEPS steps, an evaluation every $EVAL_EVERY steps on 200 held-out
-#      problems -> $OUT/race_rg_pair.jsonl (outside the plan: labelled as the smallest pair on a GPU);
+#      against auto 16->4 on $TASK (default basic_arithmetic, a task the race's pilot chose), 2 seeds, $STEPS steps,
+#      an evaluation every $EVAL_EVERY steps on 200 held-out problems -> $OUT/race_rg_pair.jsonl (outside the plan:
+#      labelled as the smallest pair on a GPU);
 #   2. $ZERO_STEPS steps of the ZeRO-2 and ZeRO-3 recipes (recipes/accelerate/zero{2,3}.yaml) on one process, PODS
 #      8 -> 4 on arithmetic, bf16 -> $OUT/zero{2,3}.json (step times and peak GPU memory, for docs/scaling.md).
 # vLLM colocated on the GPU when vllm imports, else HF generate in the trainer (--engine hf).
@@ -21,6 +22,7 @@ if [[ -z ${MODEL:-} ]]; then
   echo "error: set MODEL to a local model folder (python -m trl_pods.smollm2 prints SmolLM2-135M-Instruct's)" >&2; exit 2
 fi
 OUT=${OUT:-gpu_check_out}
+TASK=${TASK:-reasoning_gym:basic_arithmetic}
 STEPS=${STEPS:-20}
 EVAL_EVERY=${EVAL_EVERY:-10}
 ZERO_STEPS=${ZERO_STEPS:-6}
@@ -34,7 +36,7 @@ run() { printf '+'; printf ' %q' "$@"; printf '\n'; if [[ $DRY == 0 ]]; then "$@
 mkdir -p "$OUT"
 
 run "$PY" benchmarks/time_to_target_rg.py --smoke --engine "$ENGINE" --model "$MODEL" --seeds 2 --steps "$STEPS" \
-  --eval_every "$EVAL_EVERY" --held_out 200 --arms "trl.GRPOTrainer 8, 1 step/gen, lr 2e-04" "auto 16->4" \
+  --eval_every "$EVAL_EVERY" --held_out 200 --task "$TASK" --arms "trl.GRPOTrainer 8, 1 step/gen, lr 2e-04" "auto 16->4" \
   --pair "$OUT/race_rg_pair.jsonl"
 
 for stage in 2 3; do

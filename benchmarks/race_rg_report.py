@@ -263,8 +263,8 @@ On a CUDA machine with vLLM, the same race with a model of your own (its runs, a
 `reasoning_gym_base.py --model`, in a folder of their own), e.g.
 `python benchmarks/time_to_target_rg.py --engine vllm-cuda --model Qwen/Qwen2.5-0.5B-Instruct --data runs/qwen
 --phase pilot` (then `tune`, `fix`, `evaluate`, `--report --data runs/qwen`); `bash benchmarks/gpu_check.sh`
-runs the smallest pair (the pilot's setting against auto, 2 seeds) and a few steps of the ZeRO-2 and ZeRO-3 recipes
-on one GPU.
+runs the smallest pair (the pilot's setting against auto, 2 seeds, on basic_arithmetic; `TASK=` another candidate)
+and a few steps of the ZeRO-2 and ZeRO-3 recipes on one GPU.
 
 {notes("race_rg")}
 """

@@ -36,9 +36,8 @@ from harness import DATA, RunStore, key_name
 from race_rg_report import render, write_report
 from race_runs import ENGINES, free_port, run, timing
 
-SMOKE_TASK = {"reasoning_gym:chain_sum": {"config": {"min_terms": 2, "max_terms": 3, "min_digits": 1,
-                                                     "max_digits": 1}, "max_completion_length": 32}}  # fmt: skip
-"""The smoke run's task: chain_sum as the base-model table measured it (10-50%: 0.14)."""
+SMOKE_TASK = "reasoning_gym:chain_sum"
+"""The smoke run's default task (``--task``: any of the plan's candidates, with the base-model table's setting)."""
 WORK = Path(__file__).resolve().parent.parent / "runs" / "race_rg"
 """Where a phase's runs train (``--work``; ``runs/`` is not committed): a run cut short continues from here."""
 SMOKE_LINE = "race_rg smoke: "
@@ -122,15 +121,22 @@ def phase(args: argparse.Namespace, model: Path) -> None:
         take(race, [key for key in plan.evaluation_runs(tasks) if key[0] == task], evaluation_store, model, args)
 
 
+def smoke_tasks() -> dict[str, dict]:
+    """The tasks ``--smoke`` trains: the plan's candidates (`plan.candidates` on the committed base-model table),
+    each with the setting and completion length the race trains it with."""
+    return plan.candidates(read_jsonl(DATA / plan.BASE_TABLE))
+
+
 def smoke(args: argparse.Namespace, model: Path) -> None:
-    """``--steps`` steps of each of ``--arms`` (default: the pilot's setting and the trl_pods arms) on chain_sum, on
+    """``--steps`` steps of each of ``--arms`` (default: the pilot's setting and the trl_pods arms) on ``--task``, on
     each of ``--seeds`` seeds, an evaluation every ``--eval_every`` on ``--held_out`` problems; prints each run's step
     and evaluation seconds; writes nothing, or with ``--pair FILE`` appends each run to that file (outside the plan:
     the smallest pair on a GPU, `gpu_check.sh`)."""
     arms = {**plan.TUNING_ARMS, **plan.pods_arms(plan.LEARNING_RATES[0])}
-    race = plan.tuning_race(SMOKE_TASK)
-    race = plan.Race("smoke", {**race.plan, "held_out": args.held_out}, arms, tuple(plan.TUNING_ARMS), SMOKE_TASK)
-    task = next(iter(SMOKE_TASK))
+    tasks = {args.task: smoke_tasks()[args.task]}
+    race = plan.tuning_race(tasks)
+    race = plan.Race("smoke", {**race.plan, "held_out": args.held_out}, arms, tuple(plan.TUNING_ARMS), tasks)
+    task = args.task
     settings = {**race.settings(task), "max_steps": args.steps, "eval_every": args.eval_every}
     for seed in range(args.seeds):
         for arm in args.arms or [plan.PILOT_ARM, *plan.pods_arms(0)]:
@@ -159,6 +165,7 @@ def parser() -> argparse.ArgumentParser:
     found.add_argument("--timing_rounds", type=int, default=3)
     found.add_argument("--timing_steps", type=int, default=5, help="steps per arm and round (the first unused)")
     found.add_argument("--smoke", action="store_true", help="train a few steps per arm on seed 0; write nothing")
+    found.add_argument("--task", default=SMOKE_TASK, help="--smoke: the task, one of the race's candidates")
     found.add_argument("--steps", type=int, default=2, help="--smoke: steps per run")
     found.add_argument("--eval_every", type=int, default=1, help="--smoke: steps between evaluations")
     found.add_argument("--held_out", type=int, default=plan.HELD_OUT, help="--smoke: held-out problems")
@@ -176,6 +183,8 @@ def main(argv: list[str] | None = None) -> None:
         parser().error("give --phase, --report or --smoke")
     if args.pair and not args.smoke:
         parser().error("--pair saves the runs of --smoke: give --smoke")
+    if args.smoke and args.task not in smoke_tasks():
+        parser().error(f"--task {args.task} is not a task of the race; its candidates: {', '.join(smoke_tasks())}")
     unknown = [arm for arm in args.arms or () if arm not in {**plan.TUNING_ARMS, **plan.pods_arms(0)}]
     if unknown:
         parser().error(f"unknown arm(s) {unknown}: the arms are {[*plan.TUNING_ARMS, *plan.pods_arms(0)]}")

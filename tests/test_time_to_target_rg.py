@@ -202,10 +202,14 @@ def test_the_page_reproduces_from_the_runs_and_refuses_runs_off_the_plan(plan, t
 
 
 def test_the_command_refuses_what_it_cannot_run(capsys):
-    """`time_to_target_rg.py` with no phase, or another model's runs aimed at the committed data folder, exits with one
-    ``error:`` line before loading any model."""
+    """`time_to_target_rg.py` with no phase, another model's runs aimed at the committed data folder, or a smoke run on
+    a task the race does not train, exits with one ``error:`` line before loading any model."""
     command = _benchmark("time_to_target_rg")
-    for options, message in (([], "give --phase"), (["--phase", "pilot", "--model", "x"], "a folder of their own")):
+    for options, message in (
+        ([], "give --phase"),
+        (["--phase", "pilot", "--model", "x"], "a folder of their own"),
+        (["--smoke", "--task", "reasoning_gym:gcd"], "not a task of the race; its candidates: reasoning_gym:products"),
+    ):
         with pytest.raises(SystemExit) as stop:
             command.main(options)
         last = capsys.readouterr().err.splitlines()[-1]
@@ -254,6 +258,7 @@ def test_gpu_check_dry_run_prints_commands_the_race_and_the_recipes_accept(tmp_p
         f"{tmp_path}/race_rg_pair.jsonl",
     )
     assert args.arms == ["trl.GRPOTrainer 8, 1 step/gen, lr 2e-04", "auto 16->4"]
+    assert args.task == "reasoning_gym:basic_arithmetic"
     recipes = [Path(c[c.index("--config_file") + 1]) for c in commands[1:]]
     assert [r.name for r in recipes] == ["zero2.yaml", "zero3.yaml"] and all((REPO / r).is_file() for r in recipes)
     for extra, arguments in (({"MODEL": ""}, ["--dry-run"]), ({}, ["--dry-run", "x"])):
@@ -338,9 +343,14 @@ def test_a_resumed_run_starts_from_its_last_evaluated_checkpoint_on_a_generation
     assert runner.resume_point(tmp_path, per_generation=4) == (None, {}) and not any(tmp_path.iterdir())
 
 
+def _smoke_race(plan, script):
+    """The tuning race on the smoke task alone."""
+    return plan.tuning_race({script.SMOKE_TASK: script.smoke_tasks()[script.SMOKE_TASK]})
+
+
 def _resume_race(plan, script):
     """The smoke task's race with 4 held-out problems, for runs stopped and taken again."""
-    race = plan.tuning_race(script.SMOKE_TASK)
+    race = _smoke_race(plan, script)
     return plan.Race("resume", {**race.plan, "held_out": 4}, race.arms, race.baselines, race.task_configs)
 
 
@@ -364,7 +374,7 @@ def test_a_run_stopped_after_a_checkpoint_continues_to_the_same_run(plan, tiny_m
     continued."""
     runner, script = _benchmark("race_runs"), _benchmark("time_to_target_rg")
     race = _resume_race(plan, script)
-    task, arm = next(iter(script.SMOKE_TASK)), plan.arm_name(4, 4, 2e-4)
+    task, arm = script.SMOKE_TASK, plan.arm_name(4, 4, 2e-4)
     settings = {**race.settings(task), "max_steps": 8, "eval_every": 2}
 
     def measure(folder: Path) -> dict:
@@ -390,7 +400,7 @@ def test_a_timing_run_cut_short_continues_with_the_runs_it_lacks(plan, monkeypat
     trains only the (arm, round) runs it lacks, in the same rotated order, and keeps the earlier records and loads;
     a measurement of other settings (another step count) is refused rather than mixed in. It used to start over."""
     runner, script = _benchmark("race_runs"), _benchmark("time_to_target_rg")
-    race = plan.tuning_race(script.SMOKE_TASK)
+    race = _smoke_race(plan, script)
     trained = []
 
     def fake_train_arm(race, arm, where, callbacks=None, engine="vllm-cpu", resume=None):
@@ -399,7 +409,7 @@ def test_a_timing_run_cut_short_continues_with_the_runs_it_lacks(plan, monkeypat
 
     monkeypatch.setattr(runner, "train_arm", fake_train_arm)
     arms = [plan.PILOT_ARM, "auto 16->4"]
-    args = SimpleNamespace(tasks=[next(iter(script.SMOKE_TASK))], arms=arms, timing_rounds=2, timing_steps=3,
+    args = SimpleNamespace(tasks=[script.SMOKE_TASK], arms=arms, timing_rounds=2, timing_steps=3,
                            engine="hf")  # fmt: skip
     cut = list(itertools.islice(runner.timing(race, Path("model"), args), 2))[-1]  # stopped after two runs
     whole = list(runner.timing(race, Path("model"), args))[-1]
@@ -424,7 +434,7 @@ def test_a_race_run_on_the_vllm_cpu_engine_continues_after_a_stop(plan, vllm_mod
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
     monkeypatch.setenv("MASTER_PORT", str(free_port()))
     race = _resume_race(plan, script)
-    task, arm = next(iter(script.SMOKE_TASK)), plan.arm_name(8, 1, 2e-4)
+    task, arm = script.SMOKE_TASK, plan.arm_name(8, 1, 2e-4)
     settings = {**race.settings(task), "max_steps": 4, "eval_every": 2}
     with monkeypatch.context() as stopping:
         _stop_after(runner, stopping, 2)
