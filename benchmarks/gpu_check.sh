@@ -36,8 +36,8 @@ run() { printf '+'; printf ' %q' "$@"; printf '\n'; if [[ $DRY == 0 ]]; then "$@
 mkdir -p "$OUT"
 
 run "$PY" benchmarks/time_to_target_rg.py --smoke --engine "$ENGINE" --model "$MODEL" --seeds 2 --steps "$STEPS" \
-  --eval_every "$EVAL_EVERY" --held_out 200 --task "$TASK" --arms "trl.GRPOTrainer 8, 1 step/gen, lr 2e-04" "auto 16->4" \
-  --pair "$OUT/race_rg_pair.jsonl"
+  --eval_every "$EVAL_EVERY" --held_out 200 --task "$TASK" \
+  --arms "trl.GRPOTrainer 8, 1 step/gen, lr 2e-04" "auto 16->4" --pair "$OUT/race_rg_pair.jsonl"
 
 for stage in 2 3; do
   if [[ $DRY == 0 ]]; then

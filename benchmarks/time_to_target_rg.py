@@ -77,7 +77,7 @@ def take(race, queue: list[tuple], store: RunStore, model: Path, args: argparse.
 def phase(args: argparse.Namespace, model: Path) -> None:
     """Run ``args.phase`` on the runs saved under ``args.data`` so far."""
     data = Path(args.data)
-    found = plan.candidates(read_jsonl(data / plan.BASE_TABLE))
+    found = candidate_tasks(data)
     tuning = plan.tuning_race(found)
     tuning_store = RunStore(data / "race_rg_tuning.jsonl", ("task", "arm", "seed"))
     if args.phase == "timing":
@@ -121,10 +121,10 @@ def phase(args: argparse.Namespace, model: Path) -> None:
         take(race, [key for key in plan.evaluation_runs(tasks) if key[0] == task], evaluation_store, model, args)
 
 
-def smoke_tasks() -> dict[str, dict]:
-    """The tasks ``--smoke`` trains: the plan's candidates (`plan.candidates` on the committed base-model table),
-    each with the setting and completion length the race trains it with."""
-    return plan.candidates(read_jsonl(DATA / plan.BASE_TABLE))
+def candidate_tasks(data: Path = DATA) -> dict[str, dict]:
+    """The plan's candidate tasks (`plan.candidates` on ``data``'s base-model table; ``--smoke`` trains one of the
+    committed table's), each with the setting and completion length the race trains it with."""
+    return plan.candidates(read_jsonl(data / plan.BASE_TABLE))
 
 
 def smoke(args: argparse.Namespace, model: Path) -> None:
@@ -133,7 +133,7 @@ def smoke(args: argparse.Namespace, model: Path) -> None:
     and evaluation seconds; writes nothing, or with ``--pair FILE`` appends each run to that file (outside the plan:
     the smallest pair on a GPU, `gpu_check.sh`)."""
     arms = {**plan.TUNING_ARMS, **plan.pods_arms(plan.LEARNING_RATES[0])}
-    tasks = {args.task: smoke_tasks()[args.task]}
+    tasks = {args.task: candidate_tasks()[args.task]}
     race = plan.tuning_race(tasks)
     race = plan.Race("smoke", {**race.plan, "held_out": args.held_out}, arms, tuple(plan.TUNING_ARMS), tasks)
     task = args.task
@@ -183,8 +183,8 @@ def main(argv: list[str] | None = None) -> None:
         parser().error("give --phase, --report or --smoke")
     if args.pair and not args.smoke:
         parser().error("--pair saves the runs of --smoke: give --smoke")
-    if args.smoke and args.task not in smoke_tasks():
-        parser().error(f"--task {args.task} is not a task of the race; its candidates: {', '.join(smoke_tasks())}")
+    if args.smoke and args.task not in (known := candidate_tasks()):
+        parser().error(f"--task {args.task} is not a task of the race; its candidates: {', '.join(known)}")
     unknown = [arm for arm in args.arms or () if arm not in {**plan.TUNING_ARMS, **plan.pods_arms(0)}]
     if unknown:
         parser().error(f"unknown arm(s) {unknown}: the arms are {[*plan.TUNING_ARMS, *plan.pods_arms(0)]}")

@@ -345,7 +345,7 @@ def test_a_resumed_run_starts_from_its_last_evaluated_checkpoint_on_a_generation
 
 def _smoke_race(plan, script):
     """The tuning race on the smoke task alone."""
-    return plan.tuning_race({script.SMOKE_TASK: script.smoke_tasks()[script.SMOKE_TASK]})
+    return plan.tuning_race({script.SMOKE_TASK: script.candidate_tasks()[script.SMOKE_TASK]})
 
 
 def _resume_race(plan, script):
