@@ -308,7 +308,8 @@ def run(
         extra["resumed_at"] = evaluation.resumed_at
     print(f"{task} {arm} seed {seed}: " + ", ".join(f"{s}: {a:.3f}" for s, a, *_ in curve), flush=True)
     return {"task": task, "arm": arm, "seed": seed, "settings": settings, "curve": curve, "steps": steps, **extra,
-            "device": cpu_model(), "versions": versions(("torch", "transformers", "trl", "peft", "vllm"))}  # fmt: skip
+            "device": cpu_model(), "threads": torch.get_num_threads(),
+            "versions": versions(("torch", "transformers", "trl", "peft", "vllm"))}  # fmt: skip
 
 
 def store(race: Race) -> RunStore:

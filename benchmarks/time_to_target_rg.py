@@ -162,6 +162,11 @@ def parser() -> argparse.ArgumentParser:
     found.add_argument("--model", default=None, help="model folder or Hub name (default: SmolLM2-135M-Instruct)")
     found.add_argument("--data", default=str(DATA), help="folder of the runs (another model's: a folder of its own)")
     found.add_argument("--work", default=str(WORK), help="folder of the runs' checkpoints while they train (resume)")
+    found.add_argument(
+        "--threads", type=int, default=1,
+        help="vllm-cpu: torch threads of this process; 1 beside other runs (a core each), 2 for a run alone on 2 "
+        "cores (about 1.2x faster, docs/benchmarks/cpu-threads.md); the timing phase keeps 1, the pricing's",
+    )  # fmt: skip
     found.add_argument("--timing_rounds", type=int, default=3)
     found.add_argument("--timing_steps", type=int, default=5, help="steps per arm and round (the first unused)")
     found.add_argument("--smoke", action="store_true", help="train a few steps per arm on seed 0; write nothing")
@@ -181,6 +186,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     if not args.smoke and args.phase is None:
         parser().error("give --phase, --report or --smoke")
+    if args.threads < 1 or (args.threads != 1 and args.phase == "timing"):
+        parser().error("--threads: at least 1, and 1 for --phase timing (its costs price one thread)")
     if args.pair and not args.smoke:
         parser().error("--pair saves the runs of --smoke: give --smoke")
     if args.smoke and args.task not in (known := candidate_tasks()):
@@ -193,7 +200,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.engine == "vllm-cpu":
         from trl_pods.vllm_engine import check_cpu_vllm
 
-        torch.set_num_threads(1)  # one run per core; vLLM's CPU engine keeps it
+        torch.set_num_threads(args.threads)  # vLLM's CPU engine keeps it
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM-CPU's default would take much more
         os.environ.setdefault("MASTER_PORT", str(free_port()))  # processes side by side would collide on 29500
         if not check_cpu_vllm():

@@ -13,6 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 from helpers import import_from
 
 REPO = Path(__file__).parent.parent
@@ -202,13 +203,16 @@ def test_the_page_reproduces_from_the_runs_and_refuses_runs_off_the_plan(plan, t
 
 
 def test_the_command_refuses_what_it_cannot_run(capsys):
-    """`time_to_target_rg.py` with no phase, another model's runs aimed at the committed data folder, or a smoke run on
-    a task the race does not train, exits with one ``error:`` line before loading any model."""
+    """`time_to_target_rg.py` with no phase, another model's runs aimed at the committed data folder, a smoke run on
+    a task the race does not train, or a timing run on other than the one thread its costs price, exits with one
+    ``error:`` line before loading any model."""
     command = _benchmark("time_to_target_rg")
     for options, message in (
         ([], "give --phase"),
         (["--phase", "pilot", "--model", "x"], "a folder of their own"),
         (["--smoke", "--task", "reasoning_gym:gcd"], "not a task of the race; its candidates: reasoning_gym:products"),
+        (["--phase", "timing", "--threads", "2"], "1 for --phase timing"),
+        (["--phase", "tune", "--threads", "0"], "--threads: at least 1"),
     ):
         with pytest.raises(SystemExit) as stop:
             command.main(options)
@@ -371,7 +375,7 @@ def test_a_run_stopped_after_a_checkpoint_continues_to_the_same_run(plan, tiny_m
     generate) and taken again in its folder continues from step 4's checkpoint with the evaluations before it kept
     (not measured again), and trains the same steps as a run that was not stopped: the same generations, rewards and
     counts a step (HF generate on the CPU, the RNG restored from the checkpoint), with ``resumed_at`` saying where it
-    continued."""
+    continued; each record says the torch threads it trained with."""
     runner, script = _benchmark("race_runs"), _benchmark("time_to_target_rg")
     race = _resume_race(plan, script)
     task, arm = script.SMOKE_TASK, plan.arm_name(4, 4, 2e-4)
@@ -388,6 +392,7 @@ def test_a_run_stopped_after_a_checkpoint_continues_to_the_same_run(plan, tiny_m
     before = json.loads((tmp_path / "cut" / runner.EVALUATIONS).read_text())["evaluations"]
     resumed = measure(tmp_path / "cut")
     assert resumed["resumed_at"] == [4] and "resumed_at" not in whole
+    assert resumed["threads"] == whole["threads"] == torch.get_num_threads()
     assert [p[0] for p in resumed["curve"]] == [0, 2, 4, 6, 8]
     assert resumed["eval_seconds"][:3] == [found["seconds"] for _, found in before[:3]]  # kept, not measured again
     assert [r[0] for r in resumed["steps"]] == list(range(1, 9))
