@@ -165,7 +165,7 @@ def parser() -> argparse.ArgumentParser:
     found.add_argument(
         "--threads", type=int, default=1,
         help="vllm-cpu: torch threads of this process; 1 beside other runs (a core each), 2 for a run alone on 2 "
-        "cores (about 1.2x faster, docs/benchmarks/cpu-threads.md); the timing phase keeps 1, the pricing's",
+        "cores (the demo's steps: 1.2x faster, docs/benchmarks/cpu-threads.md); --phase timing keeps 1 (its pricing)",
     )  # fmt: skip
     found.add_argument("--timing_rounds", type=int, default=3)
     found.add_argument("--timing_steps", type=int, default=5, help="steps per arm and round (the first unused)")
