@@ -188,6 +188,8 @@ def main(argv: list[str] | None = None) -> None:
         parser().error("give --phase, --report or --smoke")
     if args.threads < 1 or (args.threads != 1 and args.phase == "timing"):
         parser().error("--threads: at least 1, and 1 for --phase timing (its costs price one thread)")
+    if args.threads != 1 and args.engine != "vllm-cpu":
+        parser().error(f"--threads sets the threads of --engine vllm-cpu runs; drop it for --engine {args.engine}")
     if args.pair and not args.smoke:
         parser().error("--pair saves the runs of --smoke: give --smoke")
     if args.smoke and args.task not in (known := candidate_tasks()):

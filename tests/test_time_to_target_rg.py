@@ -204,8 +204,8 @@ def test_the_page_reproduces_from_the_runs_and_refuses_runs_off_the_plan(plan, t
 
 def test_the_command_refuses_what_it_cannot_run(capsys):
     """`time_to_target_rg.py` with no phase, another model's runs aimed at the committed data folder, a smoke run on
-    a task the race does not train, or a timing run on other than the one thread its costs price, exits with one
-    ``error:`` line before loading any model."""
+    a task the race does not train, a timing run on other than the one thread its costs price, or threads for an
+    engine other than vLLM's CPU build, exits with one ``error:`` line before loading any model."""
     command = _benchmark("time_to_target_rg")
     for options, message in (
         ([], "give --phase"),
@@ -213,6 +213,7 @@ def test_the_command_refuses_what_it_cannot_run(capsys):
         (["--smoke", "--task", "reasoning_gym:gcd"], "not a task of the race; its candidates: reasoning_gym:products"),
         (["--phase", "timing", "--threads", "2"], "1 for --phase timing"),
         (["--phase", "tune", "--threads", "0"], "--threads: at least 1"),
+        (["--smoke", "--engine", "hf", "--threads", "2"], "drop it for --engine hf"),
     ):
         with pytest.raises(SystemExit) as stop:
             command.main(options)
