@@ -48,10 +48,10 @@ H200_PRICING = (
 
 
 def pricings(data: Path) -> list[Pricing]:
-    """CPU (the timing run's costs, None before it) and the H200 pricing (costs fitted on the trainers' own H200
-    steps)."""
+    """CPU (the timing run's costs, None until it is whole) and the H200 pricing (costs fitted on the trainers' own
+    H200 steps)."""
     timing = data / "race_rg_timing.json"
-    cpu = fit_costs(json.loads(timing.read_text())) if timing.exists() else None
+    cpu = plan.cpu_costs(json.loads(timing.read_text()) if timing.exists() else None)
     h200 = fit_costs(json.loads((DATA / plan.H200_TIMING).read_text()))
     return [Pricing("CPU", cpu, 1), Pricing("H200-priced", h200, 2)]
 
@@ -78,7 +78,7 @@ def goals_text(runs: list[dict], task: str, race, prices: list[Pricing]) -> str:
     rollouts = {arm: [total(r, "rollouts") for r in mine if r["arm"] == arm] for arm in race.arms}
     for pricing, goal, bound in zip(prices, (0.5, 0.7), (0.8, 1.0), strict=True):
         if pricing.costs is None:
-            lines.append(f"- {task}, {pricing.name}: pending (no timing run yet)")
+            lines.append(f"- {task}, {pricing.name}: pending (the timing run is not whole yet)")
             continue
         found = minutes(mine, pricing.costs)
         value, _, high, _ = ratio(found["auto 16->4"], found["baseline"])

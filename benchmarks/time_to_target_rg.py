@@ -52,11 +52,9 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def costs(data: Path) -> dict[str, float] | None:
-    """The CPU costs fitted on the race's timing run (None before it is measured)."""
-    from race_analysis import fit_costs
-
+    """The CPU costs fitted on the race's timing run (`plan.cpu_costs`: None until it is whole)."""
     path = data / "race_rg_timing.json"
-    return fit_costs(json.loads(path.read_text())) if path.exists() else None
+    return plan.cpu_costs(json.loads(path.read_text()) if path.exists() else None)
 
 
 def take(race, queue: list[tuple], store: RunStore, model: Path, args: argparse.Namespace) -> None:
@@ -83,6 +81,7 @@ def phase(args: argparse.Namespace, model: Path) -> None:
     if args.phase == "timing":
         race = plan.Race("race_rg_timing", tuning.plan, plan.TIMING_ARMS, tuple(plan.TUNING_ARMS), found)
         args.arms, args.tasks = args.arms or list(plan.TIMING_ARMS), [next(iter(found))]
+        args.timing_rounds = plan.TIMING_ROUNDS
         saved = data / "race_rg_timing.json"
         for measured in timing(race, model, args, json.loads(saved.read_text()) if saved.exists() else None):
             saved.write_text(json.dumps(measured) + "\n")
@@ -102,7 +101,7 @@ def phase(args: argparse.Namespace, model: Path) -> None:
         return
     cpu = costs(data)
     if cpu is None:
-        raise SystemExit("no timing run yet: run --phase timing (idle machine) first.")
+        raise SystemExit("the timing run is missing or not whole: run --phase timing (idle machine; it continues).")
     queue = plan.tuning_runs(tasks, [r for r in tuning_store.runs() if r["seed"] == plan.TUNING_SEEDS[0]], cpu)
     done = {(r["task"], r["arm"], r["seed"]) for r in tuning_store.runs()}
     if missing := [key for key in queue if key not in done]:
@@ -167,7 +166,6 @@ def parser() -> argparse.ArgumentParser:
         help="vllm-cpu: torch threads of this process; 1 beside other runs (a core each), 2 for a run alone on 2 "
         "cores (the demo's steps: 1.2x faster, docs/benchmarks/cpu-threads.md); --phase timing keeps 1 (its pricing)",
     )  # fmt: skip
-    found.add_argument("--timing_rounds", type=int, default=3)
     found.add_argument("--timing_steps", type=int, default=5, help="steps per arm and round (the first unused)")
     found.add_argument("--smoke", action="store_true", help="train a few steps per arm on seed 0; write nothing")
     found.add_argument("--task", default=SMOKE_TASK, help="--smoke: the task, one of the race's candidates")

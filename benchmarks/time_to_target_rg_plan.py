@@ -26,7 +26,7 @@ import math
 import statistics
 from collections.abc import Iterable, Sequence
 
-from race_analysis import Race, confirmed, priced_minutes
+from race_analysis import Race, confirmed, fit_costs, priced_minutes
 
 REASONING_GYM = "reasoning_gym:"
 BASE_TABLE = "reasoning_gym_base.jsonl"
@@ -120,6 +120,18 @@ TIMING_ARMS = {
 }
 """The interleaved timing run's arms: every (num_generations, steps per generation) and every trl_pods arm (the
 learning rate does not change what a step costs). Its fitted costs price the tuning and the evaluation runs."""
+TIMING_ROUNDS = 3
+"""The timing run's rounds: each runs every arm of TIMING_ARMS once, in an order rotated each round."""
+
+
+def cpu_costs(timing_run: dict | None) -> dict[str, float] | None:
+    """The CPU costs (`fit_costs`) of the timing run once it holds every arm of TIMING_ARMS in each of TIMING_ROUNDS
+    rounds; None before (a timing run split across sessions prices nothing until it is whole)."""
+    whole = {(arm, round_) for arm in TIMING_ARMS for round_ in range(TIMING_ROUNDS)}
+    if timing_run is None or not whole <= {tuple(run) for run in timing_run.get("runs", ())}:
+        return None
+    return fit_costs(timing_run)
+
 
 PLAN = {
     "fixed": "2026-11-28, before any run of this plan",

@@ -161,6 +161,19 @@ def test_a_baseline_setting_counts_its_generation_on_the_step_that_makes_it(plan
     assert {(r[5], r[6], r[7]) for r in records} == {(0.25, 0.5, 9.0)}  # a step trains on its generation's rows
 
 
+def test_a_timing_run_prices_nothing_until_every_arm_ran_in_every_round(plan):
+    """A timing run split across sessions is committed piece by piece: its costs price the tuning and evaluation
+    runs (`plan.cpu_costs`) only once it holds every arm of TIMING_ARMS in each of TIMING_ROUNDS rounds."""
+    records = [[arm, r, 2, 1.0 + 0.1 * i + 0.01 * r, 16 + 8 * i, 16, 1.0 + (i % 2), 0.5, 0.5, 20.0]
+               for i, arm in enumerate(plan.TIMING_ARMS) for r in range(plan.TIMING_ROUNDS)]  # fmt: skip
+    runs = [[arm, r] for r in range(plan.TIMING_ROUNDS) for arm in plan.TIMING_ARMS]
+    assert plan.cpu_costs(None) is None
+    assert plan.cpu_costs({"records": records[:-1], "runs": runs[:-1]}) is None  # one (arm, round) short
+    assert plan.cpu_costs({"records": records}) is None  # no record of which runs it holds
+    whole = plan.cpu_costs({"records": records, "runs": runs})
+    assert whole == _benchmark("race_analysis").fit_costs({"records": records}) and whole["rollout"] > 0
+
+
 def test_the_page_reproduces_from_the_runs_and_refuses_runs_off_the_plan(plan, tmp_path):
     """The page is a function of the data folder alone (twice the same), counts the runs, names the candidates from
     the base-model table, lists the runs of a task that is no longer a candidate as set aside, and refuses a tuning
@@ -297,7 +310,8 @@ def test_the_page_reports_every_arm_against_the_fixed_baseline_and_refuses_anoth
     found = plan.candidates(table)
     records = [[arm, 0, 2, 1.0 + 0.1 * i + 0.01 * j, 16 + 8 * i, 16, 1.0 + (i % 2), 0.5, 0.5, 20.0]
                for i, arm in enumerate(plan.TIMING_ARMS) for j in range(3)]  # fmt: skip
-    (tmp_path / "race_rg_timing.json").write_text(json.dumps({"records": records}))
+    runs = [[arm, r] for arm in plan.TIMING_ARMS for r in range(plan.TIMING_ROUNDS)]
+    (tmp_path / "race_rg_timing.json").write_text(json.dumps({"records": records, "runs": runs}))
     tuning, runs = plan.tuning_race(found), []
     for task, curve in zip(found, ([0.14, 0.2, 0.3, 0.35, 0.4, 0.45, 0.5, 0.5, 0.5],
                                    [0.3, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5]), strict=True):  # fmt: skip
