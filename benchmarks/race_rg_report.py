@@ -47,13 +47,16 @@ H200_PRICING = (
 """What the H200 column is, and what its costs were measured on."""
 
 
+def cpu_costs(data: Path) -> dict[str, float] | None:
+    """The CPU costs fitted on ``data``'s timing run (`plan.cpu_costs`: None until it is whole)."""
+    timing = data / plan.TIMING_FILE
+    return plan.cpu_costs(json.loads(timing.read_text()) if timing.exists() else None)
+
+
 def pricings(data: Path) -> list[Pricing]:
-    """CPU (the timing run's costs, None until it is whole) and the H200 pricing (costs fitted on the trainers' own
-    H200 steps)."""
-    timing = data / "race_rg_timing.json"
-    cpu = plan.cpu_costs(json.loads(timing.read_text()) if timing.exists() else None)
+    """CPU (`cpu_costs`) and the H200 pricing (costs fitted on the trainers' own H200 steps)."""
     h200 = fit_costs(json.loads((DATA / plan.H200_TIMING).read_text()))
-    return [Pricing("CPU", cpu, 1), Pricing("H200-priced", h200, 2)]
+    return [Pricing("CPU", cpu_costs(data), 1), Pricing("H200-priced", h200, 2)]
 
 
 def accuracy_text(runs: list[dict], task: str, race) -> str:

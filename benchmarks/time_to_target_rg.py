@@ -33,7 +33,7 @@ from pathlib import Path
 import time_to_target_rg_plan as plan
 import torch
 from harness import DATA, RunStore, key_name
-from race_rg_report import render, write_report
+from race_rg_report import cpu_costs, render, write_report
 from race_runs import ENGINES, free_port, run, timing
 
 SMOKE_TASK = "reasoning_gym:chain_sum"
@@ -49,12 +49,6 @@ PHASES = ("timing", "pilot", "tune", "fix", "evaluate")
 def read_jsonl(path: Path) -> list[dict]:
     """The JSON lines of ``path`` ([] when it is missing)."""
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-
-
-def costs(data: Path) -> dict[str, float] | None:
-    """The CPU costs fitted on the race's timing run (`plan.cpu_costs`: None until it is whole)."""
-    path = data / "race_rg_timing.json"
-    return plan.cpu_costs(json.loads(path.read_text()) if path.exists() else None)
 
 
 def take(race, queue: list[tuple], store: RunStore, model: Path, args: argparse.Namespace) -> None:
@@ -82,7 +76,7 @@ def phase(args: argparse.Namespace, model: Path) -> None:
         race = plan.Race("race_rg_timing", tuning.plan, plan.TIMING_ARMS, tuple(plan.TUNING_ARMS), found)
         args.arms, args.tasks = args.arms or list(plan.TIMING_ARMS), [next(iter(found))]
         args.timing_rounds = plan.TIMING_ROUNDS
-        saved = data / "race_rg_timing.json"
+        saved = data / plan.TIMING_FILE
         for measured in timing(race, model, args, json.loads(saved.read_text()) if saved.exists() else None):
             saved.write_text(json.dumps(measured) + "\n")
         return
@@ -97,9 +91,9 @@ def phase(args: argparse.Namespace, model: Path) -> None:
     tasks = plan.choose_tasks(pilots)
     if args.phase == "tune":
         first = [r for r in tuning_store.runs() if r["seed"] == plan.TUNING_SEEDS[0]]
-        take(tuning, plan.tuning_runs(tasks, first, costs(data)), tuning_store, model, args)
+        take(tuning, plan.tuning_runs(tasks, first, cpu_costs(data)), tuning_store, model, args)
         return
-    cpu = costs(data)
+    cpu = cpu_costs(data)
     if cpu is None:
         raise SystemExit("the timing run is missing or not whole: run --phase timing (idle machine; it continues).")
     queue = plan.tuning_runs(tasks, [r for r in tuning_store.runs() if r["seed"] == plan.TUNING_SEEDS[0]], cpu)

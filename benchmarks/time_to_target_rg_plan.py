@@ -30,6 +30,7 @@ from race_analysis import Race, confirmed, fit_costs, priced_minutes
 
 REASONING_GYM = "reasoning_gym:"
 BASE_TABLE = "reasoning_gym_base.jsonl"
+TIMING_FILE = "race_rg_timing.json"
 """The base-model table (`reasoning_gym_base.py`) under the data folder: the candidates come from it."""
 KINDS = {
     "addition": ("chain_sum",),

@@ -310,8 +310,8 @@ def test_the_page_reports_every_arm_against_the_fixed_baseline_and_refuses_anoth
     found = plan.candidates(table)
     records = [[arm, 0, 2, 1.0 + 0.1 * i + 0.01 * j, 16 + 8 * i, 16, 1.0 + (i % 2), 0.5, 0.5, 20.0]
                for i, arm in enumerate(plan.TIMING_ARMS) for j in range(3)]  # fmt: skip
-    runs = [[arm, r] for arm in plan.TIMING_ARMS for r in range(plan.TIMING_ROUNDS)]
-    (tmp_path / "race_rg_timing.json").write_text(json.dumps({"records": records, "runs": runs}))
+    pieces = [[arm, r] for arm in plan.TIMING_ARMS for r in range(plan.TIMING_ROUNDS)]
+    (tmp_path / plan.TIMING_FILE).write_text(json.dumps({"records": records, "runs": pieces}))
     tuning, runs = plan.tuning_race(found), []
     for task, curve in zip(found, ([0.14, 0.2, 0.3, 0.35, 0.4, 0.45, 0.5, 0.5, 0.5],
                                    [0.3, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5]), strict=True):  # fmt: skip
