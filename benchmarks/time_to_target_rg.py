@@ -120,13 +120,13 @@ def candidate_tasks(data: Path = DATA) -> dict[str, dict]:
     return plan.candidates(read_jsonl(data / plan.BASE_TABLE))
 
 
-def smoke(args: argparse.Namespace, model: Path) -> None:
-    """``--steps`` steps of each of ``--arms`` (default: the pilot's setting and the trl_pods arms) on ``--task``, on
-    each of ``--seeds`` seeds, an evaluation every ``--eval_every`` on ``--held_out`` problems; prints each run's step
-    and evaluation seconds; writes nothing, or with ``--pair FILE`` appends each run to that file (outside the plan:
-    the smallest pair on a GPU, `gpu_check.sh`)."""
+def smoke(args: argparse.Namespace, model: Path, setting: dict) -> None:
+    """``--steps`` steps of each of ``--arms`` (default: the pilot's setting and the trl_pods arms) on ``--task``
+    (``setting``: its entry of `candidate_tasks`), on each of ``--seeds`` seeds, an evaluation every ``--eval_every``
+    on ``--held_out`` problems; prints each run's step and evaluation seconds; writes nothing, or with ``--pair FILE``
+    appends each run to that file (outside the plan: the smallest pair on a GPU, `gpu_check.sh`)."""
     arms = {**plan.TUNING_ARMS, **plan.pods_arms(plan.LEARNING_RATES[0])}
-    tasks = {args.task: candidate_tasks()[args.task]}
+    tasks = {args.task: setting}
     race = plan.tuning_race(tasks)
     race = plan.Race("smoke", {**race.plan, "held_out": args.held_out}, arms, tuple(plan.TUNING_ARMS), tasks)
     task = args.task
@@ -184,7 +184,8 @@ def main(argv: list[str] | None = None) -> None:
         parser().error(f"--threads sets the threads of --engine vllm-cpu runs; drop it for --engine {args.engine}")
     if args.pair and not args.smoke:
         parser().error("--pair saves the runs of --smoke: give --smoke")
-    if args.smoke and args.task not in (known := candidate_tasks()):
+    known = candidate_tasks() if args.smoke else {}
+    if args.smoke and args.task not in known:
         parser().error(f"--task {args.task} is not a task of the race; its candidates: {', '.join(known)}")
     unknown = [arm for arm in args.arms or () if arm not in {**plan.TUNING_ARMS, **plan.pods_arms(0)}]
     if unknown:
@@ -207,7 +208,7 @@ def main(argv: list[str] | None = None) -> None:
         model = fetch_smollm2()
     else:
         model = Path(args.model) if Path(args.model).exists() else args.model
-    smoke(args, model) if args.smoke else phase(args, model)
+    smoke(args, model, known[args.task]) if args.smoke else phase(args, model)
 
 
 if __name__ == "__main__":
