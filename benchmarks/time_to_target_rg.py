@@ -158,7 +158,7 @@ def parser() -> argparse.ArgumentParser:
     found.add_argument(
         "--threads", type=int, default=1,
         help="vllm-cpu: torch threads of this process; 1 beside other runs (a core each), 2 for a run alone on 2 "
-        "cores (the demo's steps: 1.2x faster, docs/benchmarks/cpu-threads.md); --phase timing keeps 1 (its pricing)",
+        "cores (a 16-rollout step: 1.8x faster, docs/benchmarks/data/race_rg.notes.md); --phase timing keeps 1",
     )  # fmt: skip
     found.add_argument("--timing_steps", type=int, default=5, help="steps per arm and round (the first unused)")
     found.add_argument("--smoke", action="store_true", help="train a few steps per arm on seed 0; write nothing")
