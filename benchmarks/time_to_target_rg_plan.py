@@ -30,8 +30,9 @@ from race_analysis import Race, confirmed, fit_costs, priced_minutes
 
 REASONING_GYM = "reasoning_gym:"
 BASE_TABLE = "reasoning_gym_base.jsonl"
-TIMING_FILE = "race_rg_timing.json"
 """The base-model table (`reasoning_gym_base.py`) under the data folder: the candidates come from it."""
+TIMING_FILE = "race_rg_timing.json"
+"""The interleaved timing run (`TIMING_ARMS`) under the data folder: its costs price every run (`cpu_costs`)."""
 KINDS = {
     "addition": ("chain_sum",),
     "mixed arithmetic": ("basic_arithmetic",),
