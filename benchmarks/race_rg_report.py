@@ -47,10 +47,15 @@ H200_PRICING = (
 """What the H200 column is, and what its costs were measured on."""
 
 
+def timing_run(data: Path) -> dict | None:
+    """``data``'s timing run as saved so far (`plan.TIMING_FILE`), None before its first piece."""
+    saved = data / plan.TIMING_FILE
+    return json.loads(saved.read_text()) if saved.exists() else None
+
+
 def cpu_costs(data: Path) -> dict[str, float] | None:
     """The CPU costs fitted on ``data``'s timing run (`plan.cpu_costs`: None until it is whole)."""
-    timing = data / plan.TIMING_FILE
-    return plan.cpu_costs(json.loads(timing.read_text()) if timing.exists() else None)
+    return plan.cpu_costs(timing_run(data))
 
 
 def pricings(data: Path) -> list[Pricing]:

@@ -33,7 +33,7 @@ from pathlib import Path
 import time_to_target_rg_plan as plan
 import torch
 from harness import DATA, RunStore, key_name
-from race_rg_report import cpu_costs, render, write_report
+from race_rg_report import cpu_costs, render, timing_run, write_report
 from race_runs import ENGINES, free_port, run, timing
 
 SMOKE_TASK = "reasoning_gym:chain_sum"
@@ -76,9 +76,8 @@ def phase(args: argparse.Namespace, model: Path) -> None:
         race = plan.Race("race_rg_timing", tuning.plan, plan.TIMING_ARMS, tuple(plan.TUNING_ARMS), found)
         args.arms, args.tasks = args.arms or list(plan.TIMING_ARMS), [next(iter(found))]
         args.timing_rounds = plan.TIMING_ROUNDS
-        saved = data / plan.TIMING_FILE
-        for measured in timing(race, model, args, json.loads(saved.read_text()) if saved.exists() else None):
-            saved.write_text(json.dumps(measured) + "\n")
+        for measured in timing(race, model, args, timing_run(data)):
+            (data / plan.TIMING_FILE).write_text(json.dumps(measured) + "\n")
         return
     if args.phase == "pilot":
         if lacking := plan.missing(read_jsonl(data / plan.BASE_TABLE)):
