@@ -87,15 +87,13 @@ def phase(args: argparse.Namespace, model: Path) -> None:
     pilots = plan.pilot_runs(tuning_store.runs(), found)
     if len(pilots) < len(found):
         raise SystemExit(f"the pilot has {len(pilots)} of its {len(found)} runs: run --phase pilot first.")
-    tasks = plan.choose_tasks(pilots)
+    tasks, cpu = plan.choose_tasks(pilots), cpu_costs(data)
+    queue = plan.tuning_runs(tasks, [r for r in tuning_store.runs() if r["seed"] == plan.TUNING_SEEDS[0]], cpu)
     if args.phase == "tune":
-        first = [r for r in tuning_store.runs() if r["seed"] == plan.TUNING_SEEDS[0]]
-        take(tuning, plan.tuning_runs(tasks, first, cpu_costs(data)), tuning_store, model, args)
+        take(tuning, queue, tuning_store, model, args)
         return
-    cpu = cpu_costs(data)
     if cpu is None:
         raise SystemExit("the timing run is missing or not whole: run --phase timing (idle machine; it continues).")
-    queue = plan.tuning_runs(tasks, [r for r in tuning_store.runs() if r["seed"] == plan.TUNING_SEEDS[0]], cpu)
     done = {(r["task"], r["arm"], r["seed"]) for r in tuning_store.runs()}
     if missing := [key for key in queue if key not in done]:
         raise SystemExit(f"{len(missing)} tuning runs are missing (first: {missing[0]}): run --phase tune first.")
