@@ -84,20 +84,21 @@ def phase(args: argparse.Namespace, model: Path) -> None:
             raise SystemExit(f"the base-model table lacks {', '.join(lacking)}: the pilot waits for all of it.")
         take(tuning, [(task, plan.PILOT_ARM, plan.TUNING_SEEDS[0]) for task in found], tuning_store, model, args)
         return
-    pilots = plan.pilot_runs(tuning_store.runs(), found)
+    saved = tuning_store.runs()
+    pilots = plan.pilot_runs(saved, found)
     if len(pilots) < len(found):
         raise SystemExit(f"the pilot has {len(pilots)} of its {len(found)} runs: run --phase pilot first.")
     tasks, cpu = plan.choose_tasks(pilots), cpu_costs(data)
-    queue = plan.tuning_runs(tasks, [r for r in tuning_store.runs() if r["seed"] == plan.TUNING_SEEDS[0]], cpu)
+    queue = plan.tuning_runs(tasks, [r for r in saved if r["seed"] == plan.TUNING_SEEDS[0]], cpu)
     if args.phase == "tune":
         take(tuning, queue, tuning_store, model, args)
         return
     if cpu is None:
         raise SystemExit("the timing run is missing or not whole: run --phase timing (idle machine; it continues).")
-    done = {(r["task"], r["arm"], r["seed"]) for r in tuning_store.runs()}
+    done = {(r["task"], r["arm"], r["seed"]) for r in saved}
     if missing := [key for key in queue if key not in done]:
         raise SystemExit(f"{len(missing)} tuning runs are missing (first: {missing[0]}): run --phase tune first.")
-    fixing = {"tasks": tasks, "fixed": plan.fixed(tuning_store.runs(), tasks, cpu)}
+    fixing = {"tasks": tasks, "fixed": plan.fixed(saved, tasks, cpu)}
     fixed_file = data / "race_rg_fixed.json"
     if args.phase == "fix":
         fixed_file.write_text(json.dumps(fixing, indent=1) + "\n")
