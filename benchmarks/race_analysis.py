@@ -9,7 +9,8 @@ accuracy under a plan fixed before its runs (`Race`; `time_to_target.py` is the 
   values over seeds is the restricted mean time to target (`to_target`, `minutes`): every run counts, and a miss
   counts at least as fast as it could have been, so an arm that misses is never made to look slower than it is.
 * Pricing (`Pricing`): a step's seconds from its generation calls, rollouts, trained rows and a constant
-  (`step_seconds`), with costs measured on a machine or fitted on a timing run (`fit_costs`).
+  (`step_seconds`), with costs measured on a machine or fitted on a timing run (`fit_costs`); where the engine has
+  the policy score rows at generation, that cost too, by the arm's kind (`arm_costs`).
 * The baseline (`baseline`): the lowest restricted mean among the candidate arms, every run counted.
 * Ratios (`ratio_text`): ratio of restricted means, bootstrap 90% CI over seeds and exact permutation p
   (`harness.bootstrap_ratio_ci`, `harness.permutation_p`), marked *within noise* (`within_noise`) where the CI holds 1
@@ -67,8 +68,9 @@ class Race:
 @dataclasses.dataclass(frozen=True)
 class Pricing:
     """A way to turn a run's steps into minutes: its ``name`` on the page, its ``costs`` (seconds per ``call``,
-    ``rollout``, ``row`` and ``update``; None: not measured yet), the decimals its minutes print with, and the arms
-    that plan with these same costs (``circular``: scoring them with the model they plan with is circular)."""
+    ``rollout``, ``row`` and ``update``, and ``scored`` where fitted: `arm_costs`; None: not measured yet), the
+    decimals its minutes print with, and the arms that plan with these same costs (``circular``: scoring them with
+    the model they plan with is circular)."""
 
     name: str
     costs: dict[str, float] | None
@@ -119,6 +121,16 @@ def priced_minutes(run: dict, step: int, costs: dict[str, float]) -> float:
     return sum(step_seconds(s, costs) for s in run["steps"] if s[FIELD["step"]] <= step) / 60
 
 
+def arm_costs(costs: dict[str, float], trl: bool) -> dict[str, float]:
+    """``costs`` for one arm's steps, their ``scored`` term (`fit_costs`: seconds a row whose log-probs the policy
+    computes at generation) folded in: into a rollout's cost for a `trl.GRPOTrainer` arm (``trl``: it scores every
+    rollout), into a trained row's for a trl_pods arm (it scores the rows it keeps, on every step); costs without
+    that term as they are."""
+    scored = costs.get("scored", 0.0)
+    term = "rollout" if trl else "row"
+    return {**costs, term: costs[term] + scored, "scored": 0.0}
+
+
 def to_target(run: dict, costs: dict[str, float]) -> float:
     """The run's minutes to the endpoint priced with ``costs``, or to its budget where it did not reach it."""
     return priced_minutes(run, stop_step(run), costs)
@@ -129,12 +141,13 @@ def total(run: dict, name: str) -> float:
     return sum(s[FIELD[name]] for s in run["steps"] if s[FIELD["step"]] <= stop_step(run))
 
 
-def minutes(runs: list[dict], costs: dict[str, float] | None) -> dict[str, list[float]]:
-    """Per arm: every run's minutes to target priced with ``costs`` (`to_target`; a miss at the budget), so that a
-    mean over them is the restricted mean; none without costs."""
+def minutes(runs: list[dict], costs: dict[str, float] | None, trl_arms: Iterable[str] = ()) -> dict[str, list[float]]:
+    """Per arm: every run's minutes to target priced with ``costs`` (`to_target`; a miss at the budget; `arm_costs`,
+    ``trl_arms`` the `trl.GRPOTrainer` arms), so that a mean over them is the restricted mean; none without costs."""
     found: dict[str, list[float]] = {}
+    trl = set(trl_arms)
     for run in runs if costs is not None else ():
-        found.setdefault(run["arm"], []).append(to_target(run, costs))
+        found.setdefault(run["arm"], []).append(to_target(run, arm_costs(costs, run["arm"] in trl)))
     return found
 
 
@@ -161,15 +174,23 @@ def ratio_text(arm: Sequence[float], base: Sequence[float]) -> str:
     return f"{value:.2f}× ({low:.2f}–{high:.2f}), p {p:.2f}" + (", within noise" if within_noise(low, high, p) else "")
 
 
-def fit_costs(timing_run: dict) -> dict[str, float]:
+def fit_costs(timing_run: dict, trl_arms: Iterable[str] | None = None) -> dict[str, float]:
     """Least squares of a timing run's step times on (calls, rollouts, rows, 1): its machine's costs, with the fit's
-    R²."""
+    R². With ``trl_arms`` (an engine on which the policy scores rows at generation: TRL's vLLM importance-sampling
+    correction), also on the rows scored, ``scored`` (`arm_costs`): every rollout of those `trl.GRPOTrainer` arms,
+    the trained rows of the others."""
     field, records = TIMING_FIELD, timing_run["records"]
-    x = np.array([[r[field["calls"]], r[field["rollouts"]], r[field["rows"]], 1.0] for r in records])  # [steps, 4]
+    names = ["call", "rollout", "row", "update"]
+    rows = [[r[field["calls"]], r[field["rollouts"]], r[field["rows"]], 1.0] for r in records]
+    if trl_arms is not None:
+        trl, names = set(trl_arms), [*names, "scored"]
+        scored = [r[field["rollouts"] if r[0] in trl else field["rows"]] for r in records]
+        rows = [[*row, count] for row, count in zip(rows, scored, strict=True)]
+    x = np.array(rows)  # [steps, len(names)]
     y = np.array([r[field["step_time"]] for r in records])  # [steps]
     coefficients, *_ = np.linalg.lstsq(x, y, rcond=None)
     residual, spread = ((y - x @ coefficients) ** 2).sum(), ((y - y.mean()) ** 2).sum()
-    return {**dict(zip(("call", "rollout", "row", "update"), coefficients.tolist(), strict=True)),
+    return {**dict(zip(names, coefficients.tolist(), strict=True)),
             "r2": float(1 - residual / spread) if spread else 1.0}  # fmt: skip
 
 

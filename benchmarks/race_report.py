@@ -65,7 +65,7 @@ def task_table(runs: list[dict], task: str, race: Race, pricings: list[Pricing])
     (restricted: a miss at the budget), its generation calls a step and trained groups with contrast (over all its
     steps), and its minutes to target in each of ``pricings`` against that pricing's baseline."""
     mine = [r for r in runs if r["task"] == task]
-    found = [minutes(mine, pricing.costs) for pricing in pricings]
+    found = [minutes(mine, pricing.costs, race.baselines) for pricing in pricings]
     bases = [baseline(f, race.baselines) for f in found]
     rows = []
     for arm in [a for a in race.arms if a in race.seeds(task)]:

@@ -15,7 +15,20 @@ from pathlib import Path
 
 import time_to_target_rg_plan as plan
 from harness import DATA, PAGES, RunStore, notes
-from race_analysis import Pricing, check_against_plan, fit_costs, lacking, minutes, misses, ratio, ratio_text, total
+from race_analysis import (
+    FIELD,
+    Pricing,
+    arm_costs,
+    check_against_plan,
+    fit_costs,
+    lacking,
+    minutes,
+    misses,
+    ratio,
+    ratio_text,
+    step_seconds,
+    total,
+)
 from race_report import NOISE, RESTRICTED, task_table
 
 PAGE = PAGES / "time-to-target-rg.md"
@@ -64,6 +77,44 @@ def pricings(data: Path) -> list[Pricing]:
     return [Pricing("CPU", cpu_costs(data), 1), Pricing("H200-priced", h200, 2)]
 
 
+def costs_text(data: Path, runs: list[dict], found: dict) -> str:
+    """The interleaved timing run: the CPU costs fitted on it (`cpu_costs`) and their check, each arm's seconds a step
+    as measured there and as priced, with the rows scored at generation and without (`PLAN` ``amended (pricing)``);
+    then the second tuning seeds those costs give (`plan.tuning_runs` on the pilot's tasks and the first seeds of
+    the pilot and tuning ``runs``). Pending until the timing run is whole."""
+    measured, costs = timing_run(data), cpu_costs(data)
+    if measured is None or costs is None:
+        pieces = len(measured["runs"]) if measured else 0
+        return (f"The interleaved timing run has {pieces} of its {len(plan.TIMING_ARMS) * plan.TIMING_ROUNDS} pieces: "
+                "it prices nothing until it is whole (`plan.cpu_costs`).")  # fmt: skip
+    unscored, rows = fit_costs(measured), []
+    for arm in plan.TIMING_ARMS:
+        mine = [record[2:] for record in measured["records"] if record[0] == arm]  # step records (FIELD)
+        seconds = statistics.fmean(s[FIELD["step_time"]] for s in mine)
+        priced = [statistics.fmean(step_seconds(s, c) for s in mine) / seconds
+                  for c in (arm_costs(costs, arm in plan.TUNING_ARMS), unscored)]  # fmt: skip
+        rows.append(f"| {arm} | {seconds:.1f} | {priced[0]:.2f} | {priced[1]:.2f} |")
+    tasks = plan.choose_tasks(plan.pilot_runs(runs, found))
+    queue = plan.tuning_runs(tasks, [r for r in runs if r["seed"] == plan.TUNING_SEEDS[0]], costs)
+    later = [(task, arm) for task, arm, seed in queue if seed != plan.TUNING_SEEDS[0]]
+    second = "; ".join(f"{task.removeprefix(plan.REASONING_GYM)}: {', '.join(a for t, a in later if t == task)}"
+                       for task in tasks)  # fmt: skip
+    return (
+        f"{measured['device']}, {measured['engine']}, task {measured['task']}: {plan.TIMING_ROUNDS} rounds of "
+        f"{measured['steps_per_run']} steps per arm (the first step of each left out), one torch thread, the order "
+        f"rotated each round. Fitted over its {len(measured['records'])} steps: a step costs {costs['call']:.2f} s a "
+        f"generation call + {1000 * costs['rollout']:.0f} ms a rollout + {1000 * costs['scored']:.0f} ms a row the "
+        f"policy scores at generation + {1000 * costs['row']:.0f} ms a trained row + {costs['update']:.2f} s "
+        f"(R² {costs['r2']:.3f}; without the scored rows, R² {unscored['r2']:.3f}). The check, each arm's mean "
+        "seconds a step there and its pricing over them:\n\n"
+        "| arm | s / step | priced / measured | without the scored rows |\n|---|---|---|---|\n"
+        + "\n".join(rows)
+        + "\n\nSecond tuning seeds (`tuning_runs`: the settings not `clearly_behind` on these costs), "
+        + (second if later else "once every first seed is in")
+        + "."
+    )
+
+
 def accuracy_text(runs: list[dict], task: str, race) -> str:
     """Per arm, the final held-out accuracy read both ways: the scorer on the extraction rule's answer and on the
     raw completion (mean over the arm's runs), and the base model's."""
@@ -88,7 +139,7 @@ def goals_text(runs: list[dict], task: str, race, prices: list[Pricing]) -> str:
         if pricing.costs is None:
             lines.append(f"- {task}, {pricing.name}: pending (the timing run is not whole yet)")
             continue
-        found = minutes(mine, pricing.costs)
+        found = minutes(mine, pricing.costs, race.baselines)
         value, _, high, _ = ratio(found["auto 16->4"], found["baseline"])
         fewer = statistics.fmean(rollouts["auto 16->4"]) < statistics.fmean(rollouts["baseline"])
         missed = misses(mine, task, "auto 16->4")  # then its restricted mean is a lower bound: not met
@@ -242,6 +293,10 @@ Candidate tasks now (the base-model table's rows in the band, `candidates`):
 {pilot_text(runs, found) or "The pilot has not chosen the tasks yet."}
 
 {tuning}
+
+## CPU costs
+
+{costs_text(data, runs, found) if found else "No candidate tasks yet."}
 
 ## Evaluation
 

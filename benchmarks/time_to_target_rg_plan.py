@@ -26,7 +26,7 @@ import math
 import statistics
 from collections.abc import Iterable, Sequence
 
-from race_analysis import Race, confirmed, fit_costs, priced_minutes
+from race_analysis import Race, arm_costs, confirmed, fit_costs, priced_minutes
 
 REASONING_GYM = "reasoning_gym:"
 BASE_TABLE = "reasoning_gym_base.jsonl"
@@ -127,12 +127,13 @@ TIMING_ROUNDS = 3
 
 
 def cpu_costs(timing_run: dict | None) -> dict[str, float] | None:
-    """The CPU costs (`fit_costs`) of the timing run once it holds every arm of TIMING_ARMS in each of TIMING_ROUNDS
-    rounds; None before (a timing run split across sessions prices nothing until it is whole)."""
+    """The CPU costs (`fit_costs`, with the rows scored at generation: `PLAN` ``amended (pricing)``) of the timing run
+    once it holds every arm of TIMING_ARMS in each of TIMING_ROUNDS rounds; None before (a timing run split across
+    sessions prices nothing until it is whole)."""
     whole = {(arm, round_) for arm in TIMING_ARMS for round_ in range(TIMING_ROUNDS)}
     if timing_run is None or not whole <= {tuple(run) for run in timing_run.get("runs", ())}:
         return None
-    return fit_costs(timing_run)
+    return fit_costs(timing_run, TUNING_ARMS)
 
 
 PLAN = {
@@ -175,6 +176,13 @@ PLAN = {
     "pricings": "CPU: each step priced with the costs fitted on the interleaved timing run (idle machine, one "
     "thread); H200: each step priced with the costs fitted on the trainers' own H200 steps (the earlier study's "
     "GPU timing run), a pricing: the baseline's generation calls counted on the steps that make them",
+    "amended (pricing)": "2026-11-30, once the timing run was whole and before any run was priced on the page, the "
+    "first second-seed tuning run under way (a run both pricings take): the CPU costs are fitted with one more term, "
+    "the rows the policy scores at generation (`race_analysis.arm_costs`): on vLLM, trl.GRPOTrainer computes the "
+    "log-probs of every rollout for its importance-sampling correction, a trl_pods arm only of the rows it keeps. "
+    "Without that term the fit (R² 0.853) priced a step of `4, 4 steps/gen` at 0.59x its measured seconds and one "
+    "of auto 16->4 at 1.30x (a call at 11.7 s against -14.8 s a step); with it, R² 0.994 and every arm within "
+    "0.98-1.02x (the page's timing table). The second seeds this changes: 10 settings, not 5",
     "goals": "both tasks, CPU: auto <= 0.5x the baseline, CI upper bound < 0.8, fewer rollouts; H200 pricing: "
     "<= 0.7x, upper bound < 1; auto within 10% of the best trl_pods arm",
 }
@@ -269,8 +277,8 @@ def kind_of(run: dict) -> str:
 
 def minutes_to(run: dict, target: float, costs: dict[str, float]) -> float:
     """CPU minutes of ``run`` to its endpoint at ``target`` (`race_analysis.confirmed`), or to its last step when it
-    does not confirm it (restricted)."""
-    return priced_minutes(run, steps_to(run, target), costs)
+    does not confirm it (restricted); ``run`` is a `trl.GRPOTrainer` setting's (`arm_costs`)."""
+    return priced_minutes(run, steps_to(run, target), arm_costs(costs, trl=True))
 
 
 def steps_to(run: dict, target: float) -> int:

@@ -171,7 +171,51 @@ def test_a_timing_run_prices_nothing_until_every_arm_ran_in_every_round(plan):
     assert plan.cpu_costs({"records": records[:-1], "runs": runs[:-1]}) is None  # one (arm, round) short
     assert plan.cpu_costs({"records": records}) is None  # no record of which runs it holds
     whole = plan.cpu_costs({"records": records, "runs": runs})
-    assert whole == _benchmark("race_analysis").fit_costs({"records": records}) and whole["rollout"] > 0
+    assert whole == _benchmark("race_analysis").fit_costs({"records": records}, plan.TUNING_ARMS)
+
+
+def test_the_cpu_costs_count_the_rows_the_policy_scores_at_generation(plan):
+    """On vLLM, trl.GRPOTrainer scores every rollout at generation (its importance-sampling correction) and a trl_pods
+    arm only the rows it keeps (`PLAN` ``amended (pricing)``): the CPU costs fitted with that term recover a machine's
+    costs from a timing run and price each arm's steps as they ran, where the fit without it misprices a setting with
+    4 steps a generation (its calls against a negative constant); a tuning run is priced as a trl.GRPOTrainer one."""
+    analysis = _benchmark("race_analysis")
+    truth = {"call": 1.5, "rollout": 0.125, "row": 1.0, "update": 0.9, "scored": 0.4}
+    trl = [a for a in plan.TIMING_ARMS if a in plan.TUNING_ARMS]
+
+    def steps(arm: str) -> list[list[float]]:
+        """Step records (FIELD): a setting's 4 x g rollouts for each of its steps a generation, on the step that
+        makes them, 4 x g rows trained a step; a trl_pods arm's 64 rollouts a step (auto: 2 calls and 192 every
+        other step), 16 rows kept."""
+        if arm in trl:
+            g, every = plan.TIMING_ARMS[arm]["pods_n"], 4 if "4 steps/gen" in arm else 1
+            made, rows = [(1.0, 4 * g * every) if s % every == 1 % every else (0.0, 0) for s in range(1, 9)], 4 * g
+        else:
+            made, rows = [(2.0, 192) if arm == "auto 16->4" and s % 2 else (1.0, 64) for s in range(1, 9)], 16
+        return [[s, 0.0, n, rows, calls, 0.5, 0.5, 20.0] for s, (calls, n) in enumerate(made, start=1)]
+
+    def seconds(step: list[float], pods: bool) -> float:
+        scored = step[3] if pods else step[2]
+        return step[4] * 1.5 + step[2] * 0.125 + scored * 0.4 + step[3] * 1.0 + 0.9
+
+    records = [[arm, 0, *s[:1], seconds(s, arm not in trl), *s[2:]] for arm in plan.TIMING_ARMS for s in steps(arm)]
+    fitted = analysis.fit_costs({"records": records}, trl)
+    assert fitted["r2"] == pytest.approx(1.0) and {k: fitted[k] for k in truth} == pytest.approx(truth)
+    unscored = analysis.fit_costs({"records": records})
+    for arm in plan.TIMING_ARMS:
+        mine = steps(arm)
+        measured = sum(seconds(s, arm not in trl) for s in mine)
+        priced = sum(analysis.step_seconds(s, analysis.arm_costs(fitted, arm in trl)) for s in mine)
+        assert priced == pytest.approx(measured)
+    four = steps(plan.arm_name(4, 4, 2e-4))
+    assert sum(analysis.step_seconds(s, unscored) for s in four) < 0.9 * sum(seconds(s, False) for s in four)
+    task, target = "reasoning_gym:products", 0.3
+    runs = [{**_run(task, arm, 100, [0.2, 0.3, 0.3]), "settings": {"target": target, "max_steps": 20}}
+            for arm in ("baseline", "PODS 16->4")]  # fmt: skip
+    found = analysis.minutes(runs, fitted, ["baseline"])
+    assert found["baseline"] == [pytest.approx(10 * seconds(runs[0]["steps"][0], False) / 60)]
+    assert found["PODS 16->4"] == [pytest.approx(10 * seconds(runs[1]["steps"][0], True) / 60)]
+    assert plan.minutes_to(runs[0], target, fitted) == found["baseline"][0]
 
 
 def test_the_page_reproduces_from_the_runs_and_refuses_runs_off_the_plan(plan, tmp_path):
@@ -311,14 +355,15 @@ def test_the_page_reports_every_arm_against_the_fixed_baseline_and_refuses_anoth
     records = [[arm, 0, 2, 1.0 + 0.1 * i + 0.01 * j, 16 + 8 * i, 16, 1.0 + (i % 2), 0.5, 0.5, 20.0]
                for i, arm in enumerate(plan.TIMING_ARMS) for j in range(3)]  # fmt: skip
     pieces = [[arm, r] for arm in plan.TIMING_ARMS for r in range(plan.TIMING_ROUNDS)]
-    (tmp_path / plan.TIMING_FILE).write_text(json.dumps({"records": records, "runs": pieces}))
+    where = {"device": "a CPU", "engine": "the vLLM CPU engine", "task": "reasoning_gym:chain_sum", "steps_per_run": 5}
+    (tmp_path / plan.TIMING_FILE).write_text(json.dumps({"records": records, "runs": pieces, **where}))
     tuning, runs = plan.tuning_race(found), []
     for task, curve in zip(found, ([0.14, 0.2, 0.3, 0.35, 0.4, 0.45, 0.5, 0.5, 0.5],
                                    [0.3, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5]), strict=True):  # fmt: skip
         for arm in plan.TUNING_ARMS:
             runs.append({**_run(task, arm, 100, curve), "settings": tuning.settings(task)})
     (tmp_path / "race_rg_tuning.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs))
-    costs = _benchmark("race_analysis").fit_costs({"records": records})
+    costs = plan.cpu_costs({"records": records, "runs": pieces})
     tasks = plan.choose_tasks(runs)
     assert plan.tuning_runs(tasks, runs, costs)[-1][2] == 101  # second seeds would follow; here the rules use one
     fixing = {"tasks": tasks, "fixed": plan.fixed(runs, tasks, costs)}
@@ -333,6 +378,7 @@ def test_the_page_reports_every_arm_against_the_fixed_baseline_and_refuses_anoth
     (tmp_path / "race_rg.jsonl").write_text("".join(json.dumps(r) + "\n" for r in evaluation))
     page = report.render(tmp_path)
     assert "0 of 52" not in page and "52 of 52 evaluation runs" in page
+    assert f"| {plan.PILOT_ARM} | " in page.split("## CPU costs")[1] and "Second tuning seeds" in page
     for task in tasks:
         assert f"**{task}** (baseline `{fixing['fixed'][task]['baseline']}`" in page
         assert f"- {task}, CPU: auto " in page and f"- {task}, H200-priced: auto within 10%" in page
