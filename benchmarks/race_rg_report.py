@@ -55,7 +55,9 @@ H200_PRICING = (
     "H200-priced minutes are a pricing, not runs on an H200: each step is priced with the costs fitted on the "
     "trainers' own step times on an H200 in the earlier race (HF `generate` in bf16, arithmetic completions of up to "
     "16 tokens), the baseline's generation counted on the steps that make it. This race's completions take up to 32 "
-    "tokens, so a rollout likely costs more here than that pricing says."
+    "tokens, so a rollout likely costs more here than that pricing says. Its costs have no term for rows the policy "
+    "scores at generation (no arm of that run scored any): a baseline with 4 steps a generation scores its rollouts "
+    "and is priced below its cost there, against auto's claim."
 )
 """What the H200 column is, and what its costs were measured on."""
 

@@ -182,7 +182,7 @@ PLAN = {
     "log-probs of every rollout for its importance-sampling correction, a trl_pods arm only of the rows it keeps. "
     "Without that term the fit (R² 0.853) priced a step of `4, 4 steps/gen` at 0.59x its measured seconds and one "
     "of auto 16->4 at 1.30x (a call at 11.7 s against -14.8 s a step); with it, R² 0.994 and every arm within "
-    "0.98-1.02x (the page's timing table). The second seeds this changes: 10 settings, not 5",
+    "0.99-1.02x (the page's CPU costs). The second seeds this changes: 10 settings, not 5",
     "goals": "both tasks, CPU: auto <= 0.5x the baseline, CI upper bound < 0.8, fewer rollouts; H200 pricing: "
     "<= 0.7x, upper bound < 1; auto within 10% of the best trl_pods arm",
 }
