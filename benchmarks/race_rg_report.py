@@ -83,7 +83,7 @@ def costs_text(data: Path, runs: list[dict], found: dict) -> str:
     """The interleaved timing run: the CPU costs fitted on it (`cpu_costs`) and their check, each arm's seconds a step
     as measured there and as priced, with the rows scored at generation and without (`PLAN` ``amended (pricing)``);
     then the second tuning seeds those costs give (`plan.tuning_runs` on the pilot's tasks and the first seeds of
-    the pilot and tuning ``runs``). Pending until the timing run is whole."""
+    the pilot and tuning ``runs``; none before the pilot has chosen). Pending until the timing run is whole."""
     measured, costs = timing_run(data), cpu_costs(data)
     if measured is None or costs is None:
         pieces = len(measured["runs"]) if measured else 0
@@ -96,7 +96,11 @@ def costs_text(data: Path, runs: list[dict], found: dict) -> str:
         priced = [statistics.fmean(step_seconds(s, c) for s in mine) / seconds
                   for c in (arm_costs(costs, arm in plan.TUNING_ARMS), unscored)]  # fmt: skip
         rows.append(f"| {arm} | {seconds:.1f} | {priced[0]:.2f} | {priced[1]:.2f} |")
-    tasks = plan.choose_tasks(plan.pilot_runs(runs, found))
+    pilots = plan.pilot_runs(runs, found)
+    try:
+        tasks = plan.choose_tasks(pilots) if len(pilots) == len(found) else []
+    except ValueError:  # no two tasks learn: `pilot_text` says so
+        tasks = []
     queue = plan.tuning_runs(tasks, [r for r in runs if r["seed"] == plan.TUNING_SEEDS[0]], costs)
     later = [(task, arm) for task, arm, seed in queue if seed != plan.TUNING_SEEDS[0]]
     second = "; ".join(f"{task.removeprefix(plan.REASONING_GYM)}: {', '.join(a for t, a in later if t == task)}"
@@ -112,7 +116,7 @@ def costs_text(data: Path, runs: list[dict], found: dict) -> str:
         "| arm | s / step | priced / measured | without the scored rows |\n|---|---|---|---|\n"
         + "\n".join(rows)
         + "\n\nSecond tuning seeds (`tuning_runs`: the settings not `clearly_behind` on these costs), "
-        + (second if later else "once every first seed is in")
+        + (second if later else "once the pilot has chosen the tasks and every first seed is in")
         + "."
     )
 

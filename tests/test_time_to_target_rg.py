@@ -172,6 +172,31 @@ def test_a_timing_run_prices_nothing_until_every_arm_ran_in_every_round(plan):
     assert plan.cpu_costs({"records": records}) is None  # no record of which runs it holds
     whole = plan.cpu_costs({"records": records, "runs": runs})
     assert whole == _benchmark("race_analysis").fit_costs({"records": records}, plan.TUNING_ARMS)
+    assert whole["rollout"] > 0
+
+
+def test_the_cpu_costs_show_before_the_pilot_has_chosen_the_tasks(plan, tmp_path):
+    """A whole timing run with the pilot still running (one candidate's pilot run of two) or choosing no two tasks
+    puts its costs on the page without second seeds to list, rather than stopping the report."""
+    report = _benchmark("race_rg_report")
+    table = [_row("chain_sum", 0.14), _row("letter_counting", 0.3)]
+    (tmp_path / plan.BASE_TABLE).write_text("".join(json.dumps(r) + "\n" for r in table))
+    race = plan.tuning_race(plan.candidates(table))
+    records = [[arm, r, 2, 1.0 + 0.1 * i + 0.01 * r, 16 + 8 * i, 16, 1.0 + (i % 2), 0.5, 0.5, 20.0]
+               for i, arm in enumerate(plan.TIMING_ARMS) for r in range(plan.TIMING_ROUNDS)]  # fmt: skip
+    where = {"device": "a CPU", "engine": "the vLLM CPU engine", "task": "reasoning_gym:chain_sum", "steps_per_run": 5}
+    pieces = [[arm, r] for r in range(plan.TIMING_ROUNDS) for arm in plan.TIMING_ARMS]
+    (tmp_path / plan.TIMING_FILE).write_text(json.dumps({"records": records, "runs": pieces, **where}))
+    flat = [
+        _run(task, plan.PILOT_ARM, 100, [0.3] * 9)
+        for task in ("reasoning_gym:chain_sum", "reasoning_gym:letter_counting")
+    ]
+    for run in flat:
+        run["settings"] = race.settings(run["task"])
+    for saved in (flat[:1], flat):  # the pilot under way; the pilot done, no task learning
+        (tmp_path / "race_rg_tuning.jsonl").write_text("".join(json.dumps(r) + "\n" for r in saved))
+        costs = report.render(tmp_path).split("## CPU costs")[1].split("## Evaluation")[0]
+        assert f"| {plan.PILOT_ARM} | " in costs and "once the pilot has chosen the tasks" in costs
 
 
 def test_the_cpu_costs_count_the_rows_the_policy_scores_at_generation(plan):
