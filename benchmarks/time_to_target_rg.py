@@ -107,9 +107,9 @@ def phase(args: argparse.Namespace, model: Path) -> None:
     if not fixed_file.exists() or json.loads(fixed_file.read_text()) != fixing:
         raise SystemExit(f"{fixed_file} is missing or differs from the rules on the tuning runs: run --phase fix.")
     evaluation_store = RunStore(data / "race_rg.jsonl", ("task", "arm", "seed"))
-    for task in tasks:
-        race = plan.evaluation_race(task, found[task], fixing["fixed"][task])
-        take(race, [key for key in plan.evaluation_runs(tasks) if key[0] == task], evaluation_store, model, args)
+    races = {task: plan.evaluation_race(task, found[task], fixing["fixed"][task]) for task in tasks}
+    for key in plan.evaluation_runs(tasks):  # seed by seed over both tasks: a stop leaves them the same seeds
+        take(races[key[0]], [key], evaluation_store, model, args)
 
 
 def candidate_tasks(data: Path = DATA) -> dict[str, dict]:

@@ -369,30 +369,41 @@ def test_gpu_check_summarizes_step_times_and_peak_memory(tmp_path):
         check.summarize(tmp_path, tmp_path / "memory", 3)
 
 
-def test_the_page_reports_every_arm_against_the_fixed_baseline_and_refuses_another_fixing(plan, tmp_path):
-    """From synthetic runs of every phase (base table, timing run, pilot and tuning, race_rg_fixed.json as the rules
-    give it, every evaluation run), the page gives each task's table, the rollouts ratio with its CI and p, the
-    final accuracy read both ways and the goals' verdicts; a fixing other than the rules' is refused."""
-    report = _benchmark("race_rg_report")
+def _fixed_race(plan, data: Path) -> tuple[list[str], dict, dict]:
+    """Synthetic runs of every phase before the evaluation in ``data`` (base table, timing run, pilot and tuning,
+    race_rg_fixed.json as the rules give it, every tuning run in); returns the tasks, the fixing and the
+    candidates."""
     table = [_row("chain_sum", 0.14), _row("letter_counting", 0.3)]
-    (tmp_path / plan.BASE_TABLE).write_text("".join(json.dumps(r) + "\n" for r in table))
+    (data / plan.BASE_TABLE).write_text("".join(json.dumps(r) + "\n" for r in table))
     found = plan.candidates(table)
     records = [[arm, 0, 2, 1.0 + 0.1 * i + 0.01 * j, 16 + 8 * i, 16, 1.0 + (i % 2), 0.5, 0.5, 20.0]
                for i, arm in enumerate(plan.TIMING_ARMS) for j in range(3)]  # fmt: skip
     pieces = [[arm, r] for arm in plan.TIMING_ARMS for r in range(plan.TIMING_ROUNDS)]
     where = {"device": "a CPU", "engine": "the vLLM CPU engine", "task": "reasoning_gym:chain_sum", "steps_per_run": 5}
-    (tmp_path / plan.TIMING_FILE).write_text(json.dumps({"records": records, "runs": pieces, **where}))
+    (data / plan.TIMING_FILE).write_text(json.dumps({"records": records, "runs": pieces, **where}))
     tuning, runs = plan.tuning_race(found), []
     for task, curve in zip(found, ([0.14, 0.2, 0.3, 0.35, 0.4, 0.45, 0.5, 0.5, 0.5],
                                    [0.3, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5]), strict=True):  # fmt: skip
         for arm in plan.TUNING_ARMS:
             runs.append({**_run(task, arm, 100, curve), "settings": tuning.settings(task)})
-    (tmp_path / "race_rg_tuning.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs))
     costs = plan.cpu_costs({"records": records, "runs": pieces})
     tasks = plan.choose_tasks(runs)
-    assert plan.tuning_runs(tasks, runs, costs)[-1][2] == 101  # second seeds would follow; here the rules use one
+    second = [key for key in plan.tuning_runs(tasks, runs, costs) if key[2] == 101]
+    assert second  # the settings not clearly behind get their second seed, here the same curve
+    first = {(r["task"], r["arm"]): r for r in runs}
+    runs += [{**first[task, arm], "seed": seed} for task, arm, seed in second]
+    (data / "race_rg_tuning.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs))
     fixing = {"tasks": tasks, "fixed": plan.fixed(runs, tasks, costs)}
-    (tmp_path / "race_rg_fixed.json").write_text(json.dumps(fixing))
+    (data / "race_rg_fixed.json").write_text(json.dumps(fixing))
+    return tasks, fixing, found
+
+
+def test_the_page_reports_every_arm_against_the_fixed_baseline_and_refuses_another_fixing(plan, tmp_path):
+    """From synthetic runs of every phase (`_fixed_race`, then every evaluation run), the page gives each task's
+    table, the rollouts ratio with its CI and p, the final accuracy read both ways and the goals' verdicts; a fixing
+    other than the rules' is refused."""
+    report = _benchmark("race_rg_report")
+    tasks, fixing, found = _fixed_race(plan, tmp_path)
     evaluation = []
     for task, arm, seed in plan.evaluation_runs(tasks):
         race = plan.evaluation_race(task, found[task], fixing["fixed"][task])
@@ -412,6 +423,27 @@ def test_the_page_reports_every_arm_against_the_fixed_baseline_and_refuses_anoth
     (tmp_path / "race_rg_fixed.json").write_text(json.dumps(fixing))
     with pytest.raises(SystemExit, match="not what the plan's rules give"):
         report.render(tmp_path)
+
+
+def test_the_evaluation_takes_its_runs_seed_by_seed_over_both_tasks(plan, tmp_path, monkeypatch):
+    """``--phase evaluate`` takes the runs in `plan.evaluation_runs`' order, seed by seed with both tasks within a
+    seed (not one task's every seed first), each with its own task's fixing: a session's stop leaves the two tasks
+    the same seeds, and the page compares them."""
+    script = _benchmark("time_to_target_rg")
+    tasks, fixing, _ = _fixed_race(plan, tmp_path)
+    taken = []
+
+    def fake_run(race, model, task, arm, seed, settings, engine, folder):
+        folder.mkdir(parents=True)
+        taken.append((task, arm, seed))
+        assert settings["max_steps"] == fixing["fixed"][task]["max_steps"]
+        return {"task": task, "arm": arm, "seed": seed}
+
+    monkeypatch.setattr(script, "run", fake_run)
+    args = ["--phase", "evaluate", "--data", str(tmp_path), "--work", str(tmp_path / "work")]
+    script.phase(script.parser().parse_args(args), model=None)
+    assert taken == plan.evaluation_runs(tasks) and taken[len(plan.EVALUATION_SEEDS)] == (tasks[1], "baseline", 0)
+    assert len({r["seed"] for r in map(json.loads, (tmp_path / "race_rg.jsonl").read_text().splitlines())}) == 8
 
 
 def test_a_resumed_run_starts_from_its_last_evaluated_checkpoint_on_a_generation_boundary(tmp_path):
