@@ -443,7 +443,7 @@ def test_the_evaluation_takes_its_runs_seed_by_seed_over_both_tasks(plan, tmp_pa
     args = ["--phase", "evaluate", "--data", str(tmp_path), "--work", str(tmp_path / "work")]
     script.phase(script.parser().parse_args(args), model=None)
     assert taken == plan.evaluation_runs(tasks) and taken[len(plan.EVALUATION_SEEDS)] == (tasks[1], "baseline", 0)
-    assert len({r["seed"] for r in map(json.loads, (tmp_path / "race_rg.jsonl").read_text().splitlines())}) == 8
+    assert len({r["seed"] for r in script.read_jsonl(tmp_path / "race_rg.jsonl")}) == 8
 
 
 def test_a_resumed_run_starts_from_its_last_evaluated_checkpoint_on_a_generation_boundary(tmp_path):
