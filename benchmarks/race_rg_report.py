@@ -27,6 +27,7 @@ from race_analysis import (
     ratio,
     ratio_text,
     step_seconds,
+    stop_step,
     total,
 )
 from race_report import NOISE, RESTRICTED, task_table
@@ -171,6 +172,27 @@ def rollouts_text(runs: list[dict], task: str, race) -> str:
     return "\n".join(lines) or "- No trl_pods arm and the baseline both have runs yet."
 
 
+def pace_text(runs: list[dict], task: str, race, prices: list[Pricing]) -> str:
+    """Where each trl_pods arm's minutes to target go against the baseline's: its restricted mean steps to target
+    over the baseline's, and the price of its steps (each pricing's restricted mean minutes over its mean steps, over
+    the baseline's). Their product is the table's ratio of minutes."""
+    mine = [r for r in runs if r["task"] == task]
+    steps = {arm: [stop_step(r) for r in mine if r["arm"] == arm] for arm in race.arms}
+    found = [(p.name, minutes(mine, p.costs, race.baselines)) for p in prices if p.costs is not None]
+    lines = []
+    for arm in race.arms:
+        if arm == "baseline" or not steps[arm] or not steps["baseline"]:
+            continue
+        pace = [statistics.fmean(steps[a]) for a in (arm, "baseline")]
+        prices_text = ", ".join(
+            f"{statistics.fmean(f[arm]) / pace[0] / (statistics.fmean(f['baseline']) / pace[1]):.2f}x ({name})"
+            for name, f in found
+        )
+        lines.append(f"- `{arm}`: {pace[0] / pace[1]:.2f}x the baseline's steps to target, a step at {prices_text} "
+                     "the baseline's price")  # fmt: skip
+    return "\n".join(lines) or "- No trl_pods arm and the baseline both have runs yet."
+
+
 def evaluation_text(data: Path, found: dict) -> tuple[str, int]:
     """The evaluation section and how many evaluation runs are in (refusing runs the plan does not ask for)."""
     fixed_file = data / "race_rg_fixed.json"
@@ -192,7 +214,9 @@ def evaluation_text(data: Path, found: dict) -> tuple[str, int]:
         parts.append(
             f"**{task}** (baseline `{fix['baseline']}`, target {fix['target']}, budget {fix['max_steps']} steps):"
             f"\n\n{task_table(scored_runs, task, scored, prices)}\n\nRollouts to target over the baseline's:\n\n"
-            f"{rollouts_text(scored_runs, task, scored)}\n\nFinal held-out accuracy:\n\n"
+            f"{rollouts_text(scored_runs, task, scored)}\n\nSteps to target and the price of a step over the "
+            f"baseline's (their product is the ratio of minutes):\n\n{pace_text(scored_runs, task, scored, prices)}"
+            f"\n\nFinal held-out accuracy:\n\n"
             f"{accuracy_text(mine, task, race)}\n\nGoals:\n\n{goals_text(scored_runs, task, scored, prices)}"
         )
     return "\n\n".join(parts), len(runs)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -400,8 +401,8 @@ def _fixed_race(plan, data: Path) -> tuple[list[str], dict, dict]:
 
 def test_the_page_reports_every_arm_against_the_fixed_baseline_and_refuses_another_fixing(plan, tmp_path):
     """From synthetic runs of every phase (`_fixed_race`, then every evaluation run), the page gives each task's
-    table, the rollouts ratio with its CI and p, the final accuracy read both ways and the goals' verdicts; a fixing
-    other than the rules' is refused."""
+    table, the rollouts ratio with its CI and p, the steps and price of a step whose product is the ratio of minutes,
+    the final accuracy read both ways and the goals' verdicts; a fixing other than the rules' is refused."""
     report = _benchmark("race_rg_report")
     tasks, fixing, found = _fixed_race(plan, tmp_path)
     evaluation = []
@@ -419,6 +420,12 @@ def test_the_page_reports_every_arm_against_the_fixed_baseline_and_refuses_anoth
         assert f"**{task}** (baseline `{fixing['fixed'][task]['baseline']}`" in page
         assert f"- {task}, CPU: auto " in page and f"- {task}, H200-priced: auto within 10%" in page
     assert "- `auto 16->4`: 0." in page and "| baseline | 8 | " in page
+    for task in tasks:  # the steps ratio times the price ratio of a step is the table's ratio of minutes
+        section = page.split(f"**{task}**")[1]
+        table_ratio = float(re.search(r"\| auto 16->4 \|(?:[^|]*\|){6}[^|]*\| ([\d.]+)×", section)[1])
+        steps, price = map(float, re.search(r"`auto 16->4`: ([\d.]+)x the baseline's steps to target, a step at "
+                                            r"([\d.]+)x \(CPU\)", section).groups())  # fmt: skip
+        assert steps * price == pytest.approx(table_ratio, abs=0.02), section
     fixing["fixed"][tasks[0]]["target"] += 0.01
     (tmp_path / "race_rg_fixed.json").write_text(json.dumps(fixing))
     with pytest.raises(SystemExit, match="not what the plan's rules give"):
