@@ -2,7 +2,8 @@
 the committed runs alone. Before any run it is the plan, the commands and the count of runs; each phase's section fills
 in as its runs land: the pilot and the tasks it chose, the tuning and the baseline, target and budget it fixed, and the
 evaluation runs against the baseline (`race_report.task_table`: restricted means, bootstrap 90% CIs, exact permutation
-p) in CPU minutes (measured: the interleaved timing run) and H200 minutes (priced with the trainers' own H200 costs).
+p) in CPU minutes (measured: the interleaved timing run) and H200 minutes (priced with the trainers' own H200 costs),
+and what drives auto's plans (`race_rg_replay`: its planner replayed on the states its runs announced).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import statistics
 from collections.abc import Iterable
 from pathlib import Path
 
+import race_rg_replay
 import time_to_target_rg_plan as plan
 from harness import DATA, PAGES, RunStore, notes
 from race_analysis import (
@@ -193,14 +195,14 @@ def pace_text(runs: list[dict], task: str, race, prices: list[Pricing]) -> str:
     return "\n".join(lines) or "- No trl_pods arm and the baseline both have runs yet."
 
 
-def evaluation_text(data: Path, found: dict) -> tuple[str, int]:
-    """The evaluation section and how many evaluation runs are in (refusing runs the plan does not ask for)."""
+def evaluation_text(data: Path, found: dict) -> tuple[str, list[dict]]:
+    """The evaluation section and the evaluation runs in (refusing runs the plan does not ask for)."""
     fixed_file = data / "race_rg_fixed.json"
     runs = RunStore(data / "race_rg.jsonl", ("task", "arm", "seed")).runs()
     if not fixed_file.exists():
         if runs:
             raise SystemExit("evaluation runs without race_rg_fixed.json: they cannot be reported.")
-        return "Not started: the tuning fixes the baseline, the targets and the budget first.", 0
+        return "Not started: the tuning fixes the baseline, the targets and the budget first.", []
     fixing, prices, parts = json.loads(fixed_file.read_text()), pricings(data), []
     tuning = RunStore(data / "race_rg_tuning.jsonl", ("task", "arm", "seed")).runs()
     if prices[0].costs is None or fixing["fixed"] != plan.fixed(tuning, fixing["tasks"], prices[0].costs):
@@ -219,7 +221,24 @@ def evaluation_text(data: Path, found: dict) -> tuple[str, int]:
             f"\n\nFinal held-out accuracy:\n\n"
             f"{accuracy_text(mine, task, race)}\n\nGoals:\n\n{goals_text(scored_runs, task, scored, prices)}"
         )
-    return "\n\n".join(parts), len(runs)
+    return "\n\n".join(parts), runs
+
+
+def replay_text(data: Path, runs: list[dict]) -> str:
+    """The replay of auto's planner on the states its runs announced (`race_rg_replay`), once states are in."""
+    path, costs = data / race_rg_replay.STATES, cpu_costs(data)
+    if not path.exists() or costs is None:
+        return "No states of auto's runs yet (`python benchmarks/race_rg_replay.py LOG` adds a run log's)."
+    states = [json.loads(line) for line in path.read_text().splitlines()]
+    runs_in = len({(s["task"], s["seed"]) for s in states})
+    return (
+        f"Auto's planner (`trl_pods.auto.best_plan`) replayed on the {len(states)} states at which {runs_in} of its "
+        "runs announced a change of plan (the costs it measured and the contrast rates it observed, from the runs' "
+        "logs: `python benchmarks/race_rg_replay.py LOG`), as raced and with one part changed at a time: its floor, "
+        "sized refill at `pods_n` 16, at `pods_m` 4; each group with contrast counted alike (no `kept_signal`); "
+        "both. Each plan's expected calls and rollouts are priced with the CPU costs above, over the baseline's mean "
+        f"priced step in its runs.\n\n{race_rg_replay.table(states, costs, runs)}"
+    )
 
 
 def setting_rows(runs: list[dict], tasks: Iterable[str]) -> str:
@@ -292,6 +311,7 @@ def render(data: Path = DATA) -> str:
     runs = RunStore(data / "race_rg_tuning.jsonl", ("task", "arm", "seed")).runs()  # the pilot's and the tuning's
     tuning, tuned = tuning_text(runs, found), len(runs)
     evaluation, evaluated = evaluation_text(data, found)
+    planned = 2 * sum(plan.EVALUATION_SEEDS.values())
     candidates = "\n".join(f"- `{task}` `{json.dumps(c['config'])}`, {c['max_completion_length']} tokens"
                            for task, c in found.items()) or f"- {why}"  # fmt: skip
     if found and plan.missing(rows):
@@ -305,7 +325,7 @@ How many minutes and rollouts each setting needs to reach a held-out accuracy on
 TRL's own `GRPOTrainer` tuned as a TRL user would tune it (`num_generations`, `steps_per_generation`, learning rate).
 SmolLM2-135M-Instruct with LoRA (the demo's), the vLLM CPU engine, 4 prompts per optimizer step for every arm.
 
-**Runs: {tuned} of the pilot and tuning, {evaluated} of {2 * sum(plan.EVALUATION_SEEDS.values())} evaluation runs.**
+**Runs: {tuned} of the pilot and tuning, {len(evaluated)} of {planned} evaluation runs.**
 The plan asks for {planned_count(2)}.
 
 ## The plan
@@ -337,6 +357,10 @@ Candidate tasks now (the base-model table's rows in the band, `candidates`):
 {H200_PRICING}
 
 {evaluation}
+
+## What drives auto's plans
+
+{replay_text(data, evaluated)}
 
 ## Commands
 

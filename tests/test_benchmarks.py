@@ -4,6 +4,7 @@ mode runs the code path of a full run on tiny sizes and writes nothing (the scri
 hours, so this keeps them from rotting)."""
 
 import importlib
+import json
 import os
 import re
 import shlex
@@ -190,3 +191,27 @@ def test_one_answer_to_all_scores_the_share_of_the_most_common_answer():
     base = _module("reasoning_gym_base")
     assert base.constant_accuracy(["1", "1", "2", "1", "3"]) == 0.6
     assert base.constant_accuracy(["4", "5"]) == 0.5
+
+
+def test_race_rg_replay_takes_auto_states_from_a_race_log_and_reproduces_their_plans():
+    """`benchmarks/race_rg_replay.py` takes from a race log only auto's planning lines, each with the task and seed of
+    the run it belongs to (the summary line a run ends with) and the plan it announced; replayed as raced, the
+    committed states give the plan auto announced in at least 9 of 10 (the fitted ``Beta(a, b)`` stands in for the
+    run's own fit; the others are near-ties, a prompt or a call apart, the log rounding the rates to 2 decimals), so
+    the variants' table speaks for what auto would have done."""
+    replay = _module("race_rg_replay")
+    line = (
+        "[trl_pods] pods_generation='auto': this is PODS 8 -> 4 (8 rollouts per prompt, 11 prompts per process in the "
+        "first call, at most 1 call): expected 1.00 calls, 3.95 of 4 groups with contrast, 13 s a step (0.303 groups "
+        "with contrast a second per process); costs: 1.53 s a call, 34.3 ms a rollout, 8.48 s the rest of a step "
+        "(measured); contrast rate 0.42 at 4, 0.57 at 8, 0.69 at 16 rollouts"
+    )
+    log = "\r".join([f" 5%|   | 3/60 {line}", "reasoning_gym:basic_arithmetic auto 16->4 seed 1: 0: 0.160, 10: 0.220",
+                     line, "reasoning_gym:products PODS 16->4 seed 1: 0: 0.225, 10: 0.310"])  # fmt: skip
+    (state,) = replay.extract(log)
+    assert (state["task"], state["seed"], state["plan"]) == ("reasoning_gym:basic_arithmetic", 1, [8, 11, 1])
+    assert [state["call"], state["rollout"], state["step"], *state["rates"]] == pytest.approx(
+        [1.53, 0.0343, 8.48, 0.42, 0.57, 0.69]
+    )
+    committed = [json.loads(text) for text in (replay.DATA / replay.STATES).read_text().splitlines()]
+    assert sum(map(replay.announced, committed)) >= 0.9 * len(committed)
