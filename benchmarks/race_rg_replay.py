@@ -137,16 +137,21 @@ def table(states: list[dict], costs: dict[str, float], runs: list[dict]) -> str:
     return "\n".join(rows) + "\n\n" + check
 
 
+def read_states(data: Path = DATA) -> list[dict]:
+    """The states saved under ``data`` (`STATES`), in the order added; none before the first."""
+    path = data / STATES
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("log", help="a log of time_to_target_rg.py: its auto runs' states are added to the file")
     args = parser.parse_args()
-    path = DATA / STATES
-    known = path.read_text().splitlines() if path.exists() else []
-    seen = {(json.loads(line)["task"], json.loads(line)["seed"]) for line in known}
+    seen = {(s["task"], s["seed"]) for s in read_states()}
     new = [s for s in extract(Path(args.log).read_text(errors="replace")) if (s["task"], s["seed"]) not in seen]
-    path.write_text("".join(line + "\n" for line in known) + "".join(json.dumps(s) + "\n" for s in new))
-    print(f"{len(new)} states of {len({(s['task'], s['seed']) for s in new})} runs added to {path}")
+    with (DATA / STATES).open("a") as file:
+        file.writelines(json.dumps(s) + "\n" for s in new)
+    print(f"{len(new)} states of {len({(s['task'], s['seed']) for s in new})} runs added to {DATA / STATES}")
 
 
 if __name__ == "__main__":

@@ -195,15 +195,16 @@ def pace_text(runs: list[dict], task: str, race, prices: list[Pricing]) -> str:
     return "\n".join(lines) or "- No trl_pods arm and the baseline both have runs yet."
 
 
-def evaluation_text(data: Path, found: dict) -> tuple[str, list[dict]]:
-    """The evaluation section and the evaluation runs in (refusing runs the plan does not ask for)."""
+def evaluation_text(data: Path, found: dict, prices: list[Pricing]) -> tuple[str, list[dict]]:
+    """The evaluation section in each of ``prices`` and the evaluation runs in (refusing runs the plan does not ask
+    for)."""
     fixed_file = data / "race_rg_fixed.json"
     runs = RunStore(data / "race_rg.jsonl", ("task", "arm", "seed")).runs()
     if not fixed_file.exists():
         if runs:
             raise SystemExit("evaluation runs without race_rg_fixed.json: they cannot be reported.")
         return "Not started: the tuning fixes the baseline, the targets and the budget first.", []
-    fixing, prices, parts = json.loads(fixed_file.read_text()), pricings(data), []
+    fixing, parts = json.loads(fixed_file.read_text()), []
     tuning = RunStore(data / "race_rg_tuning.jsonl", ("task", "arm", "seed")).runs()
     if prices[0].costs is None or fixing["fixed"] != plan.fixed(tuning, fixing["tasks"], prices[0].costs):
         raise SystemExit("race_rg_fixed.json is not what the plan's rules give on the tuning runs and the timing run.")
@@ -224,12 +225,12 @@ def evaluation_text(data: Path, found: dict) -> tuple[str, list[dict]]:
     return "\n\n".join(parts), runs
 
 
-def replay_text(data: Path, runs: list[dict]) -> str:
-    """The replay of auto's planner on the states its runs announced (`race_rg_replay`), once states are in."""
-    path, costs = data / race_rg_replay.STATES, cpu_costs(data)
-    if not path.exists() or costs is None:
+def replay_text(data: Path, runs: list[dict], costs: dict[str, float] | None) -> str:
+    """The replay of auto's planner on the states its runs announced (`race_rg_replay`), priced with the CPU
+    ``costs``, once states are in."""
+    states = race_rg_replay.read_states(data)
+    if not states or costs is None:
         return "No states of auto's runs yet (`python benchmarks/race_rg_replay.py LOG` adds a run log's)."
-    states = [json.loads(line) for line in path.read_text().splitlines()]
     runs_in = len({(s["task"], s["seed"]) for s in states})
     return (
         f"Auto's planner (`trl_pods.auto.best_plan`) replayed on the {len(states)} states at which {runs_in} of its "
@@ -310,7 +311,8 @@ def render(data: Path = DATA) -> str:
             why = f"provisional: the base-model table lacks {', '.join(lacking)} (the pilot waits for all of it)"
     runs = RunStore(data / "race_rg_tuning.jsonl", ("task", "arm", "seed")).runs()  # the pilot's and the tuning's
     tuning, tuned = tuning_text(runs, found), len(runs)
-    evaluation, evaluated = evaluation_text(data, found)
+    prices = pricings(data)
+    evaluation, evaluated = evaluation_text(data, found, prices)
     planned = 2 * sum(plan.EVALUATION_SEEDS.values())
     candidates = "\n".join(f"- `{task}` `{json.dumps(c['config'])}`, {c['max_completion_length']} tokens"
                            for task, c in found.items()) or f"- {why}"  # fmt: skip
@@ -360,7 +362,7 @@ Candidate tasks now (the base-model table's rows in the band, `candidates`):
 
 ## What drives auto's plans
 
-{replay_text(data, evaluated)}
+{replay_text(data, evaluated, prices[0].costs)}
 
 ## Commands
 

@@ -4,7 +4,6 @@ mode runs the code path of a full run on tiny sizes and writes nothing (the scri
 hours, so this keeps them from rotting)."""
 
 import importlib
-import json
 import os
 import re
 import shlex
@@ -213,6 +212,6 @@ def test_race_rg_replay_takes_auto_states_from_a_race_log_and_reproduces_their_p
     assert [state["call"], state["rollout"], state["step"], *state["rates"]] == pytest.approx(
         [1.53, 0.0343, 8.48, 0.42, 0.57, 0.69]
     )
-    committed = [json.loads(text) for text in (replay.DATA / replay.STATES).read_text().splitlines()]
+    committed = replay.read_states()
     same, same_n = (sum(found) for found in zip(*map(replay.announced, committed), strict=True))
     assert same_n == len(committed) and same >= 0.8 * len(committed), (same, same_n, len(committed))
