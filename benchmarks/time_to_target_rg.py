@@ -185,9 +185,10 @@ def main(argv: list[str] | None = None) -> None:
     known = candidate_tasks() if args.smoke else {}
     if args.smoke and args.task not in known:
         parser().error(f"--task {args.task} is not a task of the race; its candidates: {', '.join(known)}")
-    unknown = [arm for arm in args.arms or () if arm not in {**plan.TUNING_ARMS, **plan.pods_arms(0)}]
+    known_arms = [*plan.TUNING_ARMS, *plan.TRL_ARMS, *plan.pods_arms(0)]  # the evaluation's TRL arm: "baseline"
+    unknown = [arm for arm in args.arms or () if arm not in known_arms]
     if unknown:
-        parser().error(f"unknown arm(s) {unknown}: the arms are {[*plan.TUNING_ARMS, *plan.pods_arms(0)]}")
+        parser().error(f"unknown arm(s) {unknown}: the arms are {known_arms}")
     if args.model is not None and not args.smoke and Path(args.data).resolve() == DATA.resolve():
         parser().error("--model trains another model: give its runs a folder of their own (--data)")
     if args.engine == "vllm-cpu":

@@ -288,7 +288,8 @@ def test_the_page_reproduces_from_the_runs_and_refuses_runs_off_the_plan(plan, t
 def test_the_command_refuses_what_it_cannot_run(capsys):
     """`time_to_target_rg.py` with no phase, another model's runs aimed at the committed data folder, a smoke run on
     a task the race does not train, a timing run on other than the one thread its costs price, or threads for an
-    engine other than vLLM's CPU build, exits with one ``error:`` line before loading any model."""
+    engine other than vLLM's CPU build, or an arm the race does not have (naming those it has, the evaluation's
+    "baseline" among them), exits with one ``error:`` line before loading any model."""
     command = _benchmark("time_to_target_rg")
     for options, message in (
         ([], "give --phase"),
@@ -297,6 +298,8 @@ def test_the_command_refuses_what_it_cannot_run(capsys):
         (["--phase", "timing", "--threads", "2"], "1 for --phase timing"),
         (["--phase", "tune", "--threads", "0"], "--threads: at least 1"),
         (["--smoke", "--engine", "hf", "--threads", "2"], "drop it for --engine hf"),
+        (["--phase", "evaluate", "--arms", "GRPO 8"], "unknown arm(s) ['GRPO 8']"),
+        (["--phase", "evaluate", "--arms", "GRPO 8"], "5e-04', 'baseline', 'auto 16->4'"),  # the evaluation's TRL arm
     ):
         with pytest.raises(SystemExit) as stop:
             command.main(options)
