@@ -10,7 +10,9 @@ pass rates ``Beta(a, b)`` are fitted (the planner's own model, `trl_pods.contras
   `trl_pods.contrast.kept_signal`;
 * **floor at pods_m**: the floor is sized refill at ``pods_m`` (4 rollouts per prompt);
 * **groups alike**: no `kept_signal` (each trained group with contrast counts 1);
-* **both**.
+* **both**;
+* **auto now**: both the floor at ``pods_m`` and a step's progress growing as the square root of its signal
+  (`trl_pods.auto.STEP_RETURNS`), the change these replays and the race's steps pointed to.
 
 Each plan's expected calls and rollouts are priced with the race's CPU costs (a trl_pods step: its 16 trained rows
 scored and trained, `race_analysis.arm_costs`) beside the baseline's mean priced step in its runs.
@@ -36,7 +38,7 @@ from pathlib import Path
 from harness import DATA
 from race_analysis import FIELD, arm_costs, step_seconds
 
-from trl_pods.auto import best_plan, rollout_ladder
+from trl_pods.auto import STEP_RETURNS, best_plan, rollout_ladder
 from trl_pods.contrast import contrast_rate, kept_signal, prompts_to_cover
 from trl_pods.costs import Costs
 from trl_pods.refill import DEFAULT_DRAW_COVERAGE, DrawPlan
@@ -52,9 +54,15 @@ STATE = re.compile(
     r"contrast rate ([\d.]+) at 4, ([\d.]+) at 8, ([\d.]+) at 16 rollouts"
 )
 RUN = re.compile(r"^(reasoning_gym:\w+) (.+) seed (\d+): 0:")
-VARIANTS = {"as raced": (N, True), "floor at pods_m": (M, True), "groups alike": (N, False), "both": (M, False)}
-"""Each variant's floor (sized refill at this many rollouts per prompt) and whether groups are weighed by
-`kept_signal`."""
+VARIANTS = {
+    "as raced": (N, True, 1.0),
+    "floor at pods_m": (M, True, 1.0),
+    "groups alike": (N, False, 1.0),
+    "both": (M, False, 1.0),
+    "auto now": (M, True, STEP_RETURNS),
+}
+"""Each variant's floor (sized refill at this many rollouts per prompt), whether groups are weighed by `kept_signal`,
+and the power of a step's signal its progress grows as (`trl_pods.auto.STEP_RETURNS`; 1 as raced)."""
 
 
 def extract(log: str) -> list[dict]:
@@ -85,9 +93,10 @@ def fit_beta(rates: tuple[float, ...]) -> tuple[float, float]:
     )
 
 
-def replay(state: dict, floor_n: int, weighed: bool) -> tuple[DrawPlan, float, float, float]:
+def replay(state: dict, floor_n: int, weighed: bool, returns: float) -> tuple[DrawPlan, float, float, float]:
     """Auto's plan for ``state`` with its floor at ``floor_n`` rollouts per prompt, groups weighed by `kept_signal`
-    or not: the plan, its expected calls, rollouts and trained groups with contrast."""
+    or not, a step's progress its signal to the power ``returns``: the plan, its expected calls, rollouts and
+    trained groups with contrast."""
     a, b = fit_beta(tuple(state["rates"]))
     rate = functools.partial(contrast_rate, a, b)
     room = SHARE * RATIO
@@ -95,7 +104,9 @@ def replay(state: dict, floor_n: int, weighed: bool) -> tuple[DrawPlan, float, f
                      MAX_CALLS, DEFAULT_DRAW_COVERAGE)  # fmt: skip
     value = (lambda n: kept_signal(a, b, n, M)) if weighed else None
     costs = Costs(state["call"], state["rollout"], state["step"])
-    plan, outcome, _ = best_plan(rate, costs, SHARE, LADDER, room, MAX_CALLS, DEFAULT_DRAW_COVERAGE, floor, value)
+    plan, outcome, _ = best_plan(
+        rate, costs, SHARE, LADDER, room, MAX_CALLS, DEFAULT_DRAW_COVERAGE, floor, value, returns
+    )
     return plan, outcome.calls, plan.n * outcome.prompts, outcome.contrast
 
 
@@ -123,8 +134,8 @@ def table(states: list[dict], costs: dict[str, float], runs: list[dict]) -> str:
             "(of 4) | price of a step ÷ baseline's |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for task in sorted({s["task"] for s in states}):
         mine, base = [s for s in states if s["task"] == task], baseline_step(task, costs, runs)
-        for name, (floor_n, weighed) in VARIANTS.items():
-            plans = [replay(s, floor_n, weighed) for s in mine]
+        for name, variant in VARIANTS.items():
+            plans = [replay(s, *variant) for s in mine]
             shares = " / ".join(f"{sum(p[0].n == n for p in plans) / len(plans):.2f}" for n in LADDER)
             calls, rollouts, contrast = (statistics.fmean(p[i] for p in plans) for i in (1, 2, 3))
             step = [0.0] * len(FIELD)

@@ -111,8 +111,13 @@ class RefillMode(GenerationMode):
         prompts as cover it at the observed contrast rate."""
         if self.history is None:
             return DrawPlan(state.n, state.share, self.max_draws, None)
-        first = prompts_to_cover(state.share, self.history.rate(state.n), self.coverage, state.groups_per_process)
-        return DrawPlan(state.n, max(first, state.share), self.max_draws, self.coverage)
+        return self.sized(state, state.n)
+
+    def sized(self, state: WaveState, n: int) -> DrawPlan:
+        """Sized refill's plan at ``n`` rollouts per prompt: a first call of as many prompts as cover the share with
+        probability ``pods_draw_coverage`` at the observed contrast rate of ``n`` rollouts (at least the share)."""
+        first = prompts_to_cover(state.share, self.history.rate(n), self.coverage, state.groups_per_process)
+        return DrawPlan(n, max(first, state.share), self.max_draws, self.coverage)
 
     def first_wave(self, state: WaveState) -> Wave:
         self.current, self.waves = self.plan(state), 1
