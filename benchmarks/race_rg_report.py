@@ -139,27 +139,32 @@ def accuracy_text(runs: list[dict], task: str, race) -> str:
 
 
 def goals_text(runs: list[dict], task: str, race, prices: list[Pricing]) -> str:
-    """The issue's goals on ``task``, measured once every arm compared has all its runs (pending until then)."""
-    if waiting := lacking(runs, task, race.arms, race):
-        return f"- {task}: pending (waiting for {', '.join(waiting)})"
-    lines, mine = [], [r for r in runs if r["task"] == task]
+    """The issue's goals on ``task`` for each auto arm (`plan.AUTO_RETURNS`: as raced, and as changed by amendment),
+    measured once every arm its goals compare has all its runs (pending until then)."""
+    mine = [r for r in runs if r["task"] == task]
     rollouts = {arm: [total(r, "rollouts") for r in mine if r["arm"] == arm] for arm in race.arms}
-    for pricing, goal, bound in zip(prices, (0.5, 0.7), (0.8, 1.0), strict=True):
-        if pricing.costs is None:
-            lines.append(f"- {task}, {pricing.name}: pending (the timing run is not whole yet)")
+    fixed = [arm for arm in plan.pods_arms(0) if arm not in plan.AUTO_RETURNS]  # the fixed trl_pods settings
+    lines = []
+    for auto in (arm for arm in plan.AUTO_RETURNS if arm in race.arms):
+        if waiting := lacking(runs, task, ["baseline", auto, *fixed], race):
+            lines.append(f"- {task}, `{auto}`: pending (waiting for {', '.join(waiting)})")
             continue
-        found = minutes(mine, pricing.costs, race.baselines)
-        value, _, high, _ = ratio(found["auto 16->4"], found["baseline"])
-        fewer = statistics.fmean(rollouts["auto 16->4"]) < statistics.fmean(rollouts["baseline"])
-        missed = misses(mine, task, "auto 16->4")  # then its restricted mean is a lower bound: not met
-        met = value <= goal and high < bound and (fewer or pricing.name != "CPU") and not missed
-        lines.append(f"- {task}, {pricing.name}: auto {value:.2f}x the baseline, upper {high:.2f} (goal <= {goal}, "
-                     f"< {bound}{', fewer rollouts' * (pricing.name == 'CPU')}; {missed} "
-                     f"auto runs missed): **{'met' if met else 'not met'}**")  # fmt: skip
-        best = min(plan.pods_arms(0), key=lambda a: statistics.fmean(found[a]))
-        within = statistics.fmean(found["auto 16->4"]) / statistics.fmean(found[best])
-        lines.append(f"- {task}, {pricing.name}: auto within 10% of the best trl_pods arm (`{best}`): {within:.2f}x: "
-                     f"**{'met' if within <= 1.1 else 'not met'}**")  # fmt: skip
+        for pricing, goal, bound in zip(prices, (0.5, 0.7), (0.8, 1.0), strict=True):
+            if pricing.costs is None:
+                lines.append(f"- {task}, {pricing.name}: pending (the timing run is not whole yet)")
+                continue
+            found = minutes(mine, pricing.costs, race.baselines)
+            value, _, high, _ = ratio(found[auto], found["baseline"])
+            fewer = statistics.fmean(rollouts[auto]) < statistics.fmean(rollouts["baseline"])
+            missed = misses(mine, task, auto)  # then its restricted mean is a lower bound: not met
+            met = value <= goal and high < bound and (fewer or pricing.name != "CPU") and not missed
+            lines.append(f"- {task}, {pricing.name}: `{auto}` {value:.2f}x the baseline, upper {high:.2f} (goal <= "
+                         f"{goal}, < {bound}{', fewer rollouts' * (pricing.name == 'CPU')}; {missed} of its runs "
+                         f"missed): **{'met' if met else 'not met'}**")  # fmt: skip
+            best = min([auto, *fixed], key=lambda a: statistics.fmean(found[a]))
+            within = statistics.fmean(found[auto]) / statistics.fmean(found[best])
+            lines.append(f"- {task}, {pricing.name}: `{auto}` within 10% of the best trl_pods arm (`{best}`): "
+                         f"{within:.2f}x: **{'met' if within <= 1.1 else 'not met'}**")  # fmt: skip
     return "\n".join(lines)
 
 

@@ -51,6 +51,25 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
+def plans_as(arm: str) -> bool:
+    """Whether this trl_pods's auto plans as ``arm``'s did (`plan.AUTO_RETURNS`; True for an arm that is not auto)."""
+    from trl_pods.auto import STEP_RETURNS
+
+    return plan.AUTO_RETURNS.get(arm, STEP_RETURNS) == STEP_RETURNS
+
+
+def planner_mismatch(arm: str) -> str | None:
+    """Why this trl_pods cannot train ``arm``, an auto arm whose auto planned otherwise (`plans_as`): its run would not
+    be the arm's; None where it can."""
+    if plans_as(arm):
+        return None
+    current = next(a for a in plan.AUTO_RETURNS if plans_as(a))
+    return (
+        f"{arm} is trl_pods's auto valuing a step's progress as its signal to the power {plan.AUTO_RETURNS[arm]}; "
+        f"this trl_pods plans otherwise (trl_pods.auto.STEP_RETURNS): train {current!r}"
+    )
+
+
 def take(race, queue: list[tuple], store: RunStore, model: Path, args: argparse.Namespace) -> None:
     """Take the runs of ``queue`` nobody has saved or claimed, one at a time, saving each as it ends. Each trains in
     a folder of its own under ``--work``, so that a run cut short (a stopped machine) continues from its last
@@ -61,6 +80,8 @@ def take(race, queue: list[tuple], store: RunStore, model: Path, args: argparse.
             continue
         with store.claim(key) as mine:
             if mine:
+                if why := planner_mismatch(arm):
+                    raise SystemExit(why)
                 folder = Path(args.work) / key_name(key)
                 store.append(run(race, model, task, arm, seed, race.settings(task), args.engine, folder))
                 shutil.rmtree(folder)
@@ -123,14 +144,14 @@ def smoke(args: argparse.Namespace, model: Path, setting: dict) -> None:
     (``setting``: its entry of `candidate_tasks`), on each of ``--seeds`` seeds, an evaluation every ``--eval_every``
     on ``--held_out`` problems; prints each run's step and evaluation seconds; writes nothing, or with ``--pair FILE``
     appends each run to that file (outside the plan: the smallest pair on a GPU, `gpu_check.sh`)."""
-    arms = {**plan.TUNING_ARMS, **plan.pods_arms(plan.LEARNING_RATES[0])}
+    arms = {**plan.TUNING_ARMS, **plan.pods_arms(plan.LEARNING_RATES[0]), **plan.amended_arms(plan.LEARNING_RATES[0])}
     tasks = {args.task: setting}
     race = plan.tuning_race(tasks)
     race = plan.Race("smoke", {**race.plan, "held_out": args.held_out}, arms, tuple(plan.TUNING_ARMS), tasks)
     task = args.task
     settings = {**race.settings(task), "max_steps": args.steps, "eval_every": args.eval_every}
     for seed in range(args.seeds):
-        for arm in args.arms or [plan.PILOT_ARM, *plan.pods_arms(0)]:
+        for arm in args.arms or [plan.PILOT_ARM, *filter(plans_as, [*plan.pods_arms(0), *plan.amended_arms(0)])]:
             result = run(race, model, task, arm, seed, settings, args.engine)
             keys = ("curve", "eval_seconds", "raw_accuracy")
             found = {"arm": arm, "step_seconds": [s[1] for s in result["steps"]], **{k: result[k] for k in keys}}
@@ -185,10 +206,12 @@ def main(argv: list[str] | None = None) -> None:
     known = candidate_tasks() if args.smoke else {}
     if args.smoke and args.task not in known:
         parser().error(f"--task {args.task} is not a task of the race; its candidates: {', '.join(known)}")
-    known_arms = [*plan.TUNING_ARMS, *plan.TRL_ARMS, *plan.pods_arms(0)]  # the evaluation's TRL arm: "baseline"
+    known_arms = [*plan.TUNING_ARMS, *plan.TRL_ARMS, *plan.pods_arms(0), *plan.amended_arms(0)]  # TRL's: "baseline"
     unknown = [arm for arm in args.arms or () if arm not in known_arms]
     if unknown:
         parser().error(f"unknown arm(s) {unknown}: the arms are {known_arms}")
+    if mismatched := [why for arm in args.arms or () if (why := planner_mismatch(arm))]:
+        parser().error(mismatched[0])
     if args.model is not None and not args.smoke and Path(args.data).resolve() == DATA.resolve():
         parser().error("--model trains another model: give its runs a folder of their own (--data)")
     if args.engine == "vllm-cpu":

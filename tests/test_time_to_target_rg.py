@@ -258,7 +258,7 @@ def test_the_page_reproduces_from_the_runs_and_refuses_runs_off_the_plan(plan, t
     (tmp_path / "race_rg_tuning.jsonl").write_text(json.dumps(pilot) + "\n")
     page = report.render(tmp_path)
     assert page == report.render(tmp_path)
-    assert "**Runs: 1 of the pilot and tuning, 0 of 52 evaluation runs.**" in page
+    assert "**Runs: 1 of the pilot and tuning, 0 of 68 evaluation runs.**" in page
     assert "`reasoning_gym:letter_counting`" in page and "| 0.140 | 0.300 |" in page
     assert "- provisional: the base-model table lacks basic_arithmetic, products, gsm_symbolic" in page
     assert "`reasoning_gym:gcd`" not in page and "Set aside" not in page
@@ -287,9 +287,10 @@ def test_the_page_reproduces_from_the_runs_and_refuses_runs_off_the_plan(plan, t
 
 def test_the_command_refuses_what_it_cannot_run(capsys):
     """`time_to_target_rg.py` with no phase, another model's runs aimed at the committed data folder, a smoke run on
-    a task the race does not train, a timing run on other than the one thread its costs price, or threads for an
-    engine other than vLLM's CPU build, or an arm the race does not have (naming those it has, the evaluation's
-    "baseline" among them), exits with one ``error:`` line before loading any model."""
+    a task the race does not train, a timing run on other than the one thread its costs price, threads for an engine
+    other than vLLM's CPU build, an arm the race does not have (naming those it has, the evaluation's "baseline" among
+    them), or the raced auto arm, which this trl_pods's auto no longer plans as (the amended arm is its auto), exits
+    with one ``error:`` line before loading any model."""
     command = _benchmark("time_to_target_rg")
     for options, message in (
         ([], "give --phase"),
@@ -300,6 +301,7 @@ def test_the_command_refuses_what_it_cannot_run(capsys):
         (["--smoke", "--engine", "hf", "--threads", "2"], "drop it for --engine hf"),
         (["--phase", "evaluate", "--arms", "GRPO 8"], "unknown arm(s) ['GRPO 8']"),
         (["--phase", "evaluate", "--arms", "GRPO 8"], "5e-04', 'baseline', 'auto 16->4'"),  # the evaluation's TRL arm
+        (["--phase", "evaluate", "--arms", "auto 16->4"], "train 'auto 16->4 (square root)'"),
     ):
         with pytest.raises(SystemExit) as stop:
             command.main(options)
@@ -314,14 +316,14 @@ def test_smoke_trains_the_baseline_and_auto_on_chain_sum_with_the_tiny_model(tin
     before = sorted((REPO / "docs").rglob("*"))
     result = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "time_to_target_rg.py"), "--smoke", "--engine", "hf", "--model",
-         str(tiny_model_path), "--steps", "2", "--eval_every", "2", "--held_out", "4", "--arms", "auto 16->4",
-         plan_arm := "trl.GRPOTrainer 4, 4 steps/gen, lr 2e-04"],
+         str(tiny_model_path), "--steps", "2", "--eval_every", "2", "--held_out", "4", "--arms",
+         "auto 16->4 (square root)", plan_arm := "trl.GRPOTrainer 4, 4 steps/gen, lr 2e-04"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     prefix = _benchmark("time_to_target_rg").SMOKE_LINE
     lines = [json.loads(line.removeprefix(prefix)) for line in result.stdout.splitlines() if line.startswith(prefix)]
-    assert [line["arm"] for line in lines] == ["auto 16->4", plan_arm]
+    assert [line["arm"] for line in lines] == ["auto 16->4 (square root)", plan_arm]
     for line in lines:
         assert [p[0] for p in line["curve"]] == [0, 2] and len(line["raw_accuracy"]) == len(line["eval_seconds"]) == 2
         assert len(line["step_seconds"]) == 2
@@ -348,7 +350,7 @@ def test_gpu_check_dry_run_prints_commands_the_race_and_the_recipes_accept(tmp_p
         "/models/smol",
         f"{tmp_path}/race_rg_pair.jsonl",
     )
-    assert args.arms == ["trl.GRPOTrainer 8, 1 step/gen, lr 2e-04", "auto 16->4"]
+    assert args.arms == ["trl.GRPOTrainer 8, 1 step/gen, lr 2e-04", "auto 16->4 (square root)"]
     assert args.task == "reasoning_gym:basic_arithmetic"
     recipes = [Path(c[c.index("--config_file") + 1]) for c in commands[1:]]
     assert [r.name for r in recipes] == ["zero2.yaml", "zero3.yaml"] and all((REPO / r).is_file() for r in recipes)
@@ -417,11 +419,12 @@ def test_the_page_reports_every_arm_against_the_fixed_baseline_and_refuses_anoth
         evaluation.append({**run, "settings": race.settings(task), "raw_accuracy": [0.0] * len(rising)})
     (tmp_path / "race_rg.jsonl").write_text("".join(json.dumps(r) + "\n" for r in evaluation))
     page = report.render(tmp_path)
-    assert "0 of 52" not in page and "52 of 52 evaluation runs" in page
+    assert "0 of 68" not in page and "68 of 68 evaluation runs" in page
     assert f"| {plan.PILOT_ARM} | " in page.split("## CPU costs")[1] and "Second tuning seeds" in page
     for task in tasks:
         assert f"**{task}** (baseline `{fixing['fixed'][task]['baseline']}`" in page
-        assert f"- {task}, CPU: auto " in page and f"- {task}, H200-priced: auto within 10%" in page
+        assert f"- {task}, CPU: `auto 16->4` " in page
+        assert f"- {task}, H200-priced: `auto 16->4 (square root)` within 10%" in page
     assert "- `auto 16->4`: 0." in page and "| baseline | 8 | " in page
     for task in tasks:  # the steps ratio times the price ratio of a step is the table's ratio of minutes
         section = page.split(f"**{task}**")[1]
@@ -438,7 +441,8 @@ def test_the_page_reports_every_arm_against_the_fixed_baseline_and_refuses_anoth
 def test_the_evaluation_takes_its_runs_seed_by_seed_over_both_tasks(plan, tmp_path, monkeypatch):
     """``--phase evaluate`` takes the runs in `plan.evaluation_runs`' order, seed by seed with both tasks within a
     seed (not one task's every seed first), each with its own task's fixing: a session's stop leaves the two tasks
-    the same seeds, and the page compares them."""
+    the same seeds, and the page compares them. A run of the raced auto arm is refused once trl_pods's auto plans
+    otherwise (`plan.AUTO_RETURNS`); with its runs saved, the phase takes every other run."""
     script = _benchmark("time_to_target_rg")
     tasks, fixing, _ = _fixed_race(plan, tmp_path)
     taken = []
@@ -450,9 +454,17 @@ def test_the_evaluation_takes_its_runs_seed_by_seed_over_both_tasks(plan, tmp_pa
         return {"task": task, "arm": arm, "seed": seed}
 
     monkeypatch.setattr(script, "run", fake_run)
-    args = ["--phase", "evaluate", "--data", str(tmp_path), "--work", str(tmp_path / "work")]
-    script.phase(script.parser().parse_args(args), model=None)
-    assert taken == plan.evaluation_runs(tasks) and taken[len(plan.EVALUATION_SEEDS)] == (tasks[1], "baseline", 0)
+    options = ["--phase", "evaluate", "--data", str(tmp_path), "--work", str(tmp_path / "work")]
+    args = script.parser().parse_args(options)
+    with pytest.raises(SystemExit, match=r"train 'auto 16->4 \(square root\)'"):
+        script.phase(args, model=None)
+    assert taken == plan.evaluation_runs(tasks)[:1], "the baseline's first run, then the raced auto arm refused"
+    raced = [key for key in plan.evaluation_runs(tasks) if key[1] == "auto 16->4"]
+    with open(tmp_path / "race_rg.jsonl", "a") as file:  # its runs, made before trl_pods's auto changed
+        file.writelines(json.dumps({"task": t, "arm": a, "seed": s}) + "\n" for t, a, s in raced)
+    script.phase(args, model=None)
+    assert taken == [key for key in plan.evaluation_runs(tasks) if key not in raced]
+    assert taken[len(plan.EVALUATION_SEEDS) - 1] == (tasks[1], "baseline", 0)
     assert len({r["seed"] for r in script.read_jsonl(tmp_path / "race_rg.jsonl")}) == 8
 
 
