@@ -45,7 +45,7 @@ import planning_reference  # noqa: E402
 from trl_pods.auto import best_plan, rollout_ladder  # noqa: E402
 from trl_pods.contrast import contrast_rate, kept_signal, prompts_to_cover  # noqa: E402
 from trl_pods.costs import Costs  # noqa: E402
-from trl_pods.refill import DEFAULT_DRAW_COVERAGE, DrawPlan  # noqa: E402
+from trl_pods.refill import DEFAULT_DRAW_COVERAGE, DrawPlan, sized_plan  # noqa: E402
 
 STUDY = Study("planning.py", "planning", "Planning time: auto's search and sized refill's draw", "planning")
 SHARES = (16, 32, 64, 128, 256, 512, 1024, 16384)
@@ -82,7 +82,7 @@ def auto_planning(a: float, costs: Costs, share: int, ladder: list[int] = LADDER
     """Auto's planning as `trl_pods.auto.AutoMode.plan` does it, pass rates ``Beta(a, b)``: sized refill's plan at
     ``pods_m`` (the floor), then the search, each group weighed by what it teaches."""
     rate, room, n = functools.partial(contrast_rate, a, b), RATIO * share, ladder[0]
-    floor = DrawPlan(n, max(prompts_to_cover(share, rate(n), COVERAGE, room), share), MAX_CALLS, COVERAGE)
+    floor = sized_plan(n, rate(n), share, room, MAX_CALLS, COVERAGE)
     value = functools.partial(kept_signal, a, b, m=ladder[0])
     return best_plan(rate, costs, share, ladder, room, MAX_CALLS, COVERAGE, floor, value)[0]
 

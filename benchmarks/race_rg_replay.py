@@ -39,9 +39,9 @@ from harness import DATA
 from race_analysis import FIELD, arm_costs, step_seconds
 
 from trl_pods.auto import STEP_RETURNS, best_plan, rollout_ladder
-from trl_pods.contrast import contrast_rate, kept_signal, prompts_to_cover
+from trl_pods.contrast import contrast_rate, kept_signal
 from trl_pods.costs import Costs
-from trl_pods.refill import DEFAULT_DRAW_COVERAGE, DrawPlan
+from trl_pods.refill import DEFAULT_DRAW_COVERAGE, DrawPlan, sized_plan
 
 STATES = "race_rg_auto_states.jsonl"
 """The states, one JSON line each, under the data folder."""
@@ -100,8 +100,7 @@ def replay(state: dict, floor_n: int, weighed: bool, returns: float) -> tuple[Dr
     a, b = fit_beta(tuple(state["rates"]))
     rate = functools.partial(contrast_rate, a, b)
     room = SHARE * RATIO
-    floor = DrawPlan(floor_n, max(prompts_to_cover(SHARE, rate(floor_n), DEFAULT_DRAW_COVERAGE, room), SHARE),
-                     MAX_CALLS, DEFAULT_DRAW_COVERAGE)  # fmt: skip
+    floor = sized_plan(floor_n, rate(floor_n), SHARE, room, MAX_CALLS, DEFAULT_DRAW_COVERAGE)
     value = (lambda n: kept_signal(a, b, n, M)) if weighed else None
     costs = Costs(state["call"], state["rollout"], state["step"])
     plan, outcome, _ = best_plan(

@@ -2,10 +2,12 @@
 `PODSConfig`, no page repeats a heading, every relative link (and its anchor) resolves, the README stays a short
 front door linking every page, and its Tests section gives the exact commands CI runs; the benchmarks open with what to
 choose, every study page says which script writes it or where its retired script lives, and a ratio quoted beside a
-study is on its page."""
+study is on its page; the examples in trl_pods's docstrings run as written."""
 
 from __future__ import annotations
 
+import doctest
+import importlib
 import importlib.util
 import re
 import subprocess
@@ -195,3 +197,12 @@ def test_every_study_script_writes_a_page():
     plans = {name for name in scripts if name.endswith("_plan.py")}
     assert {name.replace("_plan.py", ".py") for name in plans} <= _writers()
     assert {name for name in scripts - plans if not name.startswith("race_")} == _writers()
+
+
+@pytest.mark.parametrize(
+    "module", sorted(path.stem for path in (ROOT / "trl_pods").glob("*.py") if ">>>" in path.read_text())
+)
+def test_docstring_examples_run_as_written(module):
+    """Guards the examples in trl_pods's docstrings (``>>>``): each gives the output written under it."""
+    found = doctest.testmod(importlib.import_module(f"trl_pods.{module}"), optionflags=doctest.ELLIPSIS)
+    assert found.attempted > 0 and found.failed == 0, f"trl_pods.{module}: {found.failed} of {found.attempted} failed"

@@ -35,7 +35,15 @@ from .adaptive import has_contrast
 from .contrast import ContrastHistory, prompts_to_cover
 from .waves import GenerationMode, Wave, WaveState
 
-__all__ = ["DEFAULT_DRAW_COVERAGE", "DrawPlan", "RefillMode", "missing_groups", "refill_choice", "sized_draws"]
+__all__ = [
+    "DEFAULT_DRAW_COVERAGE",
+    "DrawPlan",
+    "RefillMode",
+    "missing_groups",
+    "refill_choice",
+    "sized_draws",
+    "sized_plan",
+]
 
 DEFAULT_DRAW_COVERAGE = 0.9
 """`pods_draw_coverage` of refill and auto when it is not set: draws sized to cover what a step lacks with this
@@ -88,6 +96,17 @@ class DrawPlan:
     coverage: float | None
 
 
+def sized_plan(n: int, rate: float, share: int, room: int, calls: int, coverage: float) -> DrawPlan:
+    """Sized refill's plan at ``n`` rollouts per prompt whose groups have contrast at ``rate``: a first call of as
+    many prompts as cover the ``share`` with probability ``coverage`` within ``room`` (at least the share), at most
+    ``calls`` calls.
+
+    >>> sized_plan(4, 0.5, 4, 16, 3, 0.9)
+    DrawPlan(n=4, first=12, calls=3, coverage=0.9)
+    """
+    return DrawPlan(n, max(prompts_to_cover(share, rate, coverage, room), share), calls, coverage)
+
+
 class RefillMode(GenerationMode):
     """``pods_generation="refill"``: the loader's prompts, then draws of further prompts for the missing groups with
     contrast, at most ``pods_max_draws`` generation calls, each sized by `DrawPlan` (see the module docstring). The
@@ -116,8 +135,8 @@ class RefillMode(GenerationMode):
     def sized(self, state: WaveState, n: int) -> DrawPlan:
         """Sized refill's plan at ``n`` rollouts per prompt: a first call of as many prompts as cover the share with
         probability ``pods_draw_coverage`` at the observed contrast rate of ``n`` rollouts (at least the share)."""
-        first = prompts_to_cover(state.share, self.history.rate(n), self.coverage, state.groups_per_process)
-        return DrawPlan(n, max(first, state.share), self.max_draws, self.coverage)
+        rate = self.history.rate(n)
+        return sized_plan(n, rate, state.share, state.groups_per_process, self.max_draws, self.coverage)
 
     def first_wave(self, state: WaveState) -> Wave:
         self.current, self.waves = self.plan(state), 1
