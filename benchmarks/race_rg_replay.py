@@ -117,6 +117,13 @@ def announced(state: dict) -> tuple[bool, bool]:
     return [plan.n, plan.first, plan.calls] == state["plan"], plan.n == state["plan"][0]
 
 
+def agreement(states: list[dict]) -> tuple[int, int]:
+    """In how many of ``states`` the replay as raced gives the plan auto announced, and its rollouts per prompt
+    (`announced`)."""
+    same, same_n = (sum(found) for found in zip(*map(announced, states), strict=True))
+    return same, same_n
+
+
 def baseline_step(task: str, costs: dict[str, float], runs: list[dict]) -> float:
     """The baseline's mean priced seconds a step over every step of its ``runs`` on ``task``."""
     priced = arm_costs(costs, trl=True)
@@ -141,7 +148,7 @@ def table(states: list[dict], costs: dict[str, float], runs: list[dict]) -> str:
             step[FIELD["rollouts"]], step[FIELD["rows"]], step[FIELD["calls"]] = rollouts, SHARE * M, calls
             rows.append(f"| {task.split(':')[1]} | {name} | {len(plans)} | {shares} | {rollouts:.0f} | {calls:.2f} | "
                         f"{contrast:.2f} | {step_seconds(step, priced) / base:.2f} |")  # fmt: skip
-    same, same_n = (sum(found) for found in zip(*map(announced, states), strict=True))
+    same, same_n = agreement(states)
     check = (f"The replay as raced gives the plan auto announced in {same} of {len(states)} states, and its rollouts "
              f"per prompt in {same_n}.")  # fmt: skip
     return "\n".join(rows) + "\n\n" + check

@@ -144,14 +144,14 @@ def smoke(args: argparse.Namespace, model: Path, setting: dict) -> None:
     (``setting``: its entry of `candidate_tasks`), on each of ``--seeds`` seeds, an evaluation every ``--eval_every``
     on ``--held_out`` problems; prints each run's step and evaluation seconds; writes nothing, or with ``--pair FILE``
     appends each run to that file (outside the plan: the smallest pair on a GPU, `gpu_check.sh`)."""
-    arms = {**plan.TUNING_ARMS, **plan.pods_arms(plan.LEARNING_RATES[0]), **plan.amended_arms(plan.LEARNING_RATES[0])}
+    arms = {**plan.TUNING_ARMS, **plan.raced_arms(plan.LEARNING_RATES[0])}
     tasks = {args.task: setting}
     race = plan.tuning_race(tasks)
     race = plan.Race("smoke", {**race.plan, "held_out": args.held_out}, arms, tuple(plan.TUNING_ARMS), tasks)
     task = args.task
     settings = {**race.settings(task), "max_steps": args.steps, "eval_every": args.eval_every}
     for seed in range(args.seeds):
-        for arm in args.arms or [plan.PILOT_ARM, *filter(plans_as, [*plan.pods_arms(0), *plan.amended_arms(0)])]:
+        for arm in args.arms or [plan.PILOT_ARM, *filter(plans_as, plan.raced_arms(0))]:
             result = run(race, model, task, arm, seed, settings, args.engine)
             keys = ("curve", "eval_seconds", "raw_accuracy")
             found = {"arm": arm, "step_seconds": [s[1] for s in result["steps"]], **{k: result[k] for k in keys}}
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> None:
     known = candidate_tasks() if args.smoke else {}
     if args.smoke and args.task not in known:
         parser().error(f"--task {args.task} is not a task of the race; its candidates: {', '.join(known)}")
-    known_arms = [*plan.TUNING_ARMS, *plan.TRL_ARMS, *plan.pods_arms(0), *plan.amended_arms(0)]  # TRL's: "baseline"
+    known_arms = [*plan.TUNING_ARMS, *plan.TRL_ARMS, *plan.raced_arms(0)]  # TRL's: "baseline"
     unknown = [arm for arm in args.arms or () if arm not in known_arms]
     if unknown:
         parser().error(f"unknown arm(s) {unknown}: the arms are {known_arms}")

@@ -125,6 +125,12 @@ def amended_arms(lr: float) -> dict[str, dict]:
     return {"auto 16->4 (square root)": dict(pods_n=16, pods_m=4, pods_generation="auto", learning_rate=lr)}
 
 
+def raced_arms(lr: float) -> dict[str, dict]:
+    """The trl_pods arms the evaluation races at the baseline's learning rate ``lr``: the plan's (`pods_arms`) and
+    the amendment's (`amended_arms`)."""
+    return {**pods_arms(lr), **amended_arms(lr)}
+
+
 AUTO_RETURNS = {"auto 16->4": 1.0, "auto 16->4 (square root)": 0.5}
 """The power of a step's signal each auto arm's planner values a step's progress at (`trl_pods.auto.STEP_RETURNS`
 where it runs): auto 16->4 ran trl_pods before the change (its floor sized refill at pods_n), the amended arm after
@@ -394,7 +400,7 @@ def evaluation_race(task: str, config: dict, fix: dict, targets: bool = False) -
     arms at its learning rate, every run to the budget (``target`` None: no early stop; ``targets``: with the target,
     as the analysis reads the runs)."""
     lr = TUNING_ARMS[fix["baseline"]]["learning_rate"]
-    arms = {"baseline": TUNING_ARMS[fix["baseline"]], **pods_arms(lr), **amended_arms(lr)}
+    arms = {"baseline": TUNING_ARMS[fix["baseline"]], **raced_arms(lr)}
     plan = {"tasks": {task: fix["target"] if targets else None}, "max_steps": fix["max_steps"],
             "eval_every": EVAL_EVERY, "held_out": HELD_OUT, "prompts_per_step": PROMPTS_PER_STEP,
             "seeds": {task: EVALUATION_SEEDS}}  # fmt: skip

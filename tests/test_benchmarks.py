@@ -213,5 +213,5 @@ def test_race_rg_replay_takes_auto_states_from_a_race_log_and_reproduces_their_p
         [1.53, 0.0343, 8.48, 0.42, 0.57, 0.69]
     )
     committed = replay.read_states()
-    same, same_n = (sum(found) for found in zip(*map(replay.announced, committed), strict=True))
+    same, same_n = replay.agreement(committed)
     assert same_n == len(committed) and same >= 0.8 * len(committed), (same, same_n, len(committed))
