@@ -159,10 +159,10 @@ def goals_text(runs: list[dict], task: str, race, prices: list[Pricing]) -> str:
             if pricing.costs is None:
                 lines.append(f"- {task}, {pricing.name}: pending (the timing run is not whole yet)")
                 continue
-            found = minutes(mine, pricing.costs, race.baselines)
             if waiting := lacking(runs, task, ["baseline", auto], race):
                 lines.append(f"- {task}, {pricing.name}: `{auto}`: pending (waiting for {', '.join(waiting)})")
                 continue
+            found = minutes(mine, pricing.costs, race.baselines)
             value, _, high, _ = ratio(found[auto], found["baseline"])
             fewer = statistics.fmean(rollouts[auto]) < statistics.fmean(rollouts["baseline"])
             missed = misses(mine, task, auto)  # then its restricted mean is a lower bound: not met

@@ -440,5 +440,4 @@ def evaluation_runs(races: dict[str, Race]) -> list[tuple[str, str, int]]:
     """The evaluation runs ``(task, arm, seed)`` of each task's race (`evaluation_race`), seed by seed, tasks and
     arms in order within a seed."""
     most = max(EVALUATION_SEEDS.values())
-    return [(t, a, s) for s in range(most) for t, race in races.items() for a, n in EVALUATION_SEEDS.items()
-            if s < n and a in race.arms]  # fmt: skip
+    return [(t, a, s) for s in range(most) for t, race in races.items() for a, n in race.seeds(t).items() if s < n]
