@@ -27,7 +27,7 @@ import math
 import statistics
 from collections.abc import Iterable, Sequence
 
-from race_analysis import Race, arm_costs, confirmed, fit_costs, priced_minutes
+from race_analysis import Race, accumulation, arm_costs, confirmed, fit_costs, priced_minutes
 
 REASONING_GYM = "reasoning_gym:"
 BASE_TABLE = "reasoning_gym_base.jsonl"
@@ -107,8 +107,8 @@ def arm_name(g: int, k: int, lr: float) -> str:
 
 
 def trl_options(g: int, k: int, lr: float) -> dict:
-    """Trainer options of a `trl.GRPOTrainer` setting (micro-batches of 4 rows per prompt: accumulation g / 4)."""
-    return dict(pods_n=g, pods_m=g, steps_per_generation=k * max(1, g // 4), learning_rate=lr)
+    """Trainer options of a `trl.GRPOTrainer` setting (micro-batches of 4 rows per prompt: `accumulation` g / 4)."""
+    return dict(pods_n=g, pods_m=g, steps_per_generation=k * accumulation(dict(pods_m=g)), learning_rate=lr)
 
 
 TUNING_ARMS = {arm_name(*setting): trl_options(*setting) for setting in TUNING_GRID}
@@ -427,8 +427,8 @@ def evaluation_race(task: str, config: dict, fix: dict, targets: bool = False) -
     generation), every run to the budget (``target`` None: no early stop; ``targets``: with the target, as the
     analysis reads the runs)."""
     baseline = TUNING_ARMS[fix["baseline"]]
-    lr, accumulation = baseline["learning_rate"], max(1, baseline["pods_m"] // 4)
-    paced = paced_arms(lr) if baseline["steps_per_generation"] // accumulation == PACED else {}
+    lr = baseline["learning_rate"]
+    paced = paced_arms(lr) if baseline["steps_per_generation"] // accumulation(baseline) == PACED else {}
     arms = {"baseline": baseline, **pods_arms(lr), **amended_arms(lr), **paced}
     plan = {"tasks": {task: fix["target"] if targets else None}, "max_steps": fix["max_steps"],
             "eval_every": EVAL_EVERY, "held_out": HELD_OUT, "prompts_per_step": PROMPTS_PER_STEP,
