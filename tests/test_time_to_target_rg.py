@@ -200,7 +200,7 @@ def test_the_paced_arms_race_only_where_the_baseline_trains_4_steps_on_a_generat
         assert trainer.__name__ == "PODSGRPOTrainer" and options.pods_generation == generation
         assert (options.per_device_train_batch_size, options.gradient_accumulation_steps) == (16, 1)
         assert (options.steps_per_generation, options.learning_rate) == (4, 2e-4)
-        assert paced.steps_per_generation(arm) == 4
+        assert _benchmark("race_analysis").steps_per_generation(paced.arms[arm]) == 4
 
 
 def test_a_timing_run_prices_nothing_until_every_arm_ran_in_every_round(plan):
