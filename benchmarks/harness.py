@@ -291,15 +291,16 @@ def first_reaching(curve: Sequence[Sequence[float]], target: float, accuracy: in
 
 
 def bootstrap_ratio_ci(
-    numerator: Sequence[float], denominator: Sequence[float], level: float = 0.9, draws: int = 10_000, seed: int = 0
+    numerator: Sequence[float], *denominators: Sequence[float], level: float = 0.9, draws: int = 10_000, seed: int = 0
 ) -> tuple[float, float]:
     """Percentile bootstrap interval of ``mean(numerator) / mean(denominator)``: each draw resamples the seeds of
-    each arm with replacement, independently. Deterministic for a given ``seed``."""
+    each arm with replacement, independently. With several ``denominators``, over the lowest of their means in each
+    draw, so the interval carries the luck of choosing the fastest too. Deterministic for a given ``seed``."""
     rng = random.Random(seed)
     ratios = []
     for _ in range(draws):
         top = statistics.fmean(rng.choices(numerator, k=len(numerator)))
-        bottom = statistics.fmean(rng.choices(denominator, k=len(denominator)))
+        bottom = min(statistics.fmean(rng.choices(values, k=len(values))) for values in denominators)
         ratios.append(top / bottom)
     ratios.sort()
     tail = (1 - level) / 2

@@ -12,6 +12,9 @@ accuracy under a plan fixed before its runs (`Race`; `time_to_target.py` is the 
   (`step_seconds`), with costs measured on a machine or fitted on a timing run (`fit_costs`); where the engine has
   the policy score rows at generation, that cost too, by the arm's kind (`arm_costs`).
 * The baseline (`baseline`): the lowest restricted mean among the candidate arms, every run counted.
+* Against the fastest of several arms (`fastest`): the ratio's CI with the fastest chosen again in every resample
+  (`harness.bootstrap_ratio_ci` with several denominators), and how often "within ``limit`` of the fastest" holds
+  for an arm that ties it (`tie_passes`).
 * Ratios (`ratio_text`): ratio of restricted means, bootstrap 90% CI over seeds and exact permutation p
   (`harness.bootstrap_ratio_ci`, `harness.permutation_p`), marked *within noise* (`within_noise`) where the CI holds 1
   or p is above `NOISE_P`.
@@ -20,6 +23,7 @@ accuracy under a plan fixed before its runs (`Race`; `time_to_target.py` is the 
 from __future__ import annotations
 
 import dataclasses
+import random
 import statistics
 from collections.abc import Iterable, Sequence
 
@@ -165,8 +169,8 @@ def minutes(runs: list[dict], costs: dict[str, float] | None, trl_arms: Iterable
 
 def baseline(found: dict[str, list[float]], candidates: Iterable[str]) -> str | None:
     """The candidate arm with the lowest restricted mean (`minutes`: every run counted), None when none has runs."""
-    with_runs = [arm for arm in candidates if found.get(arm)]
-    return min(with_runs, key=lambda arm: statistics.mean(found[arm]), default=None)
+    with_runs = {arm: found[arm] for arm in candidates if found.get(arm)}
+    return fastest(with_runs) if with_runs else None
 
 
 def ratio(arm: Sequence[float], base: Sequence[float]) -> tuple[float, float, float, float]:
@@ -184,6 +188,32 @@ def ratio_text(arm: Sequence[float], base: Sequence[float]) -> str:
     """``ratio× (low–high), p`` of ``arm``'s mean to ``base``'s, with ``, within noise`` where it is so."""
     value, low, high, p = ratio(arm, base)
     return f"{value:.2f}× ({low:.2f}–{high:.2f}), p {p:.2f}" + (", within noise" if within_noise(low, high, p) else "")
+
+
+def fastest(found: dict[str, Sequence[float]]) -> str:
+    """The arm of ``found`` (per arm, its runs' minutes) with the lowest mean."""
+    return min(found, key=lambda arm: statistics.fmean(found[arm]))
+
+
+def tie_passes(
+    others: dict[str, Sequence[float]],
+    runs: int,
+    limit: float,
+    each: int | None = None,
+    draws: int = 10_000,
+    seed: int = 0,
+) -> float:
+    """How often an arm exactly as fast as the `fastest` of ``others`` (per arm, its runs' minutes) is found within
+    ``limit`` times the fastest: the share of draws in which the mean of ``runs`` runs drawn from that arm's own is at
+    most ``limit`` times the lowest mean of ``others``, each resampled with ``each`` runs (default: as many as it
+    has). Near 1 the check passes a tie; near 0.5, passing or failing says little. Deterministic for ``seed``."""
+    rng, tie = random.Random(seed), others[fastest(others)]
+    passed = 0
+    for _ in range(draws):
+        top = statistics.fmean(rng.choices(tie, k=runs))
+        bottom = min(statistics.fmean(rng.choices(values, k=each or len(values))) for values in others.values())
+        passed += top <= limit * bottom
+    return passed / draws
 
 
 def fit_costs(timing_run: dict, trl_arms: Iterable[str] | None = None) -> dict[str, float]:

@@ -46,6 +46,7 @@ from race_analysis import (
     Pricing,
     baseline,
     check_against_plan,
+    fastest,
     fit_costs,
     lacking,
     minutes,
@@ -137,7 +138,7 @@ def against_fixed(runs: list[dict], found: dict, task: str, arm: str) -> str:
     plan's rule is on the ratio of means; its CI and p say whether the gap is beyond seed noise."""
     if missed := misses(runs, task, arm):
         return f"{missed} of its runs did not reach the target: **not met**"
-    best = min(FIXED_PODS, key=lambda a: statistics.mean(found[a]))
+    best = fastest({a: found[a] for a in FIXED_PODS})
     within = statistics.mean(found[arm]) / statistics.mean(found[best])
     return f"`{best}`: {ratio_text(found[arm], found[best])}: **{'met' if within <= 1.1 else 'not met'}**"
 

@@ -239,7 +239,7 @@ PLAN = {
     "steps_per_generation 4 (one generation of 16 prompts for 4 steps of 4) and the baseline's learning rate: "
     "`auto 16->4 (square root), 4 steps/gen` (auto now, 8 seeds) and `GRPO 4 + refill (sized), 4 steps/gen` (5 "
     "seeds), so that a gain of the pace can be told from one of auto; both read against the same baseline, the goals "
-    "unchanged, and \"within 10% of the best trl_pods arm\" compares every fixed trl_pods arm of the task's race, "
+    'unchanged, and "within 10% of the best trl_pods arm" compares every fixed trl_pods arm of the task\'s race, '
     "these included",
 }
 """The measurement, fixed before its runs; `time_to_target_rg.py --report` refuses runs made otherwise."""

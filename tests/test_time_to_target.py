@@ -353,6 +353,27 @@ def test_bootstrap_ratio_ci_brackets_the_ratio_and_narrows_with_seeds(harness):
     assert many_high - many_low < high - low
 
 
+def test_bootstrap_ratio_ci_over_several_arms_chooses_the_fastest_again_in_every_draw(harness):
+    """Against several arms the interval is of the ratio to the lowest mean in each draw: a far slower second arm
+    changes nothing but the draws' stream, and a second arm as fast and as noisy as the first raises the interval
+    (the fastest of two noisy arms reads faster than either is)."""
+    arm, rival = [10.0, 12.0, 11.0, 13.0, 9.0], [8.0, 14.0, 10.0, 12.0, 11.0]
+    alone = harness.bootstrap_ratio_ci(arm, rival)
+    assert harness.bootstrap_ratio_ci(arm, rival, [100.0, 101.0]) == pytest.approx(alone, abs=0.01)
+    low, high = harness.bootstrap_ratio_ci(arm, rival, list(reversed(rival)))
+    assert low > alone[0] and high > alone[1]
+
+
+def test_tie_passes_tells_how_often_a_tie_with_the_fastest_arm_is_found_within_the_limit(analysis):
+    """An arm that ties the fastest of several always passes "within 10%" where no run varies, passes less often
+    where the runs spread, and more often with more runs an arm; the fastest is the arm with the lowest mean."""
+    steady = {"a": [10.0] * 5, "b": [10.5] * 5}
+    assert analysis.fastest(steady) == "a" and analysis.tie_passes(steady, 8, 1.1) == 1.0
+    noisy = {"a": [6.0, 14.0, 8.0, 12.0, 10.0], "b": [7.0, 15.0, 9.0, 13.0, 11.0]}
+    few, many = analysis.tie_passes(noisy, 5, 1.1), analysis.tie_passes(noisy, 64, 1.1, each=64)
+    assert 0.3 < few < 0.9 and many > few + 0.1 and analysis.tie_passes(noisy, 5, 1.1) == few
+
+
 def test_run_store_claims_a_run_for_one_live_process(harness, tmp_path):
     """Two processes sharing a store never measure one run twice: a claimed run is refused to a second claimer,
     a saved run to everyone, and a claim whose process is gone is taken over."""

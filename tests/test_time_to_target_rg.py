@@ -184,10 +184,14 @@ def test_the_paced_arms_race_only_where_the_baseline_trains_4_steps_on_a_generat
     race's arms, and the paced auto is auto now (`plan.AUTO_RETURNS`)."""
     runner = _benchmark("race_runs")
     config = {"config": {"min_terms": 2}, "max_completion_length": 32}
-    paced = plan.evaluation_race("reasoning_gym:basic_arithmetic", config,
-                                 {"baseline": plan.arm_name(4, 4, 2e-4), "target": 0.42, "max_steps": 60})
-    single = plan.evaluation_race("reasoning_gym:products", config,
-                                  {"baseline": plan.arm_name(4, 1, 2e-4), "target": 0.33, "max_steps": 30})
+    paced = plan.evaluation_race(
+        "reasoning_gym:basic_arithmetic",
+        config,
+        {"baseline": plan.arm_name(4, 4, 2e-4), "target": 0.42, "max_steps": 60},
+    )
+    single = plan.evaluation_race(
+        "reasoning_gym:products", config, {"baseline": plan.arm_name(4, 1, 2e-4), "target": 0.33, "max_steps": 30}
+    )
     added = ["auto 16->4 (square root), 4 steps/gen", "GRPO 4 + refill (sized), 4 steps/gen"]
     assert set(paced.arms) - set(single.arms) == set(added) and not set(single.arms) - set(paced.arms)
     keys = plan.evaluation_runs({"reasoning_gym:basic_arithmetic": paced, "reasoning_gym:products": single})
@@ -449,7 +453,8 @@ def test_the_page_reports_every_arm_against_the_fixed_baseline_and_refuses_anoth
     """From synthetic runs of every phase (`_fixed_race`, then every evaluation run), the page gives each task's
     table, the rollouts ratio with its CI and p, the steps and price of a step whose product is the ratio of minutes,
     the final accuracy read both ways and the goals' verdicts (an auto faster than every fixed arm is measured against
-    the fastest fixed one, which it ties here, not against itself); a fixing other than the rules' is refused."""
+    the fastest fixed one, which it ties here, not against itself, with the ratio's CI and how often a tie with that
+    arm would pass); a fixing other than the rules' is refused."""
     report = _benchmark("race_rg_report")
     tasks, fixing, found = _fixed_race(plan, tmp_path)
     races = {task: plan.evaluation_race(task, found[task], fixing["fixed"][task]) for task in tasks}
@@ -470,8 +475,12 @@ def test_the_page_reports_every_arm_against_the_fixed_baseline_and_refuses_anoth
         assert f"- {task}, CPU: `auto 16->4` " in page
         assert f"- {task}, H200-priced: `auto 16->4 (square root)` within 10%" in page
         fastest = re.search(rf"- {re.escape(task)}, CPU: `auto 16->4` within 10% of the best trl_pods arm, the "
-                            r"fastest fixed one \(`([^`]+)`\): ([\d.]+)x: \*\*met\*\*", page)  # fmt: skip
+                            r"fastest fixed one \(`([^`]+)`\): ([\d.]+)x \(([\d.]+)-([\d.]+)\): \*\*met\*\*",
+                            page)  # fmt: skip
         assert fastest and fastest[1] not in plan.AUTO_RETURNS and float(fastest[2]) <= 1, "compared with itself"
+        assert float(fastest[3]) <= float(fastest[2]) <= float(fastest[4])
+        tie = re.search(r"\| CPU \| ([^|]+) \| (\d+)% \| (\d+)% \| (\d+)% \| (\d+)% \|", page.split(f"**{task}**")[1])
+        assert tie and tie[1].strip() == fastest[1] and all(0 <= int(p) <= 100 for p in tie.groups()[1:])
     assert "- `auto 16->4`: 0." in page and "| baseline | 8 | " in page
     for task in tasks:  # the steps ratio times the price ratio of a step is the table's ratio of minutes
         section = page.split(f"**{task}**")[1]
@@ -492,7 +501,8 @@ def test_the_evaluation_takes_its_runs_seed_by_seed_over_both_tasks(plan, tmp_pa
     otherwise (`plan.AUTO_RETURNS`); with its runs saved, the phase takes every other run."""
     script = _benchmark("time_to_target_rg")
     tasks, fixing, found = _fixed_race(plan, tmp_path)
-    keys = plan.evaluation_runs({task: plan.evaluation_race(task, found[task], fixing["fixed"][task]) for task in tasks})
+    races = {task: plan.evaluation_race(task, found[task], fixing["fixed"][task]) for task in tasks}
+    keys = plan.evaluation_runs(races)
     taken = []
 
     def fake_run(race, model, task, arm, seed, settings, engine, folder):
