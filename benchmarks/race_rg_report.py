@@ -193,7 +193,7 @@ def goals_text(runs: list[dict], task: str, race, prices: list[Pricing]) -> str:
             within = statistics.fmean(found[auto]) / statistics.fmean(found[best])
             low, high = bootstrap_ratio_ci(found[auto], *others.values())  # the fastest chosen again in each draw
             lines.append(f"- {task}, {pricing.name}: `{auto}` within 10% of the best trl_pods arm, the fastest fixed "
-                         f"one (`{best}`): {within:.2f}x ({low:.2f}-{high:.2f}): "
+                         f"one (`{best}`): {within:.2f}× ({low:.2f}–{high:.2f}): "
                          f"**{'met' if within <= CLOSE else 'not met'}**")  # fmt: skip
     return "\n".join(lines)
 

@@ -475,7 +475,7 @@ def test_the_page_reports_every_arm_against_the_fixed_baseline_and_refuses_anoth
         assert f"- {task}, CPU: `auto 16->4` " in page
         assert f"- {task}, H200-priced: `auto 16->4 (square root)` within 10%" in page
         fastest = re.search(rf"- {re.escape(task)}, CPU: `auto 16->4` within 10% of the best trl_pods arm, the "
-                            r"fastest fixed one \(`([^`]+)`\): ([\d.]+)x \(([\d.]+)-([\d.]+)\): \*\*met\*\*",
+                            r"fastest fixed one \(`([^`]+)`\): ([\d.]+)× \(([\d.]+)–([\d.]+)\): \*\*met\*\*",
                             page)  # fmt: skip
         assert fastest and fastest[1] not in plan.AUTO_RETURNS and float(fastest[2]) <= 1, "compared with itself"
         assert float(fastest[3]) <= float(fastest[2]) <= float(fastest[4])
