@@ -290,6 +290,11 @@ def first_reaching(curve: Sequence[Sequence[float]], target: float, accuracy: in
     return next((point for point in curve if point[accuracy] >= target), None)
 
 
+def resampled_mean(rng: random.Random, values: Sequence[float], k: int | None = None) -> float:
+    """The mean of ``k`` of ``values`` (default: as many as there are) drawn with replacement by ``rng``."""
+    return statistics.fmean(rng.choices(values, k=k or len(values)))
+
+
 def bootstrap_ratio_ci(
     numerator: Sequence[float], *denominators: Sequence[float], level: float = 0.9, draws: int = 10_000, seed: int = 0
 ) -> tuple[float, float]:
@@ -299,9 +304,7 @@ def bootstrap_ratio_ci(
     rng = random.Random(seed)
     ratios = []
     for _ in range(draws):
-        top = statistics.fmean(rng.choices(numerator, k=len(numerator)))
-        bottom = min(statistics.fmean(rng.choices(values, k=len(values))) for values in denominators)
-        ratios.append(top / bottom)
+        ratios.append(resampled_mean(rng, numerator) / min(resampled_mean(rng, values) for values in denominators))
     ratios.sort()
     tail = (1 - level) / 2
     return ratios[int(tail * (draws - 1))], ratios[int(round((1 - tail) * (draws - 1)))]

@@ -28,7 +28,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 
 import numpy as np
-from harness import bootstrap_ratio_ci, permutation_p
+from harness import bootstrap_ratio_ci, permutation_p, resampled_mean
 
 STEP_FIELDS = ("step", "step_time", "rollouts", "rows", "calls", "frac_zero_std", "reward", "completion_length")
 """Per optimizer step of a run: TRL's ``step_time`` (s), rollouts generated, rows trained, generation calls, the
@@ -210,9 +210,8 @@ def tie_passes(
     rng, tie = random.Random(seed), others[fastest(others)]
     passed = 0
     for _ in range(draws):
-        top = statistics.fmean(rng.choices(tie, k=runs))
-        bottom = min(statistics.fmean(rng.choices(values, k=each or len(values))) for values in others.values())
-        passed += top <= limit * bottom
+        top = resampled_mean(rng, tie, runs)
+        passed += top <= limit * min(resampled_mean(rng, values, each) for values in others.values())
     return passed / draws
 
 

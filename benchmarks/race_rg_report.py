@@ -159,6 +159,11 @@ def accuracy_text(runs: list[dict], task: str, race) -> str:
     return header + "\n".join(rows) if rows else "No evaluation runs yet."
 
 
+def fixed_arms(race) -> list[str]:
+    """The fixed trl_pods settings of ``race``: its arms but the baselines and the autos (`plan.AUTO_RETURNS`)."""
+    return [arm for arm in race.arms if arm not in (*race.baselines, *plan.AUTO_RETURNS)]
+
+
 def goals_text(runs: list[dict], task: str, race, prices: list[Pricing]) -> str:
     """The issue's goals on ``task`` for each auto arm (`plan.AUTO_RETURNS`: as raced, and as changed by amendment),
     each measured once every arm it compares has all its runs (pending until then): against the baseline, and
@@ -166,7 +171,7 @@ def goals_text(runs: list[dict], task: str, race, prices: list[Pricing]) -> str:
     an auto faster than every one reads below 1)."""
     mine = [r for r in runs if r["task"] == task]
     rollouts = {arm: [total(r, "rollouts") for r in mine if r["arm"] == arm] for arm in race.arms}
-    fixed = [arm for arm in race.arms if arm not in (*race.baselines, *plan.AUTO_RETURNS)]  # fixed trl_pods settings
+    fixed = fixed_arms(race)
     lines = []
     for auto in (arm for arm in plan.AUTO_RETURNS if arm in race.arms):
         for pricing, goal, bound in zip(prices, (0.5, 0.7), (0.8, 1.0), strict=True):
@@ -203,7 +208,7 @@ def resolution_text(runs: list[dict], task: str, race, prices: list[Pricing]) ->
     fastest fixed arm passes it (`tie_passes`), with the race's seeds (auto's most; each fixed arm its own) and with
     `SEEDS_AN_ARM` seeds on every arm; once every fixed arm has all its runs."""
     mine = [r for r in runs if r["task"] == task]
-    fixed = [arm for arm in race.arms if arm not in (*race.baselines, *plan.AUTO_RETURNS)]
+    fixed = fixed_arms(race)
     raced = max(race.seeds(task)[auto] for auto in plan.AUTO_RETURNS if auto in race.arms)
     rows = []
     for pricing in prices if not lacking(runs, task, fixed, race) else ():
