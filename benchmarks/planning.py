@@ -1,9 +1,9 @@
 """Planning a generation: how long auto's plan search and sized refill's first draw take, per generation, at 16 to
 1,024 prompts a process, and at 16,384 with 65,536 prompts of room (the most any plan considers).
 
-Auto (`trl_pods.auto.best_plan`, as `trl_pods.auto.AutoMode.plan` calls it: with sized refill's plan at ``pods_m``
-as its floor and each group weighed by `trl_pods.contrast.kept_signal`) searches every plan of rollouts per prompt
-(4, 8, 16: ``pods_m`` 4 doubling up to ``pods_n`` 16), prompts in the first call (25 from the share up to
+Auto (`trl_pods.auto.best_plan`, as `trl_pods.auto.AutoMode.plan` calls it: with sized refill's plan as its floor
+and each group weighed by `trl_pods.contrast.kept_signal`) searches every plan of rollouts per prompt (4, 8, 16:
+``pods_m`` 4 doubling up to ``pods_n`` 16), prompts in the first call (25 from the share up to
 ``pods_max_prompt_ratio`` 4 times it) and calls (up to ``pods_max_draws`` 3, later ones sized at coverage 0.9), for
 the expected outcome of each; sized refill (`trl_pods.contrast.prompts_to_cover`) finds the fewest prompts that cover
 the share at the observed contrast rate. Both run once per generation on every process, so their time is what a
@@ -79,9 +79,9 @@ def _milliseconds(plan: Callable[[], object]) -> float:
 
 
 def auto_planning(a: float, costs: Costs, share: int, ladder: list[int] = LADDER, b: float = 1.0) -> DrawPlan:
-    """Auto's planning as `trl_pods.auto.AutoMode.plan` does it, pass rates ``Beta(a, b)``: sized refill's plan at
-    ``pods_m`` (the floor), then the search, each group weighed by what it teaches."""
-    rate, room, n = functools.partial(contrast_rate, a, b), RATIO * share, ladder[0]
+    """Auto's planning as `trl_pods.auto.AutoMode.plan` does it, pass rates ``Beta(a, b)``: sized refill's plan (the
+    floor), then the search, each group weighed by what it teaches."""
+    rate, room, n = functools.partial(contrast_rate, a, b), RATIO * share, ladder[-1]
     floor = sized_plan(n, rate(n), share, room, MAX_CALLS, COVERAGE)
     value = functools.partial(kept_signal, a, b, m=ladder[0])
     return best_plan(rate, costs, share, ladder, room, MAX_CALLS, COVERAGE, floor, value)[0]

@@ -6,13 +6,15 @@ A state is what auto planned from at a generation where its plan changed (its lo
 call, a rollout, the rest of a step) and the contrast rate it observed at 4, 8 and 16 rollouts per prompt, to which
 pass rates ``Beta(a, b)`` are fitted (the planner's own model, `trl_pods.contrast.contrast_rate`). The variants:
 
-* **as raced**: its floor is sized refill at ``pods_n`` (16 rollouts per prompt), each group weighed by
-  `trl_pods.contrast.kept_signal`;
+* **as raced**, as auto plans now: its floor is sized refill at ``pods_n`` (16 rollouts per prompt), each group
+  weighed by `trl_pods.contrast.kept_signal`, a step's progress in proportion to its signal
+  (`trl_pods.auto.STEP_RETURNS`);
 * **floor at pods_m**: the floor is sized refill at ``pods_m`` (4 rollouts per prompt);
 * **groups alike**: no `kept_signal` (each trained group with contrast counts 1);
 * **both**;
-* **auto now**: both the floor at ``pods_m`` and a step's progress growing as the square root of its signal
-  (`trl_pods.auto.STEP_RETURNS`), the change these replays and the race's steps pointed to.
+* **square root**: the floor at ``pods_m`` and a step's progress growing as the square root of its signal, as auto
+  planned from 2026-11-30 to 2026-12-01 (the race's amended arms), the change these replays and the race's steps
+  pointed to then.
 
 Each plan's expected calls and rollouts are priced with the race's CPU costs (a trl_pods step: its 16 trained rows
 scored and trained, `race_analysis.arm_costs`) beside the baseline's mean priced step in its runs.
@@ -55,14 +57,14 @@ STATE = re.compile(
 )
 RUN = re.compile(r"^(reasoning_gym:\w+) (.+) seed (\d+): 0:")
 VARIANTS = {
-    "as raced": (N, True, 1.0),
+    "as raced": (N, True, STEP_RETURNS),
     "floor at pods_m": (M, True, 1.0),
     "groups alike": (N, False, 1.0),
     "both": (M, False, 1.0),
-    "auto now": (M, True, STEP_RETURNS),
+    "square root": (M, True, 0.5),
 }
 """Each variant's floor (sized refill at this many rollouts per prompt), whether groups are weighed by `kept_signal`,
-and the power of a step's signal its progress grows as (`trl_pods.auto.STEP_RETURNS`; 1 as raced)."""
+and the power of a step's signal its progress grows as (`trl_pods.auto.STEP_RETURNS`, 1, as raced)."""
 
 
 def extract(log: str) -> list[dict]:

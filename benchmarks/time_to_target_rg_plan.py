@@ -132,8 +132,8 @@ def amended_arms(lr: float) -> dict[str, dict]:
 
 
 def paced_arms(lr: float) -> dict[str, dict]:
-    """The arms the amendment ``amended (pace)`` added at the baseline's learning rate ``lr``: auto now (as
-    `amended_arms`) and sized refill (as `pods_arms`), each training `PACED` optimizer steps on one generation
+    """The arms the amendment ``amended (pace)`` added at the baseline's learning rate ``lr``: the square-root
+    auto (as `amended_arms`) and sized refill (as `pods_arms`), each training `PACED` optimizer steps on one generation
     (TRL's ``steps_per_generation``; accumulation 1), as the tuned baseline does on basic_arithmetic."""
     arms = {"auto 16->4 (square root)": amended_arms(lr)["auto 16->4 (square root)"],
             "GRPO 4 + refill (sized)": pods_arms(lr)["GRPO 4 + refill (sized)"]}  # fmt: skip
@@ -149,8 +149,9 @@ def raced_arms(lr: float) -> dict[str, dict]:
 
 AUTO_RETURNS = {"auto 16->4": 1.0, "auto 16->4 (square root)": 0.5, "auto 16->4 (square root), 4 steps/gen": 0.5}
 """The power of a step's signal each auto arm's planner values a step's progress at (`trl_pods.auto.STEP_RETURNS`
-where it runs): auto 16->4 ran trl_pods before the change (its floor sized refill at pods_n), the amended arms after
-(its floor at pods_m). `time_to_target_rg.py` refuses to run an auto arm with a trl_pods that plans otherwise."""
+where it runs): auto 16->4 ran trl_pods's auto before 2026-11-30 and after 2026-12-01 (its floor sized refill at
+pods_n), the amended arms in between (its floor at pods_m). `time_to_target_rg.py` refuses to run an auto arm with a
+trl_pods that plans otherwise."""
 
 
 TIMING_ARMS = {

@@ -14,7 +14,7 @@ import pytest
 import torch
 from test_phase1 import FakeSteps, _inputs, _settings
 
-from trl_pods.auto import KEPT_CALLS, STEP_RETURNS, AutoMode, best_plan, expected_outcomes, rollout_ladder
+from trl_pods.auto import KEPT_CALLS, AutoMode, best_plan, expected_outcomes, rollout_ladder
 from trl_pods.contrast import contrast_rate, kept_signal, prompts_to_cover
 from trl_pods.costs import CallTiming, Costs, fit_costs, parse_costs
 from trl_pods.phase1 import generate_and_score
@@ -76,12 +76,11 @@ BETAS = [(0.5, 1.5), (0.2, 0.2), (2.0, 0.5), (0.05, 0.5)]
 def test_plan_choices_equal_the_exact_search(share, ratio):
     """Where the exact search of issue 57's time is feasible, the fast planner (log-space terms, a covering search in
     about sqrt steps, merged states) chooses the same plan, with the same expected outcome, on a grid of contrast
-    rates, costs and coverages (the reference: `planning_reference`, the search as it was, scoring a plan by its
-    signal itself: ``returns`` 1)."""
+    rates, costs and coverages (the reference: `planning_reference`, the search as it was)."""
     for beta, costs, coverage in itertools.product(BETAS, (H200, CPU, MIXED), (0.9, 0.75)):
         rate = functools.partial(contrast_rate, *beta)
         args = (costs, share, rollout_ladder(4, 16), share * ratio, 3, coverage)
-        fast, exact = best_plan(rate, *args, returns=1.0), reference.best_plan(rate, *args)
+        fast, exact = best_plan(rate, *args), reference.best_plan(rate, *args)
         assert fast[0] == exact[0], (beta, costs, coverage)
         assert fast[1].contrast == pytest.approx(exact[1].contrast, rel=1e-9)
 
@@ -101,7 +100,7 @@ def test_planning_never_overflows():
 
 def _auto_and_refill(m: int, n: int, costs: Costs, beta: tuple[float, float], share: int):
     """Auto's plan with given ``costs`` and the contrast fit ``beta`` for a process training ``share`` groups (room
-    for 4 times as many), and sized refill's plan at ``pods_m`` from the same history (the floor auto plans above)."""
+    for 4 times as many), and sized refill's plan at ``pods_n`` from the same history (the floor auto plans above)."""
     given = f"call={costs.call},rollout={costs.rollout},step={costs.step}"
     config = SimpleNamespace(pods_m=m, pods_n=n, pods_max_draws=3, pods_draw_coverage=0.9, pods_max_prompt_ratio=4,
                              pods_auto_costs=given)  # fmt: skip
@@ -110,7 +109,7 @@ def _auto_and_refill(m: int, n: int, costs: Costs, beta: tuple[float, float], sh
     room = 4 * share
     state = WaveState(n, 1, room, share, torch.full((room, n), torch.nan), torch.zeros(room, dtype=torch.long),
                       torch.arange(room) < share)  # fmt: skip
-    return auto.plan(state), refill.sized(state, m), auto.history.rate, room
+    return auto.plan(state), refill.plan(state), auto.history.rate, room
 
 
 def _first_call(rate, share: int, plan: DrawPlan, room: int) -> float:
@@ -120,10 +119,9 @@ def _first_call(rate, share: int, plan: DrawPlan, room: int) -> float:
 
 @pytest.mark.parametrize("share", [2, 4, 8])
 def test_autos_first_call_finds_at_least_what_sized_refills_does(share):
-    """Auto's first call is never smaller in expected groups with contrast than sized refill's at pods_m (the
-    cheapest plan that fills the step: its prompts covering the share with probability 0.9), whatever the costs: its
-    plans differ from sized refill's only in what the costs pay for (with a CPU engine's costs it used to plan a
-    smaller first call and a second one)."""
+    """Auto's first call is never smaller in expected groups with contrast than sized refill's (its n = pods_n, its
+    prompts covering the share with probability 0.9), whatever the costs: its plans differ from sized refill's only in
+    what the costs pay for (with a CPU engine's costs it used to plan a smaller first call and a second one)."""
     for beta, costs in itertools.product(BETAS, (H200, CPU, MIXED)):
         auto, refill, rate, room = _auto_and_refill(4, 16, costs, beta, share)
         assert _first_call(rate, share, auto, room) >= _first_call(rate, share, refill, room) - 1e-9, (beta, costs)
@@ -131,15 +129,14 @@ def test_autos_first_call_finds_at_least_what_sized_refills_does(share):
 
 @pytest.mark.parametrize("share", [2, 4, 8])
 def test_auto_with_natural_groups_is_never_worse_than_sized_refill(share):
-    """With pods_n == pods_m auto chooses prompts per call and calls only; by its own cost model and objective (a
-    step's progress, its groups with contrast to the power `STEP_RETURNS`, a second) its plan is at least as good as
-    sized refill's plan at the same n."""
+    """With pods_n == pods_m auto chooses prompts per call and calls only; by its own cost model its plan trains at
+    least as many groups with contrast a second as sized refill's plan at the same n."""
     for beta, costs in itertools.product(BETAS, (H200, CPU, MIXED)):
         auto, refill, rate, room = _auto_and_refill(4, 4, costs, beta, share)
         score = []
         for plan in (auto, refill):
             outcome = expected_outcomes(rate(4), share, plan, room)[-1]
-            score.append(outcome.contrast**STEP_RETURNS / costs.seconds(outcome.calls, 4 * outcome.prompts))
+            score.append(outcome.contrast / costs.seconds(outcome.calls, 4 * outcome.prompts))
         assert score[0] >= score[1] * (1 - 1e-9), (beta, costs, auto, refill)
 
 
@@ -167,7 +164,7 @@ def test_autos_objective_weighs_what_a_group_teaches():
     prompt counting groups alone, and takes 16 once a group of 16 teaches enough more."""
     rate = functools.partial(contrast_rate, 0.5, 1.5)
     counted, *_ = best_plan(rate, CPU, 4, rollout_ladder(4, 16), 16, 3, 0.9)
-    weighed, *_ = best_plan(rate, CPU, 4, rollout_ladder(4, 16), 16, 3, 0.9, value=lambda n: 9.0 if n == 16 else 1.0)
+    weighed, *_ = best_plan(rate, CPU, 4, rollout_ladder(4, 16), 16, 3, 0.9, value=lambda n: 4.0 if n == 16 else 1.0)
     assert (counted.n, weighed.n) == (4, 16)
     fields = dict(pods_max_draws=3, pods_draw_coverage=0.9, pods_max_prompt_ratio=4, pods_auto_costs=None)
     mode = AutoMode(SimpleNamespace(pods_m=4, pods_n=16, **fields))
@@ -211,7 +208,7 @@ def test_auto_explores_with_sized_refills_plan():
     for generation in range(6):
         state = WaveState(8, 1, room, share, torch.full((room, 8), torch.nan), torch.zeros(room, dtype=torch.long),
                           torch.arange(room) < share, timing=timing)  # fmt: skip
-        plan, floor = auto.plan(state), refill.sized(state, config.pods_m)
+        plan, floor = auto.plan(state), refill.plan(state)
         if auto.costs() is None:
             explored += 1
             if plan != floor:
@@ -264,25 +261,23 @@ def test_auto_says_when_its_calls_cannot_tell_the_costs_apart():
         assert expected in line and ("pods_auto_costs" in line) == (ratio == 1), line
 
 
-def test_a_steps_progress_grows_as_the_square_root_of_its_signal():
-    """On a state of issue 58's race (basic_arithmetic: auto's measured costs on the vLLM CPU engine, a call 0.35 s,
-    a rollout 35 ms, the rest of a step 8.5 s; contrast rates 0.35, 0.48 and 0.58 at 4, 8 and 16 rollouts) auto
-    plans sized refill's 4 rollouts per prompt for the whole room, in one call. Valuing a step by its signal itself
-    (``returns`` 1), or with its floor at pods_n, it drew 8 per prompt for about as many groups with contrast: the
-    race priced such a step at 1.5x the baseline's and saw no fewer steps to target for it."""
-    costs, beta = Costs(0.347, 0.0351, 8.51), (0.26, 0.5)
+def test_auto_draws_pods_n_where_most_prompts_are_solved():
+    """On a state of the learning check from scratch (`benchmarks/dynamic_sampling.py`: auto's measured costs there, a
+    call 9.1 ms, a rollout 0.118 ms, the rest of a step 24.2 ms; contrast rates 0.21, 0.35 and 0.51 at 4, 8 and 16
+    rollouts, most prompts solved), auto plans PODS 16 -> 4, its floor sized refill at pods_n. With its floor at
+    pods_m and a step's progress the square root of its signal, as it planned from 2026-11-30 to 2026-12-01, it drew
+    4 rollouts for all the room and left groups without contrast: the plans on which that check stalled on its
+    one-digit half (19 of 20 runs), where PODS 16 -> 4 broke through."""
+    costs, beta = Costs(0.00909, 0.000118, 0.0242), (14.15, 0.951)
     given = f"call={costs.call},rollout={costs.rollout},step={costs.step}"
     config = SimpleNamespace(pods_m=4, pods_n=16, pods_max_draws=3, pods_draw_coverage=0.9, pods_max_prompt_ratio=4,
                              pods_auto_costs=given)  # fmt: skip
     auto = AutoMode(config)
     auto.history.beta = beta
-    state = WaveState(16, 1, 16, 4, torch.full((16, 16), torch.nan), torch.zeros(16, dtype=torch.long),
-                      torch.arange(16) < 4)  # fmt: skip
-    assert auto.plan(state) == DrawPlan(4, 16, 1, 0.9)
-    rate, ladder = auto.history.rate, rollout_ladder(4, 16)
-    at_n, at_m = auto.sized(state, 16), auto.sized(state, 4)
-    for floor, returns in ((at_m, 1.0), (at_n, STEP_RETURNS)):
-        plan, outcome, _ = best_plan(
-            rate, costs, 4, ladder, 16, 3, 0.9, floor, lambda n: kept_signal(*beta, n, 4), returns
-        )
-        assert plan.n == 8 and outcome.contrast > 3.8, (floor, returns, plan)
+    state = WaveState(16, 1, 32, 8, torch.full((32, 16), torch.nan), torch.zeros(32, dtype=torch.long),
+                      torch.arange(32) < 8)  # fmt: skip
+    assert auto.plan(state) == DrawPlan(16, 21, 1, 0.9)
+    value = functools.partial(kept_signal, *beta, m=4)
+    args = (auto.history.rate, costs, 8, rollout_ladder(4, 16), 32, 3, 0.9, auto.sized(state, 4), value, 0.5)
+    plan, outcome, _ = best_plan(*args)
+    assert plan == DrawPlan(4, 32, 1, 0.9) and outcome.contrast < 6.5, (plan, outcome)

@@ -17,6 +17,8 @@ import pytest
 import torch
 from helpers import import_from
 
+from trl_pods.auto import STEP_RETURNS
+
 REPO = Path(__file__).parent.parent
 COSTS = {"call": 1.0, "rollout": 0.01, "row": 0.1, "update": 0.5}
 
@@ -334,7 +336,8 @@ def test_the_command_refuses_what_it_cannot_run(capsys):
     """`time_to_target_rg.py` with no phase, another model's runs aimed at the committed data folder, a smoke run on
     a task the race does not train, a timing run on other than the one thread its costs price, threads for an engine
     other than vLLM's CPU build, an arm the race does not have (naming those it has, the evaluation's "baseline" among
-    them), or the raced auto arm, which this trl_pods's auto no longer plans as (the amended arm is its auto), exits
+    them), or an amended auto arm (square root), which this trl_pods's auto no longer plans as (the raced arm is its
+    auto), exits
     with one ``error:`` line before loading any model."""
     command = _benchmark("time_to_target_rg")
     for options, message in (
@@ -346,7 +349,7 @@ def test_the_command_refuses_what_it_cannot_run(capsys):
         (["--smoke", "--engine", "hf", "--threads", "2"], "drop it for --engine hf"),
         (["--phase", "evaluate", "--arms", "GRPO 8"], "unknown arm(s) ['GRPO 8']"),
         (["--phase", "evaluate", "--arms", "GRPO 8"], "5e-04', 'baseline', 'auto 16->4'"),  # the evaluation's TRL arm
-        (["--phase", "evaluate", "--arms", "auto 16->4"], "train 'auto 16->4 (square root)'"),
+        (["--phase", "evaluate", "--arms", "auto 16->4 (square root)"], "train 'auto 16->4'"),
     ):
         with pytest.raises(SystemExit) as stop:
             command.main(options)
@@ -362,13 +365,13 @@ def test_smoke_trains_the_baseline_and_auto_on_chain_sum_with_the_tiny_model(tin
     result = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "time_to_target_rg.py"), "--smoke", "--engine", "hf", "--model",
          str(tiny_model_path), "--steps", "2", "--eval_every", "2", "--held_out", "4", "--arms",
-         "auto 16->4 (square root)", plan_arm := "trl.GRPOTrainer 4, 4 steps/gen, lr 2e-04"],
+         "auto 16->4", plan_arm := "trl.GRPOTrainer 4, 4 steps/gen, lr 2e-04"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     prefix = _benchmark("time_to_target_rg").SMOKE_LINE
     lines = [json.loads(line.removeprefix(prefix)) for line in result.stdout.splitlines() if line.startswith(prefix)]
-    assert [line["arm"] for line in lines] == ["auto 16->4 (square root)", plan_arm]
+    assert [line["arm"] for line in lines] == ["auto 16->4", plan_arm]
     for line in lines:
         assert [p[0] for p in line["curve"]] == [0, 2] and len(line["raw_accuracy"]) == len(line["eval_seconds"]) == 2
         assert len(line["step_seconds"]) == 2
@@ -395,7 +398,7 @@ def test_gpu_check_dry_run_prints_commands_the_race_and_the_recipes_accept(tmp_p
         "/models/smol",
         f"{tmp_path}/race_rg_pair.jsonl",
     )
-    assert args.arms == ["trl.GRPOTrainer 8, 1 step/gen, lr 2e-04", "auto 16->4 (square root)"]
+    assert args.arms == ["trl.GRPOTrainer 8, 1 step/gen, lr 2e-04", "auto 16->4"]
     assert args.task == "reasoning_gym:basic_arithmetic"
     recipes = [Path(c[c.index("--config_file") + 1]) for c in commands[1:]]
     assert [r.name for r in recipes] == ["zero2.yaml", "zero3.yaml"] and all((REPO / r).is_file() for r in recipes)
@@ -497,8 +500,9 @@ def test_the_page_reports_every_arm_against_the_fixed_baseline_and_refuses_anoth
 def test_the_evaluation_takes_its_runs_seed_by_seed_over_both_tasks(plan, tmp_path, monkeypatch):
     """``--phase evaluate`` takes the runs in `plan.evaluation_runs`' order, seed by seed with both tasks within a
     seed (not one task's every seed first), each with its own task's fixing: a session's stop leaves the two tasks
-    the same seeds, and the page compares them. A run of the raced auto arm is refused once trl_pods's auto plans
-    otherwise (`plan.AUTO_RETURNS`); with its runs saved, the phase takes every other run."""
+    the same seeds, and the page compares them. A run of an auto arm is refused where trl_pods's auto plans
+    otherwise (`plan.AUTO_RETURNS`: the amended arms, the square root); with their runs saved, the phase takes every
+    other run."""
     script = _benchmark("time_to_target_rg")
     tasks, fixing, found = _fixed_race(plan, tmp_path)
     races = {task: plan.evaluation_race(task, found[task], fixing["fixed"][task]) for task in tasks}
@@ -514,14 +518,15 @@ def test_the_evaluation_takes_its_runs_seed_by_seed_over_both_tasks(plan, tmp_pa
     monkeypatch.setattr(script, "run", fake_run)
     options = ["--phase", "evaluate", "--data", str(tmp_path), "--work", str(tmp_path / "work")]
     args = script.parser().parse_args(options)
-    with pytest.raises(SystemExit, match=r"train 'auto 16->4 \(square root\)'"):
+    refused = [key for key in keys if plan.AUTO_RETURNS.get(key[1], STEP_RETURNS) != STEP_RETURNS]
+    assert refused and "auto 16->4" not in {key[1] for key in refused}
+    with pytest.raises(SystemExit, match=r"train 'auto 16->4'"):
         script.phase(args, model=None)
-    assert taken == keys[:1], "the baseline's first run, then the raced auto arm refused"
-    raced = [key for key in keys if key[1] == "auto 16->4"]
-    with open(tmp_path / "race_rg.jsonl", "a") as file:  # its runs, made before trl_pods's auto changed
-        file.writelines(json.dumps({"task": t, "arm": a, "seed": s}) + "\n" for t, a, s in raced)
+    assert taken == keys[: keys.index(refused[0])], "the runs before the first amended auto arm's, then it refused"
+    with open(tmp_path / "race_rg.jsonl", "a") as file:  # their runs, made while trl_pods's auto planned so
+        file.writelines(json.dumps({"task": t, "arm": a, "seed": s}) + "\n" for t, a, s in refused)
     script.phase(args, model=None)
-    assert taken == [key for key in keys if key not in raced]
+    assert taken == [key for key in keys if key not in refused]
     first_task = sum(key[0] == tasks[0] and key[2] == 0 for key in keys)
     assert taken[first_task - 1] == (tasks[1], "baseline", 0)
     assert len({r["seed"] for r in script.read_jsonl(tmp_path / "race_rg.jsonl")}) == 8

@@ -22,17 +22,16 @@ planning takes a few milliseconds a generation up to 16,384 prompts a process an
 overflows (`benchmarks/planning.py`); it is left out of the generation's timing. `best_plan` takes the plan with the
 most progress per second of step. A step's signal is its expected trained groups with contrast, each weighed by what it
 teaches at the plan's rollouts per prompt (`trl_pods.contrast.kept_signal`, the expected variance of the rewards
-max-variance down-sampling keeps), and its progress grows as the square root of its signal (`STEP_RETURNS`): Adam sizes
-an update by its own running scale, so more groups with contrast make a step's direction less noisy rather than its
-move longer, and where noise dominates that direction's agreement with the true gradient grows as the square root of
-the groups averaged. The time-to-target races measured about as much: filling a step's groups with contrast cut its
-steps to target by the gain in groups to a power of 0.49 on average (-0.13 to 1.06 over six pairs of arms,
-docs/benchmarks/data/race_rg.notes.md), not in proportion. Among plans within 1% of the best, the most rollouts per
-prompt (more for max-variance down-sampling to choose from), then the fewest calls, then the fewest prompts. It never
-plans worse than sized refill at ``pods_m`` rollouts per prompt (`trl_pods.refill.RefillMode.sized`, the cheapest plan
-that fills the step: as many prompts as cover the share with probability ``pods_draw_coverage``): only plans whose
-first call finds at least as many groups with contrast as refill's, and that score at least refill's plan, are chosen
-from, so auto's plans differ from sized refill's only where the costs say so.
+max-variance down-sampling keeps), and its progress grows in proportion to its signal (`STEP_RETURNS`). Among plans
+within 1% of the best, the most rollouts per prompt (more for max-variance down-sampling to choose from), then the
+fewest calls, then the fewest prompts. It never plans worse than sized refill with the run's own settings
+(`trl_pods.refill.RefillMode.sized` at ``pods_n`` rollouts per prompt, down-sampled to ``pods_m``: as many prompts as
+cover the share with probability ``pods_draw_coverage``): only plans whose first call finds at least as many groups
+with contrast as refill's, and that score at least refill's plan, are chosen from, so auto's plans differ from sized
+refill's only where the costs say so. From 2026-11-30 to 2026-12-01 auto planned above sized refill at ``pods_m``
+and valued a step as the square root of its signal: cheaper steps on the time-to-target race, but no faster to its
+targets, and on the learning check from scratch it stalled where PODS ``pods_n`` -> ``pods_m`` did not
+(docs/benchmarks/dynamic-sampling.md, `auto_floor_n`).
 
 Until the costs can be told apart (`trl_pods.costs.fit_costs`: a time between generations, and two sizes of call among
 the generations' first calls or among their later ones, a first call also loading the weights), auto plans as sized
@@ -74,9 +73,9 @@ __all__ = ["AutoMode", "Outcome", "best_plan", "expected_outcome", "expected_out
 EXACT_POINTS, RUNS = 40, 16  # `expected_outcomes` keeps up to 40 outcomes of a call (or states) apart, else 16 runs
 NORMAL_VARIANCE = 400.0  # past this variance (20 groups' standard deviation) a call's outcomes are normal (`_found`)
 TIES = 0.99  # plans within 1% of the best rate count as equally good
-STEP_RETURNS = 0.5
-"""A step's progress grows as its signal to this power (see the module docstring): 1 would count the fourth group with
-contrast of a step worth as much as the first."""
+STEP_RETURNS = 1.0
+"""A step's progress grows as its signal to this power (see the module docstring): 1, in proportion; 0.5, the square
+root, would count the fourth group with contrast of a step worth less than the first."""
 KEPT_CALLS, KEPT_GAPS = 50, 50  # timings kept: the most recent calls of each size class, and times between generations
 
 
@@ -228,11 +227,10 @@ def best_plan(
     predicted seconds per step. ``rate(n)`` is the contrast rate of ``n`` rollouts; the signal of a plan is its
     expected trained groups with contrast times ``value(n)``, what such a group teaches at ``n`` rollouts
     (`trl_pods.contrast.kept_signal`; 1 without ``value``: the count of groups with contrast), and its progress the
-    signal to the power ``returns`` (`STEP_RETURNS`; 1: the signal itself, as auto planned in issue 58's race).
+    signal to the power ``returns`` (`STEP_RETURNS`).
 
-    With a ``floor`` plan (sized refill's at ``pods_m``), only plans whose first call finds at least as many groups
-    with contrast as the floor's first call, and that score at least the floor's, are chosen from; the floor is one
-    of them."""
+    With a ``floor`` plan (sized refill's), only plans whose first call finds at least as many groups with contrast as
+    the floor's first call, and that score at least the floor's, are chosen from; the floor is one of them."""
     scored, least_first, least = [], -math.inf, 0.0
     worth = (lambda n: 1.0) if value is None else value
     firsts = _first_calls(share, room)
@@ -305,7 +303,7 @@ class AutoMode(RefillMode):
     def plan(self, state: WaveState) -> DrawPlan:
         self._record(state)
         costs, room = self.costs(), state.groups_per_process
-        floor = None if self.coverage is None else self.sized(state, self.m)  # sized refill's plan at pods_m
+        floor = None if self.coverage is None else self.sized(state, self.n_max)  # sized refill's plan
         if costs is None:
             exploring = self._exploring(state, floor)
             smallest, largest = self.m * state.share, self.n_max * room  # rollouts of its first calls, at most
@@ -335,13 +333,12 @@ class AutoMode(RefillMode):
         return plan
 
     def _exploring(self, state: WaveState, floor: DrawPlan | None) -> DrawPlan:
-        """A plan while the costs cannot be fitted: sized refill's plan (``floor``, at ``pods_m``; without it refill's
-        at ``pods_n``) until a first call was timed; then the first of these whose first call, with those timed, gives
-        the fit two sizes (`trl_pods.costs.spread`): that plan; the same with the fewest more prompts in its first call
-        that do; at ``pods_n`` rollouts per prompt (these two find at least as many groups with contrast); with the
-        most fewer prompts that do (at least the share); at ``pods_m`` rollouts per prompt. Where none does, the one of
-        all the room or of the share only that is farther from those timed, so that the other one does next. Every
-        process times the same calls, so every process explores alike."""
+        """A plan while the costs cannot be fitted: sized refill's plan (``floor``; without it refill's at ``pods_n``)
+        until a first call was timed; then the first of these whose first call, with those timed, gives the fit two
+        sizes (`trl_pods.costs.spread`): that plan; the same with the fewest more prompts in its first call that do (at
+        least as many groups with contrast); with the most fewer prompts that do (at least the share); at ``pods_m``
+        rollouts per prompt. Where none does, the one of all the room or of the share only that is farther from those
+        timed, so that the other one does next. Every process times the same calls, so every process explores alike."""
         base = floor or DrawPlan(self.n_max, state.share, self.max_draws, self.later_coverage)
         timed = [call.rollouts for call in self.calls if call.first]
         if not timed:
@@ -352,7 +349,6 @@ class AutoMode(RefillMode):
         for plan in (
             base,
             replace(base, first=min(more, room)),
-            replace(base, n=self.n_max),
             replace(base, first=max(fewer, share)),
             replace(base, n=self.m),
         ):
