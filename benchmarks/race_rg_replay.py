@@ -39,6 +39,7 @@ from pathlib import Path
 
 from harness import DATA
 from race_analysis import FIELD, arm_costs, step_seconds
+from time_to_target_rg_plan import AUTO_RETURNS
 
 from trl_pods.auto import STEP_RETURNS, best_plan, rollout_ladder
 from trl_pods.contrast import contrast_rate, kept_signal
@@ -61,7 +62,7 @@ VARIANTS = {
     "floor at pods_m": (M, True, 1.0),
     "groups alike": (N, False, 1.0),
     "both": (M, False, 1.0),
-    "square root": (M, True, 0.5),
+    "square root": (M, True, AUTO_RETURNS["auto 16->4 (square root)"]),
 }
 """Each variant's floor (sized refill at this many rollouts per prompt), whether groups are weighed by `kept_signal`,
 and the power of a step's signal its progress grows as (`trl_pods.auto.STEP_RETURNS`, 1, as raced)."""

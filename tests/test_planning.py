@@ -18,7 +18,7 @@ from trl_pods.auto import KEPT_CALLS, AutoMode, best_plan, expected_outcomes, ro
 from trl_pods.contrast import contrast_rate, kept_signal, prompts_to_cover
 from trl_pods.costs import CallTiming, Costs, fit_costs, parse_costs
 from trl_pods.phase1 import generate_and_score
-from trl_pods.refill import DrawPlan, RefillMode
+from trl_pods.refill import DrawPlan, RefillMode, sized_plan
 from trl_pods.waves import FixedMode, GenerationTiming, WaveState
 
 
@@ -269,15 +269,8 @@ def test_auto_draws_pods_n_where_most_prompts_are_solved():
     4 rollouts for all the room and left groups without contrast: the plans on which that check stalled on its
     one-digit half (19 of 20 runs), where PODS 16 -> 4 broke through."""
     costs, beta = Costs(0.00909, 0.000118, 0.0242), (14.15, 0.951)
-    given = f"call={costs.call},rollout={costs.rollout},step={costs.step}"
-    config = SimpleNamespace(pods_m=4, pods_n=16, pods_max_draws=3, pods_draw_coverage=0.9, pods_max_prompt_ratio=4,
-                             pods_auto_costs=given)  # fmt: skip
-    auto = AutoMode(config)
-    auto.history.beta = beta
-    state = WaveState(16, 1, 32, 8, torch.full((32, 16), torch.nan), torch.zeros(32, dtype=torch.long),
-                      torch.arange(32) < 8)  # fmt: skip
-    assert auto.plan(state) == DrawPlan(16, 21, 1, 0.9)
-    value = functools.partial(kept_signal, *beta, m=4)
-    args = (auto.history.rate, costs, 8, rollout_ladder(4, 16), 32, 3, 0.9, auto.sized(state, 4), value, 0.5)
-    plan, outcome, _ = best_plan(*args)
+    auto, _, rate, room = _auto_and_refill(4, 16, costs, beta, 8)
+    assert auto == DrawPlan(16, 21, 1, 0.9)
+    at_m, value = sized_plan(4, rate(4), 8, room, 3, 0.9), functools.partial(kept_signal, *beta, m=4)
+    plan, outcome, _ = best_plan(rate, costs, 8, rollout_ladder(4, 16), room, 3, 0.9, at_m, value, 0.5)
     assert plan == DrawPlan(4, 32, 1, 0.9) and outcome.contrast < 6.5, (plan, outcome)
