@@ -37,6 +37,7 @@ import re
 import statistics
 from pathlib import Path
 
+import torch
 from harness import DATA
 from race_analysis import FIELD, arm_costs, step_seconds
 from time_to_target_rg_plan import AUTO_RETURNS
@@ -85,15 +86,28 @@ def extract(log: str) -> list[dict]:
     return states
 
 
+GRID = [math.exp(x / 20) for x in range(-80, 81)]
+"""The values of ``a`` and of ``b`` `fit_beta` tries: ``log a`` and ``log b`` in steps of 0.05 from -4 to 4."""
+
+
+def contrast_rates(a: torch.Tensor, b: torch.Tensor, n: int) -> torch.Tensor:
+    """`trl_pods.contrast.contrast_rate` at ``n`` rollouts for every ``Beta(a, b)`` of broadcast tensors ``a`` and
+    ``b``: one minus the beta-binomial chances of ``n`` passes and of none, from log space (``n >= 2``)."""
+    base = torch.lgamma(a) + torch.lgamma(b) - torch.lgamma(a + b)
+    every = torch.lgamma(a + n) + torch.lgamma(b) - torch.lgamma(a + b + n) - base
+    none = torch.lgamma(a) + torch.lgamma(b + n) - torch.lgamma(a + b + n) - base
+    return (1 - every.exp() - none.exp()).clamp(min=0)
+
+
 @functools.cache
 def fit_beta(rates: tuple[float, ...]) -> tuple[float, float]:
-    """``Beta(a, b)`` whose contrast rates at the ladder's rollouts are nearest ``rates`` (least squares over a grid
-    of ``log a`` and ``log b`` in steps of 0.05 from -4 to 4)."""
-    grid = [math.exp(x / 20) for x in range(-80, 81)]
-    return min(
-        ((a, b) for a in grid for b in grid),
-        key=lambda ab: sum((contrast_rate(*ab, n) - r) ** 2 for n, r in zip(LADDER, rates, strict=True)),
-    )
+    """``Beta(a, b)`` whose contrast rates at the ladder's rollouts are nearest ``rates``: least squares over `GRID`
+    for ``a`` and for ``b``, the first of equal errors in the order ``a``, then ``b``."""
+    grid = torch.tensor(GRID, dtype=torch.float64)
+    a, b = grid.view(-1, 1), grid.view(1, -1)
+    error = sum((contrast_rates(a, b, n) - r) ** 2 for n, r in zip(LADDER, rates, strict=True))
+    row, column = divmod(int(error.argmin()), len(GRID))
+    return GRID[row], GRID[column]
 
 
 def replay(state: dict, floor_n: int, weighed: bool, returns: float) -> tuple[DrawPlan, float, float, float]:

@@ -192,6 +192,23 @@ def test_one_answer_to_all_scores_the_share_of_the_most_common_answer():
     assert base.constant_accuracy(["4", "5"]) == 0.5
 
 
+def test_race_rg_replay_fits_the_grid_point_of_least_squared_error():
+    """`race_rg_replay.fit_beta`, which scores the whole grid at once on tensors, returns the grid point whose squared
+    error, scored one point at a time with the planner's own `trl_pods.contrast.contrast_rate`, is the least: the
+    same point or its mirror (``Beta(a, b)`` and ``Beta(b, a)`` have the same contrast rates, rounding picks one)."""
+    from trl_pods.contrast import contrast_rate
+
+    replay = _module("race_rg_replay")
+    rates = (0.3, 0.41, 0.5)
+
+    def error(a: float, b: float) -> float:
+        return sum((contrast_rate(a, b, n) - r) ** 2 for n, r in zip(replay.LADDER, rates, strict=True))
+
+    least = min(((a, b) for a in replay.GRID for b in replay.GRID), key=lambda ab: error(*ab))
+    fitted = replay.fit_beta(rates)
+    assert fitted in (least, least[::-1]) and error(*fitted) == pytest.approx(error(*least), rel=1e-12)
+
+
 def test_race_rg_replay_takes_auto_states_from_a_race_log_and_reproduces_their_plans():
     """`benchmarks/race_rg_replay.py` takes from a race log only auto's planning lines, each with the task and seed of
     the run it belongs to (the summary line a run ends with) and the plan it announced; replayed as raced, the
