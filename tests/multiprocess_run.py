@@ -1,4 +1,6 @@
-"""Worker of the multi-process tests: `torchrun --nproc_per_node K tests/multiprocess_run.py MODEL OUT [options]`.
+"""Worker of the multi-process tests: `torchrun --nproc_per_node K tests/multiprocess_run.py MODEL OUT [options]`, or
+`... MODEL OUT [options] + OUT2 [options] + ...` for several runs in turn in one launch (each from the saved model,
+with its own trainer and output folder; the processes, their imports and their process group are set up once).
 
 Trains PODS for `--steps` optimizer steps (2) on a global batch of 2 prompts x 4 kept rows (whatever K is) and
 writes, per rank, what that rank saw: its prompts, the gathered rewards, the selection, its advantages and the global
@@ -49,6 +51,8 @@ from helpers import (  # noqa: E402
     token_sum_reward,
     zero_solved_reward,
 )
+
+from trl_pods.cpu import set_up_cpu  # noqa: E402
 
 
 class RecordingTrainer(DroppedLossRecorder):
@@ -138,7 +142,7 @@ def _counting_weight_gathers():
         gathered_parameters.__enter__ = enter
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("model")
     parser.add_argument("out")
@@ -174,8 +178,9 @@ def main() -> None:
     parser.add_argument("--token-fraction", type=float, default=1.0, help="D3S token selection")
     parser.add_argument("--accumulation", type=int, default=1, help="gradient accumulation steps")
     parser.add_argument("--chunk-size", type=int, help="generate in rounds of this many sequences")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    set_up_cpu()  # first, as `trl-pods train` does: DeepSpeed set up for the CPU before the config starts it
     world = int(os.environ.get("WORLD_SIZE", "1"))
     extra = {}
     if args.generation.startswith("vllm"):
@@ -265,6 +270,19 @@ def main() -> None:
         json.dump(result, f)
 
 
+def runs(argv: list[str]) -> list[list[str]]:
+    """``MODEL OUT [options] + OUT [options] + ...`` -> each run's arguments (``MODEL OUT [options]``), in order."""
+    model, *rest = argv
+    chunks = [[]]
+    for arg in rest:
+        if arg == "+":
+            chunks.append([])
+        else:
+            chunks[-1].append(arg)
+    return [[model, *chunk] for chunk in chunks]
+
+
 if __name__ == "__main__":
-    main()
+    for run in runs(sys.argv[1:]):
+        main(run)
     exit_together()

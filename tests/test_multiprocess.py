@@ -1,7 +1,9 @@
-"""Real multi-process runs (torchrun, CPU, gloo): row layout, selection, advantages and vLLM server mode."""
+"""Real multi-process runs (torchrun, CPU, gloo): row layout, selection, advantages and vLLM server mode. The runs are
+made once, in two launches (one per process count), and the tests read their records (`runs`)."""
 
 import json
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 import psutil
@@ -11,7 +13,7 @@ from helpers import step_losses, torchrun, worker_env
 from trl_pods.token_selection import token_budget
 
 WORKER = Path(__file__).with_name("multiprocess_run.py")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("multiprocess")]
 
 
 def torchrun_command(worker: Path, model_path, out: Path, processes: int, *options: str) -> list[str]:
@@ -23,10 +25,20 @@ def run_worker(
 ) -> list[dict]:
     """Run ``worker`` (tests/multiprocess_run.py) under torchrun and return each rank's record. A run that outlives
     `timeout` (e.g. ranks waiting on each other's collectives) fails the test, and all its processes are killed."""
-    out.mkdir(parents=True, exist_ok=True)
-    env = worker_env()
-    command = torchrun_command(worker, model_path, out, processes, *options)
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return run_workers(model_path, processes, {out: options}, timeout, worker)[out]
+
+
+def run_workers(
+    model_path, processes: int, runs: dict[Path, Sequence[str]], timeout: float = 600, worker: Path = WORKER
+) -> dict[Path, list[dict]]:
+    """`run_worker` for several ``runs`` (output folder -> options) in turn in one torchrun launch: the processes
+    start, import and join their process group once. Returns each run's rank records."""
+    for out in runs:
+        out.mkdir(parents=True, exist_ok=True)
+    (first, options), *rest = runs.items()
+    command = torchrun_command(worker, model_path, first, processes, *options)
+    command += [arg for out, options in rest for arg in ("+", str(out), *options)]
+    process = subprocess.Popen(command, env=worker_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -36,7 +48,41 @@ def run_worker(
         process.communicate()
         pytest.fail(f"the {processes}-process run did not finish within {timeout} s (ranks out of step?)")
     assert process.returncode == 0, stderr[-4000:]
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(processes)]
+    return {out: [json.loads((out / f"rank{r}.json").read_text()) for r in range(processes)] for out in runs}
+
+
+BUDGETED = ("--budgeted", "--reward", "zero-solved", "--prompts", "4", "--prompts-per-step", "4", "--steps", "3")
+DETERMINISTIC = ("--generation", "deterministic")
+ADAPTIVE = ("--adaptive", "--reward", "sevens-constant")
+RUNS = {  # name -> (processes, options of tests/multiprocess_run.py): every run of the tests below
+    **{f"{sampler}-{p}": (p, ("--sampler", sampler, *DETERMINISTIC)) for sampler in ("random", "max_variance")
+       for p in (1, 2)},
+    "vllm-server": (2, ("--generation", "vllm-server")),
+    "vllm-colocate-tp2": (2, ("--generation", "vllm-colocate-tp2")),
+    "m-schedule": (2, (*DETERMINISTIC, "--m-start", "2")),
+    "cross-group": (2, (*DETERMINISTIC, "--cross-group")),
+    **{f"adaptive-{p}": (p, (*DETERMINISTIC, *ADAPTIVE)) for p in (1, 2)},
+    **{f"adaptive-{g}": (2, ("--generation", g, *ADAPTIVE)) for g in ("vllm-server", "vllm-colocate-tp2")},
+    **{f"budgeted-{p}": (p, (*DETERMINISTIC, *BUDGETED)) for p in (1, 2)},
+    "budgeted-vllm-server": (2, ("--generation", "vllm-server", *BUDGETED)),
+    **{f"{d}-vllm-server": (2, ("--generation", "vllm-server", "--dynamic", d, "--reward", "sevens-constant"))
+       for d in ("refill", "screened")},
+    "auto": (2, ("--dynamic", "auto", "--reward", "sevens-constant", "--steps", "5", "--prompts", "24")),
+    "dropped-groups": (2, ("--drop-constant", "--loss-type", "grpo", "--accumulation", "2")),
+    "token-budget": (2, ("--token-fraction", "0.25", "--loss-type", "dapo")),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_model_path, tmp_path_factory) -> dict[str, list[dict]]:
+    """Each run of `RUNS`: its rank records. The 1-process runs take one torchrun launch and the 2-process runs
+    another (`run_workers`), so the tests pay for starting processes twice, not once a run; the module is one
+    xdist group, so the runs are made once."""
+    folder, found = tmp_path_factory.mktemp("multiprocess"), {}
+    for processes in (1, 2):
+        mine = {folder / name: options for name, (count, options) in RUNS.items() if count == processes}
+        found |= {out.name: ranks for out, ranks in run_workers(tiny_model_path, processes, mine, 1200).items()}
+    return found
 
 
 def _ratios(logs: list[dict]) -> list[float]:
@@ -46,12 +92,11 @@ def _ratios(logs: list[dict]) -> list[float]:
 
 
 @pytest.mark.parametrize("sampler", ["random", "max_variance"])
-def test_two_processes_match_one_process(tiny_model_path, tmp_path, sampler):
+def test_two_processes_match_one_process(runs, sampler):
     """With identical rollouts (deterministic sampling), 2 processes reproduce a 1-process run over the same global
     batch: groups never span ranks, both ranks compute the 1-process selection, each trains an equal share, and the
     advantages and the global token count (num_items_in_batch) are the same; logged metrics agree across ranks."""
-    ranks = run_worker(tiny_model_path, tmp_path / "two", 2, "--sampler", sampler, "--generation", "deterministic")
-    (single,) = run_worker(tiny_model_path, tmp_path / "one", 1, "--sampler", sampler, "--generation", "deterministic")
+    ranks, (single,) = runs[f"{sampler}-2"], runs[f"{sampler}-1"]
     assert len(single["records"]) == len(ranks[0]["records"]) == len(ranks[1]["records"]) == 2
     for one, r0, r1 in zip(single["records"], ranks[0]["records"], ranks[1]["records"], strict=True):
         assert not set(r0["prompts"]) & set(r1["prompts"]), "a prompt's rollouts were split across ranks"
@@ -67,11 +112,11 @@ def test_two_processes_match_one_process(tiny_model_path, tmp_path, sampler):
     assert logs[0] == logs[1], "logged metrics differ across ranks"
 
 
-def test_vllm_server_mode_with_two_processes(tiny_model_path, tmp_path):
+def test_vllm_server_mode_with_two_processes(runs):
     """Server mode across 2 ranks (vLLM stand-in, TRL's real gather/dedup/scatter): the engine gets each unique
     prompt once with n = pods_n, and each rank gets back its own prompts' completions (prompt ids match, and the
     importance-sampling ratio against the rank's own model is 1)."""
-    ranks = run_worker(tiny_model_path, tmp_path, 2, "--generation", "vllm-server")
+    ranks = runs["vllm-server"]
     assert ranks[0]["server_calls"] == [[2, 8], [2, 8]], "2 unique prompts per generation, n = 8 each"
     for rank in ranks:
         assert all(record["prompt_ids_match"] for record in rank["records"])
@@ -79,11 +124,11 @@ def test_vllm_server_mode_with_two_processes(tiny_model_path, tmp_path):
     assert ranks[0]["records"][0]["kept"] == ranks[1]["records"][0]["kept"]
 
 
-def test_vllm_colocate_tensor_parallel_engine_is_sized_for_the_tp_group(tiny_model_path, tmp_path):
+def test_vllm_colocate_tensor_parallel_engine_is_sized_for_the_tp_group(runs):
     """Colocate mode with vllm_tensor_parallel_size=2 on 2 ranks (stand-in engines, TRL's real TP subgroups,
     all-gather and slicing): each engine decodes both ranks' N-layout rows in one wave (max_num_seqs = 2 x 8 rows),
     and each rank trains on its own prompts' completions (prompt ids match, IS ratio 1)."""
-    ranks = run_worker(tiny_model_path, tmp_path, 2, "--generation", "vllm-colocate-tp2")
+    ranks = runs["vllm-colocate-tp2"]
     for rank in ranks:
         rows = 8  # per rank: 4 kept rows = 1 prompt x M=4, generated as 1 prompt x N=8
         assert rank["engine"]["max_num_seqs"] == 2 * rows
@@ -92,25 +137,23 @@ def test_vllm_colocate_tensor_parallel_engine_is_sized_for_the_tp_group(tiny_mod
         assert _ratios(rank["logs"]) == pytest.approx([1.0, 1.0], abs=1e-3)
 
 
-@pytest.mark.parametrize("option", [["--m-start", "2"], ["--cross-group"]], ids=["m-schedule", "cross-group"])
-def test_changing_or_cross_group_kept_counts_stay_equal_per_rank(tiny_model_path, tmp_path, option):
+@pytest.mark.parametrize("name", ["m-schedule", "cross-group"])
+def test_changing_or_cross_group_kept_counts_stay_equal_per_rank(runs, name):
     """When the schedule changes M (2 then 4) or cross-group selection moves rows between prompts, both ranks still
     keep the same number of rows, and the same selection."""
-    ranks = run_worker(tiny_model_path, tmp_path, 2, "--generation", "deterministic", *option)
+    ranks = runs[name]
     counts = [[len(r["kept_prompts"]) for r in rank["records"]] for rank in ranks]
     assert counts[0] == counts[1]
-    assert counts[0] == ([2, 4] if option[0] == "--m-start" else [4, 4])
+    assert counts[0] == ([2, 4] if name == "m-schedule" else [4, 4])
     for r0, r1 in zip(ranks[0]["records"], ranks[1]["records"], strict=True):
         assert r0["kept"] == r1["kept"]
 
 
-def test_adaptive_two_processes_match_one_process(tiny_model_path, tmp_path):
+def test_adaptive_two_processes_match_one_process(runs):
     """Adaptive generation with identical rollouts on 1 and 2 processes: the same waves (rollouts per group),
     rewards, selections, advantages and global token count, also in a generation where only one rank's group has
     no contrast (the other rank pads the wave and nothing hangs); logged metrics agree across ranks."""
-    options = ("--generation", "deterministic", "--adaptive", "--reward", "sevens-constant")
-    ranks = run_worker(tiny_model_path, tmp_path / "two", 2, *options, timeout=300)
-    (single,) = run_worker(tiny_model_path, tmp_path / "one", 1, *options, timeout=300)
+    ranks, (single,) = runs["adaptive-2"], runs["adaptive-1"]
     counts = [record["counts"] for record in single["records"]]
     assert counts == [[4, 8], [8, 4]], "each rank alone tops up once (prompts 0 and 7 land on ranks 1, then 0)"
     for one, r0, r1 in zip(single["records"], ranks[0]["records"], ranks[1]["records"], strict=True):
@@ -128,13 +171,12 @@ def test_adaptive_two_processes_match_one_process(tiny_model_path, tmp_path):
 
 
 @pytest.mark.parametrize("generation", ["vllm-server", "vllm-colocate-tp2"])
-def test_adaptive_vllm_with_two_processes(tiny_model_path, tmp_path, generation):
+def test_adaptive_vllm_with_two_processes(runs, generation):
     """vLLM stand-in (TRL's real gather/dedup/broadcast for the server, all-gather/slice within a tensor-parallel
     group for colocate) with adaptive waves over 2 ranks, including a wave only one rank needs: every wave sends
     equal rows from each rank, completions come back to the right rows (prompt ids match, importance-sampling
     ratio 1), and ranks agree on the selection."""
-    options = ("--generation", generation, "--adaptive", "--reward", "sevens-constant")
-    ranks = run_worker(tiny_model_path, tmp_path, 2, *options, timeout=300)
+    ranks = runs[f"adaptive-{generation}"]
     assert [record["counts"] for record in ranks[0]["records"]] == [[4, 8], [8, 4]], "each rank alone tops up once"
     if generation == "vllm-server":  # both ranks' rows, deduplicated: 2 prompts per wave, n = 4 each
         assert ranks[0]["server_calls"] == [[2, 4]] * 4
@@ -147,17 +189,12 @@ def test_adaptive_vllm_with_two_processes(tiny_model_path, tmp_path, generation)
         assert r0["kept"] == r1["kept"] and r0["counts"] == r1["counts"]
 
 
-BUDGETED = ("--budgeted", "--reward", "zero-solved", "--prompts", "4", "--prompts-per-step", "4", "--steps", "3")
-
-
-def test_budgeted_two_processes_spend_their_own_budgets_without_padding(tiny_model_path, tmp_path):
+def test_budgeted_two_processes_spend_their_own_budgets_without_padding(runs):
     """Budgeted generation on 2 ranks (two prompts each, all four every step, identical rollouts): both ranks compute
     the same allocation, each spends exactly its own share (12 rollouts), so no rank pads; once prompt 0's history
     shows it always solved it gets 4 (as on one process) and its rank's other prompt 8 (one process spreads what
     prompt 0 leaves over all three others); rewards and selections agree across ranks, and the logged metrics too."""
-    options = ("--generation", "deterministic", *BUDGETED)
-    ranks = run_worker(tiny_model_path, tmp_path / "two", 2, *options, timeout=300)
-    (single,) = run_worker(tiny_model_path, tmp_path / "one", 1, *options, timeout=300)
+    ranks, (single,) = runs["budgeted-2"], runs["budgeted-1"]
     for r0, r1 in zip(ranks[0]["records"], ranks[1]["records"], strict=True):
         assert r0["counts"] == r1["counts"]
         assert json.dumps(r0["rewards"]) == json.dumps(r1["rewards"])  # NaN-padded
@@ -178,11 +215,11 @@ def test_budgeted_two_processes_spend_their_own_budgets_without_padding(tiny_mod
     assert [e["pods/rollouts_generated"] for e in logs[0] if "pods/rollouts_generated" in e] == [24.0] * 3
 
 
-def test_budgeted_vllm_server_with_two_processes(tiny_model_path, tmp_path):
+def test_budgeted_vllm_server_with_two_processes(runs):
     """vLLM server mode (stand-in; TRL's real gather, dedup and scatter) with budgeted generation on 2 ranks: one call
     per generation with every rank's rows, each its own request (n = 1), and the completions back in the right rows
     (prompt ids match, importance-sampling ratio 1)."""
-    ranks = run_worker(tiny_model_path, tmp_path, 2, "--generation", "vllm-server", *BUDGETED, timeout=300)
+    ranks = runs["budgeted-vllm-server"]
     counts = [record["counts"] for record in ranks[0]["records"]]
     assert counts[0] == [6, 6, 6, 6] and all(sum(c) == 24 for c in counts)
     assert ranks[0]["server_calls"] == [[24, 1]] * 3, "one call per generation: both ranks' rows, n = 1 each"
@@ -194,12 +231,11 @@ def test_budgeted_vllm_server_with_two_processes(tiny_model_path, tmp_path):
 
 
 @pytest.mark.parametrize("dynamic", ["refill", "screened"])
-def test_dynamic_sampling_vllm_server_with_two_processes(tiny_model_path, tmp_path, dynamic):
+def test_dynamic_sampling_vllm_server_with_two_processes(runs, dynamic):
     """Refill and screened in vLLM server mode (stand-in; TRL's real gather, dedup and scatter) on 2 ranks: every
     call asks for its rollouts per prompt (a draw: N; the pilot: 4, then the commit: the other 4), both ranks choose
     alike and train on equal rows, and completions come back to their rows (importance-sampling ratio 1)."""
-    options = ("--generation", "vllm-server", "--dynamic", dynamic, "--reward", "sevens-constant")
-    ranks = run_worker(tiny_model_path, tmp_path, 2, *options, timeout=300)
+    ranks = runs[f"{dynamic}-vllm-server"]
     calls = ranks[0]["server_calls"]
     if dynamic == "screened":
         assert calls == [[4, 4], [2, 4]] * 2, "pilot of the pool (4 prompts), then the 2 chosen"
@@ -213,12 +249,11 @@ def test_dynamic_sampling_vllm_server_with_two_processes(tiny_model_path, tmp_pa
         assert r0["kept"] == r1["kept"] and r0["counts"] == r1["counts"]
 
 
-def test_auto_plans_alike_on_two_processes_from_measured_costs(tiny_model_path, tmp_path):
+def test_auto_plans_alike_on_two_processes_from_measured_costs(runs):
     """Auto generation with costs measured on 2 ranks, whose timings differ: each generation's timing is the most
     either rank measured, so both explore for the same three generations, then plan alike from the fitted costs
     (the same rollouts per prompt and draws on both ranks, no collective out of step), and both select alike."""
-    options = ("--dynamic", "auto", "--reward", "sevens-constant", "--steps", "5", "--prompts", "24")
-    ranks = run_worker(tiny_model_path, tmp_path, 2, *options, timeout=400)
+    ranks = runs["auto"]
     plans = [[(e["pods/exploring"], e["pods/rollouts_per_prompt"]) for e in r["logs"] if "pods/exploring" in e]
              for r in ranks]  # fmt: skip
     assert plans[0] == plans[1] and [exploring for exploring, _ in plans[0]] == [1.0, 1.0, 1.0, 0.0, 0.0], plans
@@ -226,22 +261,22 @@ def test_auto_plans_alike_on_two_processes_from_measured_costs(tiny_model_path, 
         assert r0["kept"] == r1["kept"] and r0["counts"] == r1["counts"]
 
 
-def test_dropped_groups_are_counted_over_all_processes(tiny_model_path, tmp_path):
+def test_dropped_groups_are_counted_over_all_processes(runs):
     """Dropping constant groups with a sequence-averaged loss (grpo, with KL), 2 processes x 2 accumulation steps:
     rank 0 holds only dropped rows, rank 1 none. The optimizer step's loss (mean over ranks of the summed
     micro-batches) still averages over the step's non-dropped sequences, as TRL's loss on those rows taken as one
     batch; a per-rank rescale made rank 0 count as half the step while contributing nothing."""
-    ranks = run_worker(tiny_model_path, tmp_path, 2, "--drop-constant", "--loss-type", "grpo", "--accumulation", "2")
+    ranks = runs["dropped-groups"]
     records = [rank["loss_records"] for rank in ranks]
     assert [r["kept"] for r in records[0]] == [0] * 4 and [r["kept"] for r in records[1]] == [2] * 4
     for loss, reference in step_losses(records):
         assert loss == pytest.approx(reference, rel=1e-5, abs=1e-6)
 
 
-def test_token_budget_spans_all_processes_for_token_level_losses(tiny_model_path, tmp_path):
+def test_token_budget_spans_all_processes_for_token_level_losses(runs):
     """D3S token selection with dapo (normalised over all processes' tokens): the two ranks together keep exactly
     the budget of their pooled valid tokens, and both log the same kept fraction."""
-    ranks = run_worker(tiny_model_path, tmp_path, 2, "--token-fraction", "0.25", "--loss-type", "dapo")
+    ranks = runs["token-budget"]
     counts = [rank["token_counts"] for rank in ranks]
     assert len(counts[0]) == len(counts[1]) == 2
     for a, b in zip(*counts, strict=True):

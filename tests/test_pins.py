@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from test_multiprocess import run_worker
+from test_multiprocess import run_workers
 
 PINS = Path(__file__).parent / "data" / "pins.json"
 CONFIGURATIONS = {  # name -> options of tests/multiprocess_run.py (2 steps, pods_n 8, pods_m 4, 2 prompts a step)
@@ -40,25 +40,42 @@ RELATIVE_DRIFT = 5e-4
 pytestmark = pytest.mark.slow
 
 
-def observe(model_path, out: Path, name: str, processes: int) -> dict:
-    """Run one configuration; return its selection log lines and rank 0's logged per-step losses and gradient norms
-    (the losses of a first step are near zero: the gradient norms carry the signal)."""
-    ranks = run_worker(model_path, out, processes, *CONFIGURATIONS[name], timeout=300)
-    selections = [json.loads(line) for line in (out / "pods_selections.jsonl").read_text().splitlines()]
-    return {"selections": selections, "losses": ranks[0]["losses"], "grad_norms": ranks[0]["grad_norms"]}
+def observe(model_path, folder: Path, processes: int) -> dict[str, dict]:
+    """Run every configuration on ``processes`` processes, in turn in one launch (`run_workers`); per configuration,
+    its selection log lines and rank 0's logged per-step losses and gradient norms (the losses of a first step are
+    near zero: the gradient norms carry the signal)."""
+    runs = run_workers(model_path, processes, {folder / name: options for name, options in CONFIGURATIONS.items()})
+    observed = {}
+    for out, ranks in runs.items():
+        selections = [json.loads(line) for line in (out / "pods_selections.jsonl").read_text().splitlines()]
+        observed[out.name] = {
+            "selections": selections,
+            "losses": ranks[0]["losses"],
+            "grad_norms": ranks[0]["grad_norms"],
+        }
+    return observed
+
+
+def differences(observed: dict, pinned: dict) -> list[str]:
+    """What of one configuration's ``observed`` run differs from its ``pinned`` one."""
+    if observed["selections"] != pinned["selections"]:
+        return ["selections"]
+    if len(observed["losses"]) != 2 or len(pinned["losses"]) != 2:
+        return ["number of steps"]
+    return [key for key in ("losses", "grad_norms")
+            if observed[key] != pytest.approx(pinned[key], rel=RELATIVE_DRIFT, abs=1e-9)]  # fmt: skip
 
 
 @pytest.mark.parametrize("processes", PROCESSES)
-@pytest.mark.parametrize("name", list(CONFIGURATIONS))
-def test_selections_and_losses_match_the_pins(tiny_model_path, tmp_path, name, processes):
-    """Same kept rollouts (and same prompt and reward digests) at every generation, and the same loss and gradient
-    norm at every step (within RELATIVE_DRIFT, the kernels' drift between CPUs), as the pinned run."""
-    pinned = json.loads(PINS.read_text())[f"{name}-{processes}"]
-    observed = observe(tiny_model_path, tmp_path, name, processes)
-    assert observed["selections"] == pinned["selections"]
-    assert len(observed["losses"]) == len(pinned["losses"]) == 2
-    for key in ("losses", "grad_norms"):
-        assert observed[key] == pytest.approx(pinned[key], rel=RELATIVE_DRIFT, abs=1e-9), key
+def test_selections_and_losses_match_the_pins(tiny_model_path, tmp_path, processes):
+    """In every configuration: the same kept rollouts (and the same prompt and reward digests) at every generation,
+    and the same loss and gradient norm at every step (within RELATIVE_DRIFT, the kernels' drift between CPUs), as
+    the pinned run. The configurations run in turn in one launch, so each also guards that a trainer leaves nothing
+    behind that changes the next one's run."""
+    pins = json.loads(PINS.read_text())
+    observed = observe(tiny_model_path, tmp_path, processes)
+    wrong = {name: found for name, run in observed.items() if (found := differences(run, pins[f"{name}-{processes}"]))}
+    assert not wrong, f"differ from the pins: {wrong}"
 
 
 if __name__ == "__main__":
@@ -68,8 +85,8 @@ if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as folder:
         model = build_tiny_model(Path(folder) / "model")
         pins = {
-            f"{name}-{processes}": observe(model, Path(folder) / f"{name}-{processes}", name, processes)
-            for name in CONFIGURATIONS
+            f"{name}-{processes}": run
             for processes in PROCESSES
+            for name, run in observe(model, Path(folder) / str(processes), processes).items()
         }
     PINS.write_text(json.dumps(pins, indent=1) + "\n")
