@@ -72,6 +72,30 @@ def test_set_up_cpu_chooses_threads_and_tells_deepspeed(monkeypatch):
         torch.set_num_threads(threads)
 
 
+def test_set_up_cpu_spares_deepspeed_under_accelerate_the_build_of_an_op_training_never_calls(monkeypatch):
+    """On a CPU, DeepSpeed's communication backend compiled its shared-memory op (``deepspeed_shm_comm``, about 80 s
+    on 2 cores) at the first ZeRO run on a machine, for tensor-parallel inference only. Under ``accelerate launch``
+    with a DeepSpeed config (``ACCELERATE_USE_DEEPSPEED=true``) `set_up_cpu` marks the op unavailable, and DeepSpeed
+    then builds nothing: its `build_shm_op` returns None, as where the op cannot be built. Without DeepSpeed in the
+    launch nothing is marked (and nothing of DeepSpeed imported for it)."""
+    if torch.accelerator.is_available():
+        pytest.skip("this machine has an accelerator")
+    ops = pytest.importorskip("deepspeed.ops")
+    from deepspeed.comm.torch import build_shm_op
+
+    compatible = ops.__compatible_ops__
+    assert compatible["deepspeed_shm_comm"], "DeepSpeed would build the op on this Linux CPU"
+    monkeypatch.setitem(compatible, "deepspeed_shm_comm", True)  # restored after the test
+    monkeypatch.setenv("OMP_NUM_THREADS", str(torch.get_num_threads()))  # threads stay as they are
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    monkeypatch.delenv("ACCELERATE_USE_DEEPSPEED", raising=False)
+    set_up_cpu()
+    assert compatible["deepspeed_shm_comm"]
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    set_up_cpu()
+    assert not compatible["deepspeed_shm_comm"] and build_shm_op() is None
+
+
 def test_set_up_cpu_keeps_threads_the_program_chose(monkeypatch):
     """Building a `PODSGRPOTrainer` reset an explicit `torch.set_num_threads` to `cpu_threads` (cores - 1 without
     OMP_NUM_THREADS), so a benchmark that gave every arm one thread trained its PODS arms on more threads than its

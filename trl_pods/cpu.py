@@ -1,6 +1,6 @@
-"""Training without a GPU: the CPU threads, DeepSpeed told it runs on the CPU, and the library warnings nobody can act
-on. `trl-pods train`, `eval` and `demo` set up a CPU run here, and so does `PODSGRPOTrainer` itself, so that a run
-from Python behaves as one from the command line.
+"""Training without a GPU: the CPU threads, DeepSpeed told it runs on the CPU (and spared a build it does not use), and
+the library warnings nobody can act on. `trl-pods train`, `eval` and `demo` set up a CPU run here, and so does
+`PODSGRPOTrainer` itself, so that a run from Python behaves as one from the command line.
 
 Threads matter most: beside a busy process on 2 cores, torch's default of one thread per core made the README's
 Python quick start (SmolLM2-135M) take 61 s a step against 8.4 s with one thread, and 694 s against 12.8 s beside two
@@ -59,8 +59,8 @@ def set_up_cpu() -> None:
     """Without an accelerator: `cpu_threads` intra-op threads, unless the program chose its own count with
     `torch.set_num_threads` (a count that is neither torch's default, `TORCH_DEFAULT_THREADS`, nor the one this
     function set last: it stays); DeepSpeed told that it runs on the CPU (``DS_ACCELERATOR=cpu`` unless set), which
-    it would otherwise find out with a warning on every run; and no warning that pinned memory does nothing here.
-    With an accelerator: nothing."""
+    it would otherwise find out with a warning on every run; under ``accelerate launch`` with a DeepSpeed config,
+    `skip_deepspeed_shm_build`; and no warning that pinned memory does nothing here. With an accelerator: nothing."""
     global _threads_set
     if torch.accelerator.is_available():
         return
@@ -70,7 +70,22 @@ def set_up_cpu() -> None:
         torch.set_num_threads(threads)
         _threads_set = threads
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true":
+        skip_deepspeed_shm_build()
     warnings.filterwarnings("ignore", PIN_MEMORY_WITHOUT_ACCELERATOR, UserWarning)
+
+
+def skip_deepspeed_shm_build() -> None:
+    """Mark DeepSpeed's shared-memory communication op (``deepspeed_shm_comm``) unavailable in this process.
+
+    On a CPU, DeepSpeed's communication backend compiles that C++ op when it starts (about 80 s on 2 cores, the first
+    time on a machine) for one caller, ``inference_all_reduce`` (tensor-parallel inference), which falls back to
+    torch.distributed's all-reduce without it; ZeRO training never calls it. DeepSpeed keeps its probe of which ops
+    can be built in one dict, ``deepspeed.ops.__compatible_ops__``, and builds nothing it marks unavailable
+    (tests/test_cpu.py)."""
+    import deepspeed.ops
+
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
 
 
 def leave_distributed_run() -> None:
