@@ -33,7 +33,8 @@ N, M = 8, 2
 STALENESS = 1
 ALIGNED = 1e-4  # |vLLM log-prob - HF log-prob| per token: both fp32, so only kernel rounding (~1e-6) separates them
 KEPT_CONSTANT = "pods/frac_zero_std_groups_kept"
-SERVED = 5e-3  # the same through vLLM's CPU LoRA path, which rounds differently (6e-4 seen); the initial model: ~0.3
+SERVED = 2e-2  # the same through vLLM's CPU LoRA path, which rounds differently (6e-4 seen, once 8.4e-3 on a
+# token sampled at temperature 1, CI 2026-12-01); the initial model: ~0.3
 PROMPTS = 16  # "What is i plus i+1?": even i score 1 for every rollout (no contrast), odd i the token-sum mod 7
 
 
@@ -237,8 +238,9 @@ def test_trainer_and_engine_log_probs_agree_at_the_first_step(run, vllm_model_pa
 
 def test_engine_serves_the_trained_adapter_after_a_sync(run, server, vllm_model_path):
     """After the last sync, the server's newest adapter samples with the trained policy's log-probs (HF + PEFT in
-    the trainer), which training moved far from the initial model's. Four sampled completions of 16 tokens: on one
-    of 8 tokens the initial model's largest gap was once as small as 0.047 (0.3-0.6 usually)."""
+    the trainer), within `SERVED` and ten times nearer than the initial model's, which training moved far from them.
+    Four sampled completions of 16 tokens: on one of 8 tokens the initial model's largest gap was once as small as
+    0.047 (0.3-0.6 usually)."""
     from transformers import AutoModelForCausalLM
 
     trainer = run.trainer
@@ -262,7 +264,7 @@ def test_engine_serves_the_trained_adapter_after_a_sync(run, server, vllm_model_
         ids = prompt + choice["token_ids"]
         gap = max(gap, (engine - _hf_logps(trained, ids, mask)).abs().max().item())
         initial_gap = max(initial_gap, (engine - _hf_logps(initial, ids, mask)).abs().max().item())
-    assert gap < SERVED < 10 * SERVED < initial_gap, (gap, initial_gap)
+    assert gap < SERVED and 10 * gap < initial_gap, (gap, initial_gap)
 
 
 def _collated_groups(batches: list[list[dict]]) -> set[int]:
