@@ -7,9 +7,10 @@ writes per rank what it saw: the gathered reward matrix, kept mask and rollouts 
 calls and the resets of its environments. `--mode refill` or `--mode screened` sets `pods_generation` (refill: at
 most 2 draws; screened: a pool of 2 prompts per trained prompt, a pilot of 2) and reads the data in order, so that
 rank 0's own prompt always lacks contrast and refill draws for it, while rank 1 pads whenever its prompt has some.
-`--slow` adds a reward function that takes half a second (so a test can kill the run between steps); `--save-steps`
-checkpoints; `--late-save` makes rank 1 save its states of each checkpoint 2 s after rank 0 (so a kill as soon as the
-checkpoint looks complete finds what a rank still saving leaves); `--resume` resumes from the last checkpoint.
+A second reward function, 0 for every row, pauses as `helpers.reward_pause` says (half a second in a run a test
+kills between steps); `--save-steps` checkpoints; `--late-save` makes rank 1 save its states of each checkpoint 2 s
+after rank 0 (so a kill as soon as the checkpoint looks complete finds what a rank still saving leaves); `--resume`
+resumes from the last checkpoint.
 """
 
 import argparse
@@ -22,15 +23,16 @@ sys.path.insert(0, os.path.dirname(__file__))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
-from helpers import RowSpy, exit_together, load, pods_config  # noqa: E402
+from helpers import RowSpy, exit_together, load, pods_config, reward_pause  # noqa: E402
 from test_agents import tool_dataset  # noqa: E402
 from test_agents_modes import MODES, Events, LoggedEnv, role_calculator_reward  # noqa: E402
 from tool_model import counting_add  # noqa: E402
 
 
 def pause_reward(completions, **kwargs) -> list[float]:
-    """Half a second, then 0 for every row (a constant: it changes no advantage)."""
-    time.sleep(0.5)
+    """`helpers.reward_pause` (half a second in a run a test kills between two steps), then 0 for every row (a
+    constant: it changes no advantage)."""
+    reward_pause()
     return [0.0] * len(completions)
 
 
@@ -51,7 +53,6 @@ def main() -> None:
     parser.add_argument("--mode", choices=["fixed", "refill", "screened"], default="fixed")
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--save-steps", type=int)
-    parser.add_argument("--slow", action="store_true")
     parser.add_argument("--late-save", action="store_true")
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args()
@@ -77,7 +78,7 @@ def main() -> None:
     feature = dict(tools=[counting_add(calls)]) if args.feature == "tools" else environment
     trainer = (LateSaver if args.late_save else RowSpy)(
         model,
-        rewards + ([pause_reward] if args.slow else []),
+        [*rewards, pause_reward],
         config,
         train_dataset=tool_dataset([(a, 7 - a) for a in range(8)]),
         processing_class=tokenizer,

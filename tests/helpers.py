@@ -80,6 +80,17 @@ def torchrun(processes: int) -> list[str]:
             "--master_port", str(free_port())]  # fmt: skip
 
 
+def split_runs(argv: list[str]) -> list[list[str]]:
+    """A launched worker's ``ARGS + ARGS + ...`` -> each run's arguments, in order."""
+    runs = [[]]
+    for arg in argv:
+        if arg == "+":
+            runs.append([])
+        else:
+            runs[-1].append(arg)
+    return runs
+
+
 def exit_together() -> None:
     """End a launched worker whose results are written: the ranks leave together and without interpreter teardown
     (`trl_pods.cpu.leave_distributed_run`; a one-process worker leaves the same way, its results written too)."""
@@ -124,11 +135,21 @@ def pods_config(tmp_path, **kwargs) -> PODSConfig:
     return PODSConfig(output_dir=str(tmp_path), **{**QUIET, **kwargs})
 
 
-def slow_token_sum_reward(completion_ids, **kwargs) -> list[float]:
-    """`token_sum_reward` that takes half a second, so a test can kill a run between two steps."""
+REWARD_PAUSE = "TRL_PODS_TEST_REWARD_PAUSE"
+"""Environment variable: the seconds each paused reward (`reward_pause`) sleeps in a launched run; unset, none."""
+
+
+def reward_pause() -> None:
+    """Sleep `REWARD_PAUSE` seconds: set only for a run a test kills between two steps (`test_kill_resume`), so that
+    its uninterrupted and resumed runs, with the same rewards, waste no time."""
     import time
 
-    time.sleep(0.5)
+    time.sleep(float(os.environ.get(REWARD_PAUSE, "0")))
+
+
+def paused_token_sum_reward(completion_ids, **kwargs) -> list[float]:
+    """`token_sum_reward` after `reward_pause`."""
+    reward_pause()
     return token_sum_reward(completion_ids)
 
 
@@ -137,11 +158,9 @@ def rare_reward(completion_ids, **kwargs) -> list[float]:
     return [float(sum(ids) % 10 == 0) for ids in completion_ids]
 
 
-def slow_rare_reward(completion_ids, **kwargs) -> list[float]:
-    """`rare_reward` that takes half a second, so a test can kill a run between two steps."""
-    import time
-
-    time.sleep(0.5)
+def paused_rare_reward(completion_ids, **kwargs) -> list[float]:
+    """`rare_reward` after `reward_pause`."""
+    reward_pause()
     return rare_reward(completion_ids)
 
 
@@ -154,12 +173,11 @@ def zero_solved_reward(prompts, completion_ids, **kwargs) -> list[float]:
     ]
 
 
-def slow_even_solved_reward(prompts, completion_ids, **kwargs) -> list[float]:
-    """Half a second, then 1 for every rollout of an arithmetic prompt "What is a + b?" with an even a (always solved),
-    else the parity of the token sum (a coin flip): budgeted generation gives the former pods_m, the latter more."""
-    import time
-
-    time.sleep(0.5)
+def paused_even_solved_reward(prompts, completion_ids, **kwargs) -> list[float]:
+    """`reward_pause`, then 1 for every rollout of an arithmetic prompt "What is a + b?" with an even a (always
+    solved), else the parity of the token sum (a coin flip): budgeted generation gives the former pods_m, the latter
+    more."""
+    reward_pause()
     return [
         1.0 if int(p[0]["content"].split()[2]) % 2 == 0 else float(sum(ids) % 2)
         for p, ids in zip(prompts, completion_ids, strict=True)

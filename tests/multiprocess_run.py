@@ -48,6 +48,7 @@ from helpers import (  # noqa: E402
     load,
     pods_config,
     prompts_dataset,
+    split_runs,
     token_sum_reward,
     zero_solved_reward,
 )
@@ -273,13 +274,7 @@ def main(argv: list[str]) -> None:
 def runs(argv: list[str]) -> list[list[str]]:
     """``MODEL OUT [options] + OUT [options] + ...`` -> each run's arguments (``MODEL OUT [options]``), in order."""
     model, *rest = argv
-    chunks = [[]]
-    for arg in rest:
-        if arg == "+":
-            chunks.append([])
-        else:
-            chunks[-1].append(arg)
-    return [[model, *chunk] for chunk in chunks]
+    return [[model, *run] for run in split_runs(rest)]
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ def test_two_processes_select_alike_and_resume_exactly_after_sigkill(tool_model_
     which must be after every rank saved (a checkpoint without rank 1's state resumed rank 1 at another position:
     refill's ranks then waited on each other for ever, a hang seen in CI). Refill: a checkpoint that lacks a rank's
     state is refused on resume with a clear error, on every rank, instead."""
-    options = (feature, "--mode", mode, "--steps", "4", "--save-steps", "2", "--slow")
+    options = (feature, "--mode", mode, "--steps", "4", "--save-steps", "2")
     reference, killed = tmp_path / "reference", tmp_path / "killed"
     ranks = run_worker(tool_model_path, reference, 2, *options, worker=WORKER)
     assert len(ranks[0]["records"]) == len(ranks[1]["records"]) == 4

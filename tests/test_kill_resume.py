@@ -2,7 +2,10 @@
 it continues at the right step with the same RNG, prompts, rollouts per prompt (adaptive waves, budgeted allocations
 from the prompts' history) and kept indices, and
 no step is lost or repeated, also when the checkpoint falls inside a generation cycle (num_iterations > 1,
-steps_per_generation > GA)."""
+steps_per_generation > GA).
+
+The runs of each process count are made once for the module (`_kill_and_resume`): the uninterrupted runs in one
+launch, the resumed ones in another (tests/train_runs.py), each killed run a `trl-pods train` launch of its own."""
 
 import json
 import signal
@@ -13,14 +16,16 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import torchrun, worker_env
+from helpers import REWARD_PAUSE, torchrun, worker_env
 
 pytestmark = pytest.mark.slow
+RUNS = Path(__file__).with_name("train_runs.py")
 
 
 def _command(model, out, max_steps, save_steps, *extra):
+    """`trl-pods train`'s arguments for a short run on ``model`` saving to ``out``."""
     return [
-        "train", "--model_name_or_path", str(model), "--output_dir", str(out),
+        "--model_name_or_path", str(model), "--output_dir", str(out),
         "--task", "arithmetic", "--pods_n", "8", "--pods_m", "4",
         "--per_device_train_batch_size", "4", "--max_steps", str(max_steps), "--save_steps", str(save_steps),
         "--logging_steps", "1", "--learning_rate", "0.01", "--max_completion_length", "6", "--use_cpu", "true",
@@ -53,7 +58,7 @@ def _logged(out: Path) -> dict[int, dict[str, float]]:
     return {e["step"]: {k: e.get(k) for k in keys} for e in history if "loss" in e}
 
 
-REWARD = ["--reward_funcs", "helpers.slow_token_sum_reward"]
+REWARD = ["--reward_funcs", "helpers.paused_token_sum_reward"]
 LAYOUTS = {  # options, then a checkpoint step inside a generation cycle (generations every 1, 2 and 2 steps)
     "plain": (REWARD, 2),
     "num_iterations=2": ([*REWARD, "--num_iterations", "2"], 3),
@@ -63,20 +68,19 @@ LAYOUTS = {  # options, then a checkpoint step inside a generation cycle (genera
         3,
     ),
     # 1 for a token sum divisible by 10: most groups of 4 are all 0 and get a second wave
-    "adaptive": (["--reward_funcs", "helpers.slow_rare_reward", "--pods_generation", "adaptive"], 2),
+    "adaptive": (["--reward_funcs", "helpers.paused_rare_reward", "--pods_generation", "adaptive"], 2),
     # both prompts ("0 + 3", always solved, and "7 + 5", a coin flip) every step: allocations from their history
     "budgeted": (
-        ["--reward_funcs", "helpers.slow_even_solved_reward", "--pods_generation", "budgeted", "--pods_budget", "6"]
+        ["--reward_funcs", "helpers.paused_even_solved_reward", "--pods_generation", "budgeted", "--pods_budget", "6"]
         + ["--task_train_size", "2", "--per_device_train_batch_size", "8"],
         2,
     ),
 }
 
 
-def _launch(processes: int) -> list[str]:
-    if processes == 1:
-        return [sys.executable, "-m", "trl_pods.cli"]
-    return [*torchrun(processes), "-m", "trl_pods.cli"]
+def _launch(processes: int, *program: str) -> list[str]:
+    """The command of ``program`` (a script, or ``-m`` and a module, with its arguments) on ``processes`` processes."""
+    return [*([sys.executable] if processes == 1 else torchrun(processes)), *program]
 
 
 def _kill(process: subprocess.Popen) -> None:
@@ -94,24 +98,36 @@ def _run(command: list[str]) -> None:
 
 def kill_after_checkpoint(command: list[str], out: Path, checkpoint_step: int, max_steps: int) -> None:
     """Run ``command``, which writes its checkpoints to ``out``, and SIGKILL it (`_kill`) once the checkpoint of
-    ``checkpoint_step`` is complete; the run must not have reached ``max_steps`` by then."""
-    process = subprocess.Popen(command, env=worker_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ``checkpoint_step`` is complete; the run must not have reached ``max_steps`` by then. Its paused rewards
+    (`helpers.reward_pause`) take half a second, time to kill it between two steps."""
+    env = {**worker_env(), REWARD_PAUSE: "0.5"}
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
     while not _checkpoint_complete(out / f"checkpoint-{checkpoint_step}", checkpoint_step):
-        assert process.poll() is None and time.monotonic() < deadline, "the run ended before its checkpoint"
+        assert process.poll() is None and time.monotonic() < deadline, f"{out}: the run ended before its checkpoint"
         time.sleep(0.02)
     _kill(process)
-    assert not (out / f"checkpoint-{max_steps}").exists(), "the run finished before it was killed"
+    assert not (out / f"checkpoint-{max_steps}").exists(), f"{out}: the run finished before it was killed"
 
 
-def _kill_and_resume(tmp_path, command, checkpoint_step: int, max_steps: int) -> tuple[Path, Path]:
-    """Run ``command(out)`` to the end in ``reference``; run it again in ``killed``, SIGKILL it once the checkpoint
-    of ``checkpoint_step`` is complete, and resume it from that checkpoint. Returns both output folders."""
-    reference, killed = tmp_path / "reference", tmp_path / "killed"
-    _run(command(reference))
-    kill_after_checkpoint(command(killed), killed, checkpoint_step, max_steps)
-    _run(command(killed, "--resume_from_checkpoint", "last"))
-    return reference, killed
+def _kill_and_resume(root: Path, processes: int, runs: dict[str, tuple]) -> dict[str, tuple[Path, Path]]:
+    """For each of ``runs`` (name -> (its `trl-pods train` arguments for an output folder, its checkpoint step, its
+    last step)) on ``processes`` processes: run it to the end in ``root/name/reference``; run it again in
+    ``root/name/killed``, SIGKILL it once the checkpoint of its checkpoint step is complete, and resume it from that
+    checkpoint. Returns each run's two output folders."""
+    folders = {name: (root / name / "reference", root / name / "killed") for name in runs}
+
+    def in_one_launch(argvs: list[list[str]]) -> None:
+        _run(_launch(processes, str(RUNS), *[arg for i, argv in enumerate(argvs) for arg in ["+"] * (i > 0) + argv]))
+
+    in_one_launch([arguments(folders[name][0]) for name, (arguments, *_) in runs.items()])
+    for name, (arguments, checkpoint_step, max_steps) in runs.items():
+        killed = folders[name][1]
+        command = _launch(processes, "-m", "trl_pods.cli", "train", *arguments(killed))
+        kill_after_checkpoint(command, killed, checkpoint_step, max_steps)
+    resume = ["--resume_from_checkpoint", "last"]
+    in_one_launch([[*arguments(folders[name][1]), *resume] for name, (arguments, *_) in runs.items()])
+    return folders
 
 
 def _assert_same_run(reference: Path, killed: Path) -> dict[tuple[int, int], dict]:
@@ -124,18 +140,30 @@ def _assert_same_run(reference: Path, killed: Path) -> dict[tuple[int, int], dic
     return expected
 
 
+@pytest.fixture(scope="session")
+def one_process_runs(tiny_model_path, tmp_path_factory) -> dict[str, tuple[Path, Path]]:
+    """`LAYOUTS`' runs on one process, killed after their checkpoint and resumed (`_kill_and_resume`), 2 steps on."""
+
+    def run(options, checkpoint_step):
+        max_steps = checkpoint_step + 2
+        return (
+            (lambda out: _command(tiny_model_path, out, max_steps, checkpoint_step, *options)),
+            checkpoint_step,
+            max_steps,
+        )
+
+    runs = {layout: run(*LAYOUTS[layout]) for layout in LAYOUTS}
+    return _kill_and_resume(tmp_path_factory.mktemp("kill-resume-1"), 1, runs)
+
+
+@pytest.mark.xdist_group("kill_resume_1")
 @pytest.mark.parametrize("layout", list(LAYOUTS))
-def test_killed_run_resumes_exactly(tiny_model_path, tmp_path, layout):
+def test_killed_run_resumes_exactly(one_process_runs, layout):
     """SIGKILL after a checkpoint, resume from it: the resumed run equals the uninterrupted one (selections, waves,
     losses, token counts), in every layout; with generations spanning several steps the checkpoint lies mid-cycle,
     and the run must carry on with the buffered rollouts rather than generate again."""
-    options, checkpoint_step = LAYOUTS[layout]
-    max_steps = checkpoint_step + 2
-
-    def command(out, *extra):
-        return [*_launch(1), *_command(tiny_model_path, out, max_steps, checkpoint_step, *options, *extra)]
-
-    expected = _assert_same_run(*_kill_and_resume(tmp_path, command, checkpoint_step, max_steps))
+    checkpoint_step = LAYOUTS[layout][1]
+    expected = _assert_same_run(*one_process_runs[layout])
     if layout == "adaptive":
         counts = [count for record in expected.values() for count in record["generated"]]
         assert 8 in counts and 4 in counts, f"both one-wave and topped-up groups must occur: {counts}"
@@ -149,11 +177,11 @@ def test_killed_run_resumes_exactly(tiny_model_path, tmp_path, layout):
 # run skips a batch of a later epoch (accelerate's SkipBatchSampler around its BatchSamplerShard) and must still see
 # epoch 1's order, then epoch 2's. Refill reads the prompts it draws from its epoch's order: with rare rewards most
 # groups lack contrast, so its epochs of 24 prompts last fewer steps than TRL's 6, and the checkpoint lies after draws.
-RARE = ["--reward_funcs", "helpers.slow_rare_reward"]
+RARE = ["--reward_funcs", "helpers.paused_rare_reward"]
 TWO_PROCESS_MODES = {
-    "fixed": (["--reward_funcs", "helpers.slow_token_sum_reward"], 8),
+    "fixed": (["--reward_funcs", "helpers.paused_token_sum_reward"], 8),
     "adaptive": ([*RARE, "--pods_generation", "adaptive"], 8),
-    "budgeted": (["--reward_funcs", "helpers.slow_even_solved_reward", "--pods_generation", "budgeted",
+    "budgeted": (["--reward_funcs", "helpers.paused_even_solved_reward", "--pods_generation", "budgeted",
                   "--pods_budget", "6"], 8),
     "refill": ([*RARE, "--pods_generation", "refill", "--pods_max_draws", "3", "--pods_draw_coverage", "0"], 24),
     "auto": ([*RARE, "--pods_generation", "auto", "--pods_auto_costs", "call=1,rollout=0.001,step=0.5"], 48),
@@ -161,19 +189,26 @@ TWO_PROCESS_MODES = {
 }  # fmt: skip
 
 
+@pytest.fixture(scope="session")
+def two_process_runs(tiny_model_path, tmp_path_factory) -> dict[str, tuple[Path, Path]]:
+    """`TWO_PROCESS_MODES`' runs on 2 processes, 5 steps, killed after the checkpoint of step 3 and resumed
+    (`_kill_and_resume`)."""
+
+    def run(mode_options, train_size):
+        options = [*mode_options, "--task_train_size", str(train_size), "--per_device_train_batch_size", "8"]
+        return (lambda out: _command(tiny_model_path, out, 5, 3, *options)), 3, 5
+
+    runs = {mode: run(*TWO_PROCESS_MODES[mode]) for mode in TWO_PROCESS_MODES}
+    return _kill_and_resume(tmp_path_factory.mktemp("kill-resume-2"), 2, runs)
+
+
+@pytest.mark.xdist_group("kill_resume_2")
 @pytest.mark.parametrize("mode", list(TWO_PROCESS_MODES))
-def test_killed_two_process_run_resumes_exactly_mid_epoch(tiny_model_path, tmp_path, mode):
+def test_killed_two_process_run_resumes_exactly_mid_epoch(two_process_runs, mode):
     """2 torchrun processes, SIGKILL one step into the second epoch, resume: every later step (the rest of epoch 1
     and epoch 2) trains on the uninterrupted run's prompts, rollouts and selections, with its losses. Guards the CPU
     crash loading the PODS state onto ``cpu:0``, and a resumed epoch replaying epoch 0's prompt order."""
-    mode_options, train_size = TWO_PROCESS_MODES[mode]
-    options = [*mode_options, "--task_train_size", str(train_size), "--per_device_train_batch_size", "8"]
-
-    def command(out, *extra):
-        return [*_launch(2), *_command(tiny_model_path, out, 5, 3, *options, *extra)]
-
-    reference, killed = _kill_and_resume(tmp_path, command, 3, 5)
-    expected = _assert_same_run(reference, killed)
+    expected = _assert_same_run(*two_process_runs[mode])
     epochs = [sorted(expected[(step, 0)]["prompts"]) for step in range(5)]
     assert epochs[0] + epochs[1] != epochs[2] + epochs[3], "epochs 0 and 1 drew the same order: nothing is tested"
     counts = [count for record in expected.values() for count in record["generated"]]

@@ -449,7 +449,14 @@ def parse_arguments(command: CommandParser, argv: Sequence[str] | None) -> tuple
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Parse and check the arguments (a user error: one line, exit status 2), then `train`."""
+    """`trl-pods train`: `run`, then leave the distributed run (`trl_pods.cpu.leave_distributed_run`)."""
+    run(argv)
+    leave_distributed_run()
+
+
+def run(argv: Sequence[str] | None = None) -> GRPOTrainer:
+    """Parse and check the arguments (a user error: one line, exit status 2), `train`, and print the run's summary.
+    The process stays as it is, so one process can make several runs (tests/train_runs.py)."""
     quiet_trl_deprecations()
     set_up_cpu()
     command = parser()
@@ -462,7 +469,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     trainer = train(script_args, training_args, model_args)
     if trainer.accelerator.is_main_process:
         print("\n".join(summary(script_args, training_args, model_args, trainer.state.global_step)), flush=True)
-    leave_distributed_run()
+    return trainer
 
 
 if __name__ == "__main__":
