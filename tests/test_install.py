@@ -1,7 +1,10 @@
 """The installed package's metadata: the `vllm` extra can only resolve to a vLLM that the pinned TRL supports; the
-CPU install takes PyTorch's CPU build and `constraints.txt` pins that build."""
+CPU install takes PyTorch's CPU build and `constraints.txt` pins that build; the test tools of the `dev` extra keep
+a test group on one worker."""
 
 import importlib
+import subprocess
+import sys
 import warnings
 from importlib.metadata import requires, version
 from pathlib import Path
@@ -78,3 +81,32 @@ def test_constraints_pin_the_cpu_build_of_torch():
         lines = (ROOT / path).read_text().splitlines()
         installs = [line for line in lines if "pip install" in line and "torch==" in line and "macOS" not in line]
         assert installs and all(CPU_INDEX in line for line in installs), (path, installs)
+
+
+GROUPED = """
+import os, pytest
+
+@pytest.mark.xdist_group("shared")
+@pytest.mark.parametrize("i", range(4))
+def test_grouped(i, tmp_path_factory):
+    (tmp_path_factory.getbasetemp().parent / f"grouped{i}").write_text(os.environ["PYTEST_XDIST_WORKER"])
+
+@pytest.mark.parametrize("i", range(4))
+def test_free(i):
+    pass
+"""
+
+
+def test_the_test_command_keeps_an_xdist_group_on_one_worker(tmp_path):
+    """The README's test command runs on 2 xdist workers with ``--dist loadgroup`` (pyproject.toml), and tests that
+    share costly runs (a session fixture of multi-process trainings: test_kill_resume, test_multiprocess) are marked
+    with one ``xdist_group`` so those runs are made once. Installed pytest 9 with pytest-xdist 3.8, the group was
+    silently spread over both workers, each making the runs again (`setup.cfg` pins pytest below 9)."""
+    (tmp_path / "test_grouped.py").write_text(GROUPED)
+    command = [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider", "-q"]
+    base = tmp_path / "base"
+    result = subprocess.run([*command, "--basetemp", str(base), "test_grouped.py"], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:]
+    ran = [path.read_text() for path in base.glob("grouped*")]  # each worker's basetemp lies in base
+    assert len(ran) == 4 and len(set(ran)) == 1, ran
