@@ -1,4 +1,5 @@
-"""Worker of the multi-process agent tests: `torchrun --nproc_per_node K tests/agents_run.py MODEL OUT FEATURE`.
+"""Worker of the multi-process agent tests: `torchrun --nproc_per_node K tests/agents_run.py MODEL OUT FEATURE`, or
+`... MODEL OUT FEATURE [options] + OUT2 FEATURE [options] + ...` for several runs in turn in one launch.
 
 Trains PODS 4 -> 2 with the calculator tool model (`tool_model`) on one prompt per rank per step, with FEATURE
 `tools` (a standalone `add` tool) or `environment` (a `LoggedEnv` per rollout: its `add` method is the tool, its
@@ -23,7 +24,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
-from helpers import RowSpy, exit_together, load, pods_config, reward_pause  # noqa: E402
+from helpers import RowSpy, exit_together, load, pods_config, reward_pause, worker_runs  # noqa: E402
 from test_agents import tool_dataset  # noqa: E402
 from test_agents_modes import MODES, Events, LoggedEnv, role_calculator_reward  # noqa: E402
 from tool_model import counting_add  # noqa: E402
@@ -45,7 +46,7 @@ class LateSaver(RowSpy):
         super()._save_rng_state(output_dir)
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("model")
     parser.add_argument("out")
@@ -55,7 +56,7 @@ def main() -> None:
     parser.add_argument("--save-steps", type=int)
     parser.add_argument("--late-save", action="store_true")
     parser.add_argument("--resume", action="store_true")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(1)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     model, tokenizer = load(args.model)
@@ -112,5 +113,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    for run in worker_runs(sys.argv[1:]):
+        main(run)
     exit_together()

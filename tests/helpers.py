@@ -91,6 +91,13 @@ def split_runs(argv: list[str]) -> list[list[str]]:
     return runs
 
 
+def worker_runs(argv: list[str]) -> list[list[str]]:
+    """A multi-process test worker's ``MODEL OUT [options] + OUT [options] + ...`` -> each run's arguments
+    (``MODEL OUT [options]``), in order."""
+    model, *rest = argv
+    return [[model, *run] for run in split_runs(rest)]
+
+
 def exit_together() -> None:
     """End a launched worker whose results are written: the ranks leave together and without interpreter teardown
     (`trl_pods.cpu.leave_distributed_run`; a one-process worker leaves the same way, its results written too)."""

@@ -48,8 +48,8 @@ from helpers import (  # noqa: E402
     load,
     pods_config,
     prompts_dataset,
-    split_runs,
     token_sum_reward,
+    worker_runs,
     zero_solved_reward,
 )
 
@@ -271,13 +271,7 @@ def main(argv: list[str]) -> None:
         json.dump(result, f)
 
 
-def runs(argv: list[str]) -> list[list[str]]:
-    """``MODEL OUT [options] + OUT [options] + ...`` -> each run's arguments (``MODEL OUT [options]``), in order."""
-    model, *rest = argv
-    return [[model, *run] for run in split_runs(rest)]
-
-
 if __name__ == "__main__":
-    for run in runs(sys.argv[1:]):
+    for run in worker_runs(sys.argv[1:]):
         main(run)
     exit_together()

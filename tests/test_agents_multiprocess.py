@@ -9,21 +9,40 @@ from pathlib import Path
 import pytest
 from helpers import torchrun, worker_env
 from test_kill_resume import _logged, _selections, kill_after_checkpoint
-from test_multiprocess import run_worker, torchrun_command
+from test_multiprocess import run_workers, torchrun_command
 
 WORKER = Path(__file__).with_name("agents_run.py")
 pytestmark = pytest.mark.slow
+CASES = [("tools", "fixed"), ("environment", "refill"), ("environment", "screened")]  # (feature, mode)
 
 
-@pytest.mark.parametrize(
-    ("feature", "mode"),
-    [
-        ("tools", "fixed"),
-        ("environment", "refill"),
-        ("environment", "screened"),
-    ],
-)
-def test_two_processes_select_alike_and_resume_exactly_after_sigkill(tool_model_path, tmp_path, feature, mode):
+def _options(feature: str, mode: str) -> tuple[str, ...]:
+    return (feature, "--mode", mode, "--steps", "4", "--save-steps", "2")
+
+
+@pytest.fixture(scope="session")
+def agent_runs(tool_model_path, tmp_path_factory) -> dict[tuple[str, str], tuple[list[dict], Path, Path]]:
+    """Each of `CASES` on 2 processes, 4 steps: uninterrupted (all in one launch: its rank records and output
+    folder), and SIGKILLed once the step-2 checkpoint looks complete, with rank 1 saving its states late (a launch of
+    its own), then resumed (all in one launch): its output folder."""
+    root = tmp_path_factory.mktemp("agents-kill-resume")
+    folders = {case: (root / "-".join(case) / "reference", root / "-".join(case) / "killed") for case in CASES}
+    uninterrupted = {reference: _options(*case) for case, (reference, _) in folders.items()}
+    references = run_workers(tool_model_path, 2, uninterrupted, worker=WORKER)
+    for case, (_, killed) in folders.items():
+        killed.mkdir(parents=True)
+        late = torchrun_command(WORKER, tool_model_path, killed, 2, *_options(*case), "--late-save")
+        kill_after_checkpoint(late, killed, 2, 4)
+    resumed = {killed: (*_options(*case), "--resume") for case, (_, killed) in folders.items()}
+    run_workers(tool_model_path, 2, resumed, worker=WORKER)
+    return {case: (references[ref], ref, killed) for case, (ref, killed) in folders.items()}
+
+
+@pytest.mark.xdist_group("agents_kill_resume")
+@pytest.mark.parametrize(("feature", "mode"), CASES)
+def test_two_processes_select_alike_and_resume_exactly_after_sigkill(
+    agent_runs, tool_model_path, tmp_path, feature, mode
+):
     """Two ranks, one trained prompt (2 of its 4 rollouts kept) each per step, 4 steps. The uninterrupted run: both
     ranks compute the same gathered rewards and kept mask, each trains its 2 kept rows, tools really run, and every
     rollout's environment is reset once per generation: each rank resets one environment per rollout it generated,
@@ -37,9 +56,7 @@ def test_two_processes_select_alike_and_resume_exactly_after_sigkill(tool_model_
     which must be after every rank saved (a checkpoint without rank 1's state resumed rank 1 at another position:
     refill's ranks then waited on each other for ever, a hang seen in CI). Refill: a checkpoint that lacks a rank's
     state is refused on resume with a clear error, on every rank, instead."""
-    options = (feature, "--mode", mode, "--steps", "4", "--save-steps", "2")
-    reference, killed = tmp_path / "reference", tmp_path / "killed"
-    ranks = run_worker(tool_model_path, reference, 2, *options, worker=WORKER)
+    ranks, reference, killed = agent_runs[(feature, mode)]
     assert len(ranks[0]["records"]) == len(ranks[1]["records"]) == 4
     groups = {"fixed": 2, "refill": 4, "screened": 4}[mode]  # laid out: refill's room for 1 draw per rank, a pool
     for r0, r1 in zip(ranks[0]["records"], ranks[1]["records"], strict=True):
@@ -58,12 +75,8 @@ def test_two_processes_select_alike_and_resume_exactly_after_sigkill(tool_model_
     if mode == "screened":
         assert all(sorted(record) == [2, 2, 4, 4] for record in counts), counts
 
-    killed.mkdir()
-    late = torchrun_command(WORKER, tool_model_path, killed, 2, *options, "--late-save")
-    kill_after_checkpoint(late, killed, 2, 4)
     saved = {path.name for path in (killed / "checkpoint-2").iterdir()}
     assert {"rng_state_1.pth", "pods_state_1.pt"} <= saved, f"complete before rank 1 saved its states: {saved}"
-    run_worker(tool_model_path, killed, 2, *options, "--resume", worker=WORKER)
     expected, resumed = _selections(reference), _selections(killed)
     assert sorted(expected) == sorted(resumed) and len(expected) == 4
     for key in expected:
@@ -71,7 +84,9 @@ def test_two_processes_select_alike_and_resume_exactly_after_sigkill(tool_model_
             assert resumed[key][field] == expected[key][field], (key, field)
     assert _logged(killed) == _logged(reference), "the resumed run diverged from the uninterrupted one"
     if mode == "refill":
-        _assert_refused_without_rank_1_state(tool_model_path, reference, tmp_path / "incomplete", options)
+        _assert_refused_without_rank_1_state(
+            tool_model_path, reference, tmp_path / "incomplete", _options(feature, mode)
+        )
 
 
 def _assert_refused_without_rank_1_state(model_path, reference: Path, out: Path, options: tuple) -> None:
