@@ -80,8 +80,13 @@ def torchrun(processes: int) -> list[str]:
             "--master_port", str(free_port())]  # fmt: skip
 
 
+def join_runs(argvs: list[list[str]]) -> list[str]:
+    """Several runs' arguments -> a launched worker's ``ARGS + ARGS + ...`` (`split_runs` reads it back)."""
+    return [arg for i, argv in enumerate(argvs) for arg in ["+"] * (i > 0) + list(argv)]
+
+
 def split_runs(argv: list[str]) -> list[list[str]]:
-    """A launched worker's ``ARGS + ARGS + ...`` -> each run's arguments, in order."""
+    """A launched worker's ``ARGS + ARGS + ...`` (`join_runs`) -> each run's arguments, in order."""
     runs = [[]]
     for arg in argv:
         if arg == "+":

@@ -4,7 +4,7 @@ from the prompts' history) and kept indices, and
 no step is lost or repeated, also when the checkpoint falls inside a generation cycle (num_iterations > 1,
 steps_per_generation > GA).
 
-The runs of each process count are made once for the module (`_kill_and_resume`): the uninterrupted runs in one
+The runs of each process count are made once, in a session fixture (`_kill_and_resume`): the uninterrupted runs in one
 launch, the resumed ones in another (tests/train_runs.py), each killed run a `trl-pods train` launch of its own."""
 
 import json
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import REWARD_PAUSE, torchrun, worker_env
+from helpers import REWARD_PAUSE, join_runs, torchrun, worker_env
 
 pytestmark = pytest.mark.slow
 RUNS = Path(__file__).with_name("train_runs.py")
@@ -118,7 +118,7 @@ def _kill_and_resume(root: Path, processes: int, runs: dict[str, tuple]) -> dict
     folders = {name: (root / name / "reference", root / name / "killed") for name in runs}
 
     def in_one_launch(argvs: list[list[str]]) -> None:
-        _run(_launch(processes, str(RUNS), *[arg for i, argv in enumerate(argvs) for arg in ["+"] * (i > 0) + argv]))
+        _run(_launch(processes, str(RUNS), *join_runs(argvs)))
 
     in_one_launch([arguments(folders[name][0]) for name, (arguments, *_) in runs.items()])
     for name, (arguments, checkpoint_step, max_steps) in runs.items():

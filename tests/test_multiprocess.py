@@ -8,7 +8,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import step_losses, torchrun, worker_env
+from helpers import join_runs, step_losses, torchrun, worker_env
 
 from trl_pods.token_selection import token_budget
 
@@ -35,9 +35,8 @@ def run_workers(
     start, import and join their process group once. Returns each run's rank records."""
     for out in runs:
         out.mkdir(parents=True, exist_ok=True)
-    (first, options), *rest = runs.items()
-    command = torchrun_command(worker, model_path, first, processes, *options)
-    command += [arg for out, options in rest for arg in ("+", str(out), *options)]
+    command = [*torchrun(processes), str(worker), str(model_path)]
+    command += join_runs([[str(out), *options] for out, options in runs.items()])
     process = subprocess.Popen(command, env=worker_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _, stderr = process.communicate(timeout=timeout)
