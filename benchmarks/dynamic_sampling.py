@@ -46,15 +46,18 @@ from harness import (
     DATA,
     RunStore,
     Study,
+    bootstrap_ratio_ci,
     first_reaching,
     mean_logged,
     mean_of,
     measure,
     measurement_commands,
     notes,
+    permutation_p,
     plot_accuracy_curves,
     spread,
 )
+from race_analysis import fastest, within_noise
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, TrainerCallback
 from transformers.trainer_callback import PrinterCallback
@@ -279,6 +282,50 @@ def table(runs: list[dict], methods: list[str], target: float) -> str:
     return "\n".join(["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns), *rows])
 
 
+def minutes_to(run: dict, target: float) -> float:
+    """Training minutes to greedy accuracy ``target``, a run that never reaches it counted at its last evaluation's
+    minutes (every run counts: their mean is the restricted mean time to target)."""
+    return (first_reaching(run["curve"], target) or run["curve"][-1])[1]
+
+
+def auto_against_fixed(runs: list[dict], methods: list[str], target: float) -> str:
+    """Each auto arm against the fastest fixed arm of its measurement with at most its rollouts per prompt (auto 4->4
+    cannot draw 16): restricted mean minutes to ``target`` (`minutes_to`) and how many runs missed it, their ratio
+    with a 90% bootstrap interval that chooses the fastest again in every resample and the permutation p against it
+    (*within noise* as `race_analysis.within_noise` says), and the final greedy accuracies with their p; empty where
+    the measurement has no such pair."""
+    lines = []
+    for auto in (m for m in methods if METHODS[m].get("pods_generation") == "auto"):
+        fixed = [m for m in methods if METHODS[m].get("pods_generation") != "auto"
+                 and METHODS[m]["pods_n"] <= METHODS[auto]["pods_n"]]  # fmt: skip
+        if not fixed:
+            continue
+        mine = {m: [r for r in runs if r["method"] == m] for m in [auto, *fixed]}
+        minutes = {m: [minutes_to(r, target) for r in mine[m]] for m in mine}
+        best = fastest({m: minutes[m] for m in fixed})
+        ratio = statistics.fmean(minutes[auto]) / statistics.fmean(minutes[best])
+        low, high = bootstrap_ratio_ci(minutes[auto], *(minutes[m] for m in fixed))
+        p = permutation_p(minutes[auto], minutes[best])
+        final = {m: [r["curve"][-1][2] for r in mine[m]] for m in (auto, best)}
+
+        missed = {m: sum(first_reaching(r["curve"], target) is None for r in mine[m]) for m in (auto, best)}
+        arm = {m: f"{statistics.fmean(minutes[m]):.2f} ({missed[m]} of {len(mine[m])} runs missed)" for m in missed}
+        if all(missed[m] == len(mine[m]) for m in missed):
+            lines.append(f"- `{auto}` against `{best}`: no run of either reached it")
+            continue
+        lines.append(
+            f"- `{auto}` {arm[auto]} against `{best}`'s {arm[best]}: {ratio:.2f}× ({low:.2f}–{high:.2f}), p {p:.2f}"
+            f"{', within noise' if within_noise(low, high, p) else ''}; final greedy accuracy "
+            f"{statistics.fmean(final[auto]):.2f} against {statistics.fmean(final[best]):.2f}, "
+            f"p {permutation_p(final[auto], final[best]):.2f}"
+        )
+    if not lines:
+        return ""
+    return (f"Minutes to {target}, every run counted (a miss at its minutes at the last evaluation): each auto arm "
+            "against the fastest fixed arm with at most its rollouts per prompt, the interval choosing the fastest "
+            "again in each resample:\n\n" + "\n".join(lines))  # fmt: skip
+
+
 def section(runs: list[dict], path: Path) -> str:
     """One measurement (its runs, saved in ``path``): its settings, a table per target, its figure, the command that
     measures it and what is written by hand beside its data."""
@@ -289,7 +336,15 @@ def section(runs: list[dict], path: Path) -> str:
     tag = name.removeprefix(STUDY.data).removeprefix("_")
     untrained = [statistics.mean(r["curve"][0][k] for r in runs) for k in (2, 3)]
     commands = measurement_commands(STUDY.script, PARSER, {**settings, "tag": tag}, runs, methods)
-    tables = "\n\n".join(f"Target: greedy accuracy {t}.\n\n{table(runs, methods, t)}" for t in settings["targets"])
+    tables = "\n\n".join(
+        part
+        for t in settings["targets"]
+        for part in (
+            f"Target: greedy accuracy {t}.\n\n{table(runs, methods, t)}",
+            auto_against_fixed(runs, methods, t),
+        )  # fmt: skip
+        if part
+    )
     return f"""## add1 from scratch{f" ({tag})" if tag else ""}: {" vs ".join(methods)}
 
 {settings["prompts_per_step"]} prompts per optimizer step, lr {settings["learning_rate"]} (constant);

@@ -13,7 +13,7 @@ cannot hold (the versions of runs saved before they recorded them, a reading wri
   `mean_logged` (a metric of the trainer's log).
 * Timing: `interleaved` (rounds of every job, the order rotated each round).
 * Statistics over seeds: `mean_of`, `spread` (mean or median, with min–max), `first_reaching`, `ratio_ci` (ratio
-  of means with `bootstrap_ratio_ci` and `permutation_p`).
+  of means with `bootstrap_ratio_ci` and `permutation_p`, exact or over sampled splits).
 * The machine: `cpu_model`, `versions`, `environment`.
 * Writing: `Study.render` and `Study.write` (the page under its generated marker), `Study.render_runs` (a study of
   runs: a section per measurement), `plot_accuracy_curves`.
@@ -27,6 +27,7 @@ import dataclasses
 import fcntl
 import itertools
 import json
+import math
 import os
 import platform
 import random
@@ -310,14 +311,27 @@ def bootstrap_ratio_ci(
     return ratios[int(tail * (draws - 1))], ratios[int(round((1 - tail) * (draws - 1)))]
 
 
-def permutation_p(first: Sequence[float], second: Sequence[float]) -> float:
-    """Exact two-sided permutation p-value of the difference of means: the share of all ways of splitting the pooled
-    values into groups of the two sizes whose |difference of means| is at least the observed one."""
+EXACT_SPLITS = 200_000
+"""`permutation_p` counts every split up to this many (10 seeds a side: 184,756), samples `SAMPLED_SPLITS` beyond."""
+SAMPLED_SPLITS = 100_000
+
+
+def permutation_p(first: Sequence[float], second: Sequence[float], seed: int = 0) -> float:
+    """Two-sided permutation p-value of the difference of means: the share of the ways of splitting the pooled values
+    into groups of the two sizes whose |difference of means| is at least the observed one. Exact (every split) up to
+    `EXACT_SPLITS` splits; beyond (20 seeds a side: 1.4e11), over `SAMPLED_SPLITS` random splits drawn with ``seed``
+    and the observed one, so that a sampled p is never 0."""
     pooled, n = [*first, *second], len(first)
     observed = abs(statistics.fmean(first) - statistics.fmean(second))
-    total, extreme = 0, 0
     whole = sum(pooled)
-    for picked in itertools.combinations(range(len(pooled)), n):
+    exact = math.comb(len(pooled), n) <= EXACT_SPLITS
+    if exact:
+        splits: Iterable[Sequence[int]] = itertools.combinations(range(len(pooled)), n)
+    else:
+        rng = random.Random(seed)
+        splits = (rng.sample(range(len(pooled)), n) for _ in range(SAMPLED_SPLITS))
+    total = extreme = 0 if exact else 1  # a sample counts the observed split too
+    for picked in splits:
         part = sum(pooled[i] for i in picked)
         difference = abs(part / n - (whole - part) / (len(pooled) - n))
         extreme += difference >= observed - 1e-12

@@ -144,6 +144,36 @@ def test_dynamic_sampling_smoke_mode_trains_every_kind_of_method_from_scratch():
     assert all(row["rollouts to 0.4"] for row in rows.values())
 
 
+def test_auto_is_read_against_the_fastest_fixed_arm_it_could_have_been_every_run_counted():
+    """Each auto arm of a from-scratch measurement is read in minutes to a target against the fastest fixed arm with
+    at most its rollouts per prompt (auto 4->4 never against PODS 16->4), a run that misses counted at its last
+    minutes; a pair where no run of either reached the target says so instead of a ratio of minutes at the budget."""
+    study = _module("dynamic_sampling")
+
+    def run(method, seed, minutes, reached):  # evaluations: [step, minutes, greedy, sampled, rollouts]
+        return {"method": method, "seed": seed,
+                "curve": [[0, 0.0, 0.0, 0.0, 0], [50, minutes / 2, 0.5 if reached else 0.1, 0.1, 10],
+                          [100, minutes, 0.6 if reached else 0.2, 0.1, 20]]}  # fmt: skip
+
+    runs = [
+        *(run("PODS 16->4", s, 4.0 + s, True) for s in range(3)),  # reaches 0.4 at half its minutes: 2.5 on average
+        *(run("GRPO 4 + sized refill", s, 2.0, s > 0) for s in range(3)),  # 1.0, 1.0 and a miss at 2.0: 1.33
+        *(run("auto 16->4", s, 2.0, True) for s in range(3)),  # 1.0
+        *(run("auto 4->4", s, 3.0, False) for s in range(3)),  # every run a miss at 3.0
+    ]
+    methods = ["PODS 16->4", "GRPO 4 + sized refill", "auto 16->4", "auto 4->4"]
+    assert study.minutes_to(runs[0], 0.4) == 2.0 and study.minutes_to(runs[3], 0.4) == 2.0
+    lines = study.auto_against_fixed(runs, methods, 0.4).splitlines()
+    assert lines[2].startswith("- `auto 16->4` 1.00 (0 of 3 runs missed) against `GRPO 4 + sized refill`'s 1.33 "
+                               "(1 of 3 runs missed): 0.75× (")  # fmt: skip
+    assert lines[3].startswith("- `auto 4->4` 3.00 (3 of 3 runs missed) against `GRPO 4 + sized refill`'s 1.33")
+    assert study.auto_against_fixed(runs, methods, 0.9).splitlines()[2:] == [
+        "- `auto 16->4` against `GRPO 4 + sized refill`: no run of either reached it",
+        "- `auto 4->4` against `GRPO 4 + sized refill`: no run of either reached it",
+    ]
+    assert study.auto_against_fixed(runs, ["PODS 16->4", "auto 4->4"], 0.4) == ""
+
+
 @pytest.mark.slow
 def test_learning_efficiency_smoke_mode_trains_the_demo_model_and_renders_its_section(smollm2_cache):
     """`benchmarks/learning_efficiency.py --smoke` evaluates the base model, trains GRPO 4 and PODS 8 -> 4 on the

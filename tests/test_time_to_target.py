@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -496,3 +497,18 @@ def test_sized_refills_contrast_goal_is_tested_over_all_its_steps(study):
     line = next(line for line in study.goals_text(runs, None).splitlines() if "contrast over all steps" in line)
     assert "0.50 of trained groups with contrast over all steps: **not met**" in line
     assert "(an extra number, not the goal's test: 0.50 over the 50 of 50 steps that stopped short of" in line
+
+
+def test_permutation_p_samples_splits_where_counting_them_all_would_not_end(harness, monkeypatch):
+    """Past `EXACT_SPLITS` splits (20 seeds a side: 1.4e11) the p is the share of `SAMPLED_SPLITS` random splits and
+    the observed one: within 0.01 of the exact p where both can be computed, and never 0 (completely separated groups
+    of 20 give 1 / (SAMPLED_SPLITS + 1), the exact 2 / C(40, 20) being beyond any sample)."""
+    rng = random.Random(3)
+    first, second = [rng.gauss(0, 1) for _ in range(8)], [rng.gauss(0.8, 1) for _ in range(8)]
+    exact = harness.permutation_p(first, second)
+    assert 0.05 < exact < 0.5
+    monkeypatch.setattr(harness, "EXACT_SPLITS", 0)
+    assert harness.permutation_p(first, second) == pytest.approx(exact, abs=0.01)
+    monkeypatch.undo()
+    separated = harness.permutation_p([float(i) for i in range(20)], [float(i) for i in range(20, 40)])
+    assert separated == pytest.approx(1 / (harness.SAMPLED_SPLITS + 1))
