@@ -60,6 +60,48 @@ def test_a_steady_plan_keeps_its_fit():
     assert costs is not None and (costs.call, costs.rollout, costs.step) == pytest.approx((0.5, 0.002, 1.0))
 
 
+def test_auto_fits_its_costs_once_a_generation_from_one_pass_over_its_timings(monkeypatch):
+    """On the learning check from scratch a step takes 60 ms, and auto took 13% longer a step than sized refill with
+    the same rollouts: each generation it fitted its costs twice (its metrics fitted them again), and each fit solved a
+    least squares over every kept call for each of the seven sets of free coefficients. Now a generation fits once,
+    and a fit reads the calls once (their inner products) and solves each set from those: the same non-negative least
+    squares as solving every set on the rows (numpy's, here), on timings where some costs come out negative."""
+    import numpy as np
+
+    import trl_pods.auto as auto_module
+    from trl_pods.costs import _non_negative_least_squares
+
+    rng = np.random.default_rng(0)
+    for case in range(40):
+        rows = 3 + case
+        x = np.stack([np.ones(rows), rng.integers(4, 400, rows).astype(float), rng.integers(0, 2, rows).astype(float)])
+        x = x.T if case % 4 else x[:2].T  # some fits have no later calls: no load column
+        costs = rng.normal([0.5, 0.002, 0.2][: x.shape[1]], [0.5, 0.003, 0.3][: x.shape[1]])  # some negative
+        y = x @ costs + rng.normal(0, 0.05, rows)
+        best, best_error = np.zeros(x.shape[1]), float(y @ y)
+        for size in range(1, x.shape[1] + 1):
+            for free in itertools.combinations(range(x.shape[1]), size):
+                w = np.linalg.lstsq(x[:, free], y, rcond=None)[0]
+                error = float(((x[:, free] @ w - y) ** 2).sum())
+                if (w >= 0).all() and error < best_error - 1e-12:
+                    best, best_error = np.zeros(x.shape[1]), error
+                    best[list(free)] = w
+        fitted = _non_negative_least_squares(x.tolist(), y.tolist())
+        assert fitted == pytest.approx(best.tolist(), rel=1e-7, abs=1e-10), case
+
+    truth = Costs(call=0.5, rollout=0.002, step=1.0)
+    fits = []
+    monkeypatch.setattr(auto_module, "fit_costs", lambda *a: fits.append(1) or fit_costs(*a))
+    mode = AutoMode(SimpleNamespace(pods_m=2, pods_n=4, pods_max_draws=2, pods_draw_coverage=None,
+                                    pods_max_prompt_ratio=3, pods_auto_costs=None))  # fmt: skip
+    for generation, rollouts in enumerate((16, 16, 48, 8, 32, 24)):
+        state = _state(GenerationTiming(((rollouts, truth.call + truth.rollout * rollouts),), truth.step))
+        fits.clear()
+        mode.first_wave(state)
+        assert mode.metrics(state)["exploring"] == float(generation < 2)  # the warm-up, then one size
+        assert len(fits) == 1, generation
+
+
 def test_costs_that_make_a_step_free_are_refused():
     """Given costs that are all zero would make every plan's step take no time (a ZeroDivisionError at the first
     generation): refused with the expected form; a zero rollout cost alone is a fair model and passes."""

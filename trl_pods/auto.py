@@ -296,6 +296,7 @@ class AutoMode(RefillMode):
         self.skip_timing = True  # the first timing a process sees: the engine warming up
         self.lines: list[str] = []
         self.announced: DrawPlan | None = None
+        self.exploring = True  # whether this generation's plan is one to tell the costs apart (`_exploring`)
 
     def costs(self) -> Costs | None:
         return self.given or fit_costs(self.calls, self.gaps)
@@ -304,6 +305,7 @@ class AutoMode(RefillMode):
         self._record(state)
         costs, room = self.costs(), state.groups_per_process
         floor = None if self.coverage is None else self.sized(state, self.n_max)  # sized refill's plan
+        self.exploring = costs is None
         if costs is None:
             exploring = self._exploring(state, floor)
             smallest, largest = self.m * state.share, self.n_max * room  # rollouts of its first calls, at most
@@ -391,7 +393,7 @@ class AutoMode(RefillMode):
             **super().metrics(state),
             "rollouts_per_prompt": float(self.current.n),
             "first_call_prompts": float(self.current.first),
-            "exploring": float(self.costs() is None),
+            "exploring": float(self.exploring),
         }
 
     def notes(self) -> list[str]:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 __all__ = ["SPREAD", "CallTiming", "Costs", "fit_costs", "parse_costs", "spread"]
 
+DEPENDENT = 1e-12  # a unit column whose part outside the others' span has at most this squared norm depends on them
 SPREAD = 1.5  # call sizes (rollouts per process) tell a call's cost from a rollout's when they differ by this factor
 
 
@@ -77,48 +78,52 @@ def parse_costs(text: str) -> Costs:
     return Costs(**values)
 
 
-def _least_squares(x: list[list[float]], y: list[float]) -> list[float] | None:
-    """``argmin |x w - y|``, by modified Gram-Schmidt on the columns of ``x`` in Python floats with exactly rounded
-    sums: the same bits from the same numbers on every run (LAPACK's answer through MKL changes in its last bits with
-    the memory's alignment, and a resumed run must plan as the uninterrupted one); None where a column depends on the
-    others."""
-    columns, r, basis = [list(c) for c in zip(*x, strict=True)], {}, []
-    for j, column in enumerate(columns):
-        v = column
-        for i, q in enumerate(basis):
-            r[i, j] = math.fsum(a * b for a, b in zip(q, v, strict=True))
-            v = [a - r[i, j] * b for a, b in zip(v, q, strict=True)]
-        norm = math.sqrt(math.fsum(a * a for a in v))
-        if norm <= 1e-9 * math.sqrt(math.fsum(a * a for a in column)):
+def _solve(gram: list[list[float]], moments: list[float]) -> list[float] | None:
+    """``w`` with ``gram w = moments`` by Cholesky (``gram`` symmetric, unit diagonal), None where a column depends on
+    the others (a pivot below `DEPENDENT`)."""
+    size = len(moments)
+    lower = [[0.0] * size for _ in range(size)]
+    for j in range(size):
+        pivot = gram[j][j] - math.fsum(lower[j][k] ** 2 for k in range(j))
+        if pivot <= DEPENDENT:
             return None
-        r[j, j] = norm
-        basis.append([a / norm for a in v])
-    projections, rest = [], y
-    for q in basis:
-        projections.append(math.fsum(a * b for a, b in zip(q, rest, strict=True)))
-        rest = [a - projections[-1] * b for a, b in zip(rest, q, strict=True)]
-    w = [0.0] * len(basis)
-    for i in reversed(range(len(basis))):
-        w[i] = (projections[i] - math.fsum(r[i, j] * w[j] for j in range(i + 1, len(basis)))) / r[i, i]
+        lower[j][j] = math.sqrt(pivot)
+        for i in range(j + 1, size):
+            lower[i][j] = (gram[i][j] - math.fsum(lower[i][k] * lower[j][k] for k in range(j))) / lower[j][j]
+    z = [0.0] * size
+    for i in range(size):
+        z[i] = (moments[i] - math.fsum(lower[i][k] * z[k] for k in range(i))) / lower[i][i]
+    w = [0.0] * size
+    for i in reversed(range(size)):
+        w[i] = (z[i] - math.fsum(lower[k][i] * w[k] for k in range(i + 1, size))) / lower[i][i]
     return w
 
 
 def _non_negative_least_squares(x: list[list[float]], y: list[float]) -> list[float]:
-    """``argmin |x w - y|`` over ``w >= 0``, by trying every set of free coefficients (``x`` has a few columns)."""
-    width = len(x[0])
-    best, best_error = [0.0] * width, math.fsum(v * v for v in y)
+    """``argmin |x w - y|`` over ``w >= 0``, by trying every set of free coefficients (``x`` has a few columns).
+
+    One pass over the rows gives the columns' inner products (exactly rounded sums of Python floats: the same bits
+    from the same numbers on every run, where LAPACK's answer through MKL changes in its last bits with the memory's
+    alignment, and a resumed run must plan as the uninterrupted one); each set's least squares and its error then
+    come from those alone, the columns scaled to unit norm."""
+    columns = [list(c) for c in zip(*x, strict=True)]
+    norms = [math.sqrt(math.fsum(a * a for a in c)) or 1.0 for c in columns]
+    scaled = [[a / n for a in c] for c, n in zip(columns, norms, strict=True)]
+    gram = [[math.fsum(a * b for a, b in zip(ci, cj, strict=True)) for cj in scaled] for ci in scaled]
+    moments = [math.fsum(a * b for a, b in zip(c, y, strict=True)) for c in scaled]
+    total = math.fsum(v * v for v in y)
+    width = len(columns)
+    best, best_error = [0.0] * width, total
     for size in range(1, width + 1):
         for free in itertools.combinations(range(width), size):
-            solution = _least_squares([[row[i] for i in free] for row in x], y)
+            solution = _solve([[gram[i][j] for j in free] for i in free], [moments[i] for i in free])
             if solution is None or any(v < 0 for v in solution):
                 continue
-            weights = [0.0] * width
-            for i, v in zip(free, solution, strict=True):
-                weights[i] = v
-            fitted = [math.fsum(a * w for a, w in zip(row, weights, strict=True)) for row in x]
-            error = math.fsum((f - v) ** 2 for f, v in zip(fitted, y, strict=True))
-            if error < best_error - 1e-12:
-                best, best_error = weights, error
+            error = total - math.fsum(v * moments[i] for i, v in zip(free, solution, strict=True))  # |y|^2 - w.x'y
+            if error < best_error - 1e-12 * max(total, 1.0):
+                best, best_error = [0.0] * width, error
+                for i, v in zip(free, solution, strict=True):
+                    best[i] = v / norms[i]
     return best
 
 
