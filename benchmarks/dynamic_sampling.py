@@ -303,16 +303,15 @@ def auto_against_fixed(runs: list[dict], methods: list[str], target: float) -> s
         mine = {m: [r for r in runs if r["method"] == m] for m in [auto, *fixed]}
         minutes = {m: [minutes_to(r, target) for r in mine[m]] for m in mine}
         best = fastest({m: minutes[m] for m in fixed})
+        missed = {m: sum(first_reaching(r["curve"], target) is None for r in mine[m]) for m in (auto, best)}
+        if all(missed[m] == len(mine[m]) for m in missed):
+            lines.append(f"- `{auto}` against `{best}`: no run of either reached it")
+            continue
         ratio = statistics.fmean(minutes[auto]) / statistics.fmean(minutes[best])
         low, high = bootstrap_ratio_ci(minutes[auto], *(minutes[m] for m in fixed))
         p = permutation_p(minutes[auto], minutes[best])
         final = {m: [r["curve"][-1][2] for r in mine[m]] for m in (auto, best)}
-
-        missed = {m: sum(first_reaching(r["curve"], target) is None for r in mine[m]) for m in (auto, best)}
         arm = {m: f"{statistics.fmean(minutes[m]):.2f} ({missed[m]} of {len(mine[m])} runs missed)" for m in missed}
-        if all(missed[m] == len(mine[m]) for m in missed):
-            lines.append(f"- `{auto}` against `{best}`: no run of either reached it")
-            continue
         lines.append(
             f"- `{auto}` {arm[auto]} against `{best}`'s {arm[best]}: {ratio:.2f}× ({low:.2f}–{high:.2f}), p {p:.2f}"
             f"{', within noise' if within_noise(low, high, p) else ''}; final greedy accuracy "
