@@ -120,7 +120,8 @@ def _non_negative_least_squares(x: list[list[float]], y: list[float]) -> list[fl
             if solution is None or any(v < 0 for v in solution):
                 continue
             error = total - math.fsum(v * moments[i] for i, v in zip(free, solution, strict=True))  # |y|^2 - w.x'y
-            if error < best_error - 1e-12 * max(total, 1.0):
+            if error < best_error - 1e-12 * max(total, 1.0):  # the error is |y|^2 less a near equal sum: its
+                # rounding scales with |y|^2, so a set must fit better by more than that to count as better
                 best, best_error = [0.0] * width, error
                 for i, v in zip(free, solution, strict=True):
                     best[i] = v / norms[i]
