@@ -85,6 +85,7 @@ METHODS = {
     "budgeted 4-32 (mean 20)": dict(pods_n=32, pods_m=4, pods_generation="budgeted", pods_budget=20),
     "GRPO 8": dict(pods_n=8, pods_m=8),
     "GRPO 4 + sized refill": dict(pods_n=4, pods_m=4, pods_generation="refill", pods_max_draws=3),
+    "PODS 16->4 + sized refill": dict(pods_n=16, pods_m=4, pods_generation="refill", pods_max_draws=3),
     "auto 16->4": dict(pods_n=16, pods_m=4, pods_generation="auto", pods_max_draws=3),
     "auto 4->4": dict(pods_n=4, pods_m=4, pods_generation="auto", pods_max_draws=3),
 }
@@ -288,41 +289,55 @@ def minutes_to(run: dict, target: float) -> float:
     return (first_reaching(run["curve"], target) or run["curve"][-1])[1]
 
 
+def floor_of(auto: str) -> str:
+    """The fixed arm that is ``auto``'s floor: sized refill at its ``pods_n`` (`trl_pods.auto`), by its settings."""
+    settings = {**METHODS[auto], "pods_generation": "refill"}
+    return next((m for m in METHODS if METHODS[m] == settings), "")
+
+
+def _against(arm: str, pool: list[str], runs: list[dict], target: float) -> str:
+    """``arm`` against the fastest arm of ``pool`` in restricted mean minutes to ``target`` (`minutes_to`) and how
+    many runs missed it: their ratio with a 90% bootstrap interval that chooses the fastest again in every resample,
+    the permutation p (*within noise* as `race_analysis.within_noise` says), and the final greedy accuracies with
+    their p."""
+    mine = {m: [r for r in runs if r["method"] == m] for m in [arm, *pool]}
+    minutes = {m: [minutes_to(r, target) for r in mine[m]] for m in mine}
+    best = fastest({m: minutes[m] for m in pool})
+    missed = {m: sum(first_reaching(r["curve"], target) is None for r in mine[m]) for m in (arm, best)}
+    if all(missed[m] == len(mine[m]) for m in missed):
+        return f"- `{arm}` against `{best}`: no run of either reached it"
+    ratio = statistics.fmean(minutes[arm]) / statistics.fmean(minutes[best])
+    low, high = bootstrap_ratio_ci(minutes[arm], *(minutes[m] for m in pool))
+    p = permutation_p(minutes[arm], minutes[best])
+    final = {m: [r["curve"][-1][2] for r in mine[m]] for m in (arm, best)}
+    text = {m: f"{statistics.fmean(minutes[m]):.2f} ({missed[m]} of {len(mine[m])} runs missed)" for m in missed}
+    return (
+        f"- `{arm}` {text[arm]} against `{best}`'s {text[best]}: {ratio:.2f}× ({low:.2f}–{high:.2f}), p {p:.2f}"
+        f"{', within noise' if within_noise(low, high, p) else ''}; final greedy accuracy "
+        f"{statistics.fmean(final[arm]):.2f} against {statistics.fmean(final[best]):.2f}, "
+        f"p {permutation_p(final[arm], final[best]):.2f}"
+    )
+
+
 def auto_against_fixed(runs: list[dict], methods: list[str], target: float) -> str:
     """Each auto arm against the fastest fixed arm of its measurement with at most its rollouts per prompt (auto 4->4
-    cannot draw 16): restricted mean minutes to ``target`` (`minutes_to`) and how many runs missed it, their ratio
-    with a 90% bootstrap interval that chooses the fastest again in every resample and the permutation p against it
-    (*within noise* as `race_analysis.within_noise` says), and the final greedy accuracies with their p; empty where
-    the measurement has no such pair."""
-    lines = []
+    cannot draw 16), as `_against` reads it; where the measurement has auto's floor (`floor_of`) and another such
+    arm, the floor too, against the fastest of the others. Empty where the measurement has no such pair."""
+    lines, floors = [], []
     for auto in (m for m in methods if METHODS[m].get("pods_generation") == "auto"):
         fixed = [m for m in methods if METHODS[m].get("pods_generation") != "auto"
                  and METHODS[m]["pods_n"] <= METHODS[auto]["pods_n"]]  # fmt: skip
-        if not fixed:
-            continue
-        mine = {m: [r for r in runs if r["method"] == m] for m in [auto, *fixed]}
-        minutes = {m: [minutes_to(r, target) for r in mine[m]] for m in mine}
-        best = fastest({m: minutes[m] for m in fixed})
-        missed = {m: sum(first_reaching(r["curve"], target) is None for r in mine[m]) for m in (auto, best)}
-        if all(missed[m] == len(mine[m]) for m in missed):
-            lines.append(f"- `{auto}` against `{best}`: no run of either reached it")
-            continue
-        ratio = statistics.fmean(minutes[auto]) / statistics.fmean(minutes[best])
-        low, high = bootstrap_ratio_ci(minutes[auto], *(minutes[m] for m in fixed))
-        p = permutation_p(minutes[auto], minutes[best])
-        final = {m: [r["curve"][-1][2] for r in mine[m]] for m in (auto, best)}
-        arm = {m: f"{statistics.fmean(minutes[m]):.2f} ({missed[m]} of {len(mine[m])} runs missed)" for m in missed}
-        lines.append(
-            f"- `{auto}` {arm[auto]} against `{best}`'s {arm[best]}: {ratio:.2f}× ({low:.2f}–{high:.2f}), p {p:.2f}"
-            f"{', within noise' if within_noise(low, high, p) else ''}; final greedy accuracy "
-            f"{statistics.fmean(final[auto]):.2f} against {statistics.fmean(final[best]):.2f}, "
-            f"p {permutation_p(final[auto], final[best]):.2f}"
-        )
+        if fixed:
+            lines.append(_against(auto, fixed, runs, target))
+        others = [m for m in fixed if m != floor_of(auto)]
+        if floor_of(auto) in fixed and others:
+            floors.append(_against(floor_of(auto), others, runs, target))
     if not lines:
         return ""
+    floor = ", and auto's floor (sized refill at its `pods_n`) against the fastest of the others" if floors else ""
     return (f"Minutes to {target}, every run counted (a miss at its minutes at the last evaluation): each auto arm "
-            "against the fastest fixed arm with at most its rollouts per prompt, the interval choosing the fastest "
-            "again in each resample:\n\n" + "\n".join(lines))  # fmt: skip
+            f"against the fastest fixed arm with at most its rollouts per prompt{floor}, the interval choosing the "
+            "fastest again in each resample:\n\n" + "\n".join(lines + floors))  # fmt: skip
 
 
 def section(runs: list[dict], path: Path) -> str:

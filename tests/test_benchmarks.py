@@ -174,6 +174,36 @@ def test_auto_is_read_against_the_fastest_fixed_arm_it_could_have_been_every_run
     assert study.auto_against_fixed(runs, ["PODS 16->4", "auto 4->4"], 0.4) == ""
 
 
+def test_auto_floor_is_read_against_the_fastest_other_fixed_arm():
+    """Where a learning check runs auto's floor (sized refill at its ``pods_n``, found by its settings), the page also
+    reads the floor against the fastest of the other fixed arms, so that a gap auto shares with its floor can be told
+    from one of its own; auto itself is still read against every fixed arm, the floor included, and a measurement
+    without another fixed arm gets no floor line."""
+    study = _module("dynamic_sampling")
+    assert study.floor_of("auto 16->4") == "PODS 16->4 + sized refill"
+    assert study.floor_of("auto 4->4") == "GRPO 4 + sized refill"
+
+    def run(method, seed, minutes):  # reaches 0.4 at half its minutes
+        curve = [[0, 0.0, 0.0, 0.0, 0], [50, minutes / 2, 0.5, 0.1, 10], [100, minutes, 0.6, 0.1, 20]]
+        return {"method": method, "seed": seed, "curve": curve}
+
+    runs = [
+        *(run("PODS 16->4", s, 2.0 + s) for s in range(3)),  # 1.5 on average
+        *(run("PODS 16->4 + sized refill", s, 3.0 + s) for s in range(3)),  # 2.0
+        *(run("auto 16->4", s, 4.0 + s) for s in range(3)),  # 2.5
+    ]
+    methods = ["PODS 16->4", "PODS 16->4 + sized refill", "auto 16->4"]
+    text = study.auto_against_fixed(runs, methods, 0.4)
+    assert "and auto's floor (sized refill at its `pods_n`) against the fastest of the others" in text
+    lines = text.splitlines()[2:]
+    assert lines[0].startswith("- `auto 16->4` 2.50 (0 of 3 runs missed) against `PODS 16->4`'s 1.50 (0 of 3 runs "
+                               "missed): 1.67× (")  # fmt: skip
+    assert lines[1].startswith("- `PODS 16->4 + sized refill` 2.00 (0 of 3 runs missed) against `PODS 16->4`'s 1.50 "
+                               "(0 of 3 runs missed): 1.33× (")  # fmt: skip
+    alone = study.auto_against_fixed(runs, methods[1:], 0.4)
+    assert "floor" not in alone and len(alone.splitlines()) == 3
+
+
 @pytest.mark.slow
 def test_learning_efficiency_smoke_mode_trains_the_demo_model_and_renders_its_section(smollm2_cache):
     """`benchmarks/learning_efficiency.py --smoke` evaluates the base model, trains GRPO 4 and PODS 8 -> 4 on the
