@@ -12,6 +12,11 @@ generation waits for before its first call. Each generation here plans with anot
 not serve the next. Costs: an H200's (HF ``generate``: a call 1.03 s, a rollout 0.12 ms) and a CPU engine's (a rollout
 41 ms), as in tests/test_draw_sizing.py.
 
+With measured costs, auto also fits them once a generation (`trl_pods.costs.fit_costs`, on the timings
+`trl_pods.auto.kept_calls` keeps): "cost fit" times it on the fullest window a run can keep at that share,
+`KEPT_CALLS` calls of each size class its first and later calls can fall in (``pods_m`` x the share to ``pods_n`` x
+the room rollouts), with 5% noise on the H200's costs; a measured-cost auto plans in the search's time plus this.
+
 Times are the process's CPU time (``time.process_time``), so that other jobs on the machine do not inflate them as
 much as they would wall time. "Before" is the exact search as it was before issue 57 (tests/planning_reference.py,
 the same code): measured where it finishes in seconds; at 16,384 prompts it raises OverflowError.
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import json
+import random
 import statistics
 import sys
 import time
@@ -42,9 +48,9 @@ sys.path.insert(0, str(REPO / "tests"))  # the exact search as it was, kept as t
 
 import planning_reference  # noqa: E402
 
-from trl_pods.auto import best_plan, rollout_ladder  # noqa: E402
+from trl_pods.auto import KEPT_CALLS, KEPT_GAPS, best_plan, kept_calls, rollout_ladder  # noqa: E402
 from trl_pods.contrast import contrast_rate, kept_signal, prompts_to_cover  # noqa: E402
-from trl_pods.costs import Costs  # noqa: E402
+from trl_pods.costs import CallTiming, Costs, fit_costs  # noqa: E402
 from trl_pods.refill import DEFAULT_DRAW_COVERAGE, DrawPlan, sized_plan  # noqa: E402
 
 STUDY = Study("planning.py", "planning", "Planning time: auto's search and sized refill's draw", "planning")
@@ -55,6 +61,8 @@ COSTS = {
     "H200": Costs(call=1.031, rollout=0.000116, step=0.321),
     "CPU engine": Costs(call=0.3, rollout=0.041, step=10.4),
 }
+LOAD = 0.5
+"""Seconds a generation's first call spends loading the new weights, in `fit_window`'s timings."""
 GENERATIONS = (0.3, 0.5, 0.8, 1.2, 2.0)
 """Each generation's pass rates ``Beta(a, 1)``: contrast rates from 0.38 to 0.61 at 4 rollouts."""
 SWEEP_BETAS = ((0.5, 1.5), (0.2, 0.2), (2.0, 0.5))
@@ -93,6 +101,19 @@ def exact_search(a: float, costs: Costs, share: int) -> DrawPlan:
     return planning_reference.best_plan(rate, costs, share, LADDER, RATIO * share, MAX_CALLS, COVERAGE)[0]
 
 
+def fit_window(share: int, seed: int) -> list[CallTiming]:
+    """The fullest window of kept timings at ``share`` prompts a process: `KEPT_CALLS` first and later calls of each
+    size class (a power of two of rollouts per process) from ``pods_m`` x the share to ``pods_n`` x the room, timed at
+    the H200's costs (a first call also loading the weights) with 5% noise drawn from ``seed``."""
+    rng, costs = random.Random(seed), COSTS["H200"]
+    sizes = [LADDER[0] * share * 2**i for i in range((LADDER[-1] * RATIO // LADDER[0]).bit_length())]
+    calls = [
+        CallTiming(size, (costs.seconds(1, size) - costs.step + first * LOAD) * rng.uniform(0.95, 1.05), first)
+        for _ in range(KEPT_CALLS) for size in sizes for first in (True, False)
+    ]  # fmt: skip
+    return kept_calls(calls)
+
+
 def _timings(search: Callable, share: int, costs: Costs, generations: tuple[float, ...]) -> dict:
     """Milliseconds per generation of ``search``, or the error it raises."""
     try:
@@ -114,6 +135,9 @@ def measure(shares: tuple[int, ...], generations: tuple[float, ...], before_up_t
             functools.partial(prompts_to_cover, share, _rate(a, 16), COVERAGE, RATIO * share) for a in generations
         ]
         row["sized refill"] = {"ms": [_milliseconds(draw) for draw in draws]}
+        gaps = [COSTS["H200"].step] * KEPT_GAPS
+        fits = [functools.partial(fit_costs, fit_window(share, seed), gaps) for seed in range(len(generations))]
+        row["cost fit"] = {"ms": [_milliseconds(fit) for fit in fits]}
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
@@ -158,7 +182,7 @@ def _ms(value: float) -> str:
 
 def table(rows: list[dict]) -> str:
     """The measurement as a markdown table: median (max) milliseconds a generation."""
-    names = [f"auto {name}" for name in COSTS] + ["sized refill"] + [f"before {name}" for name in COSTS]
+    names = [f"auto {name}" for name in COSTS] + ["cost fit", "sized refill"] + [f"before {name}" for name in COSTS]
     lines = [
         "| prompts a process (room) | " + " | ".join(names) + " |",
         "|---|" + "---|" * len(names),
@@ -184,7 +208,8 @@ def render() -> str:
     return STUDY.render(
         f"{__doc__.split(chr(10) + chr(10))[0]}\n\n"
         "Milliseconds of CPU time a generation, median (max) over the generations: auto's search with each cost\n"
-        "model, sized refill's first draw, and the exact search as it was (before):\n\n"
+        "model, its fit of measured costs on the fullest window of timings, sized refill's first draw, and the exact\n"
+        "search as it was (before):\n\n"
         f"{table(saved['rows'])}\n\nCommand: `{saved['command']}`\n\n{saved['environment']}{choices}"
     )
 

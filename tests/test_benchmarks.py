@@ -220,10 +220,11 @@ def test_learning_efficiency_smoke_mode_trains_the_demo_model_and_renders_its_se
 
 
 def test_planning_smoke_mode_times_auto_and_refill_and_the_exact_search():
-    """`benchmarks/planning.py --smoke` times auto's search with both cost models, sized refill's draw and the exact
-    search as it was, at 16 and 32 prompts a process, prints the table and writes nothing."""
+    """`benchmarks/planning.py --smoke` times auto's search with both cost models, its fit of measured costs, sized
+    refill's draw and the exact search as it was, at 16 and 32 prompts a process, prints the table and writes
+    nothing."""
     table = _first_table(_run_smoke("planning.py"))
-    assert set(table) == {"16 (64)", "32 (128)"}
+    assert set(table) == {"16 (64)", "32 (128)"} and "cost fit" in table["16 (64)"]
     assert all(
         re.fullmatch(r"[\d.,]+ \([\d.,]+\)", table["16 (64)"][column])
         for column in table["16 (64)"]
