@@ -1,9 +1,8 @@
 """Planning a generation: how long auto's plan search and sized refill's first draw take, per generation, at 16 to
 1,024 prompts a process, and at 16,384 with 65,536 prompts of room (the most any plan considers).
 
-Auto (`trl_pods.auto.best_plan`, as `trl_pods.auto.AutoMode.plan` calls it: with sized refill's plan as its floor
-and each group weighed by `trl_pods.contrast.kept_signal`) searches every plan of rollouts per prompt (4, 8, 16:
-``pods_m`` 4 doubling up to ``pods_n`` 16), prompts in the first call (25 from the share up to
+Auto (`trl_pods.auto.best_plan`, as `trl_pods.auto.AutoMode.plan` calls it: with sized refill's plan as its floor,
+at ``pods_n`` 16 rollouts per prompt) searches every plan of prompts in the first call (25 from the share up to
 ``pods_max_prompt_ratio`` 4 times it) and calls (up to ``pods_max_draws`` 3, later ones sized at coverage 0.9), for
 the expected outcome of each; sized refill (`trl_pods.contrast.prompts_to_cover`) finds the fewest prompts that cover
 the share at the observed contrast rate. Both run once per generation on every process, so their time is what a
@@ -21,10 +20,10 @@ Times are the process's CPU time (``time.process_time``), so that other jobs on 
 much as they would wall time. "Before" is the exact search as it was before issue 57 (tests/planning_reference.py,
 the same code): measured where it finishes in seconds; at 16,384 prompts it raises OverflowError.
 
-``--sweep`` records what auto chooses (its rollouts per prompt, first-call prompts and calls) on a sweep of given
-costs, a call 1 s and the rest of a step 0.3 s, a rollout from 100 ms down to 0.01 ms, with ``pods_n`` 64, for three
-mixes of prompts (`SWEEP_BETAS`): IsoCompute's finding is that the best rollouts per prompt grow with the budget,
-then saturate.
+``--sweep`` records the cost model's own choice (`cost_model_choice`: rollouts per prompt, first-call prompts and
+calls; auto's until 2026-12-02, auto now holding ``pods_n``) on a sweep of given costs, a call 1 s and the rest of a
+step 0.3 s, a rollout from 100 ms down to 0.01 ms, with ``pods_n`` 64, for three mixes of prompts (`SWEEP_BETAS`):
+IsoCompute's finding is that the best rollouts per prompt grow with the budget, then saturate.
 
     python benchmarks/planning.py            # measure, save docs/benchmarks/data/planning.json, write the page
     python benchmarks/planning.py --sweep    # auto's choices on a sweep of given costs (no timing), then the page
@@ -86,12 +85,21 @@ def _milliseconds(plan: Callable[[], object]) -> float:
     return 1000 * (time.process_time() - began)
 
 
-def auto_planning(a: float, costs: Costs, share: int, ladder: list[int] = LADDER, b: float = 1.0) -> DrawPlan:
-    """Auto's planning as `trl_pods.auto.AutoMode.plan` does it, pass rates ``Beta(a, b)``: sized refill's plan (the
-    floor), then the search, each group weighed by what it teaches."""
-    rate, room, n = functools.partial(contrast_rate, a, b), RATIO * share, ladder[-1]
+def auto_planning(a: float, costs: Costs, share: int) -> DrawPlan:
+    """Auto's planning as `trl_pods.auto.AutoMode.plan` does it, pass rates ``Beta(a, 1)``: sized refill's plan (the
+    floor), then the search at ``pods_n`` rollouts per prompt."""
+    rate, room, n = functools.partial(_rate, a), RATIO * share, LADDER[-1]
     floor = sized_plan(n, rate(n), share, room, MAX_CALLS, COVERAGE)
-    value = functools.partial(kept_signal, a, b, m=ladder[0])
+    return best_plan(rate, costs, share, [n], room, MAX_CALLS, COVERAGE, floor)[0]
+
+
+def cost_model_choice(beta: tuple[float, float], costs: Costs, share: int, ladder: list[int]) -> DrawPlan:
+    """The cost model's own choice of rollouts per prompt (auto's until 2026-12-02), pass rates ``Beta(*beta)``: the
+    search over ``ladder`` above sized refill at its top, each group weighed by what it teaches
+    (`trl_pods.contrast.kept_signal`)."""
+    rate, room, n = functools.partial(contrast_rate, *beta), RATIO * share, ladder[-1]
+    floor = sized_plan(n, rate(n), share, room, MAX_CALLS, COVERAGE)
+    value = functools.partial(kept_signal, *beta, m=ladder[0])
     return best_plan(rate, costs, share, ladder, room, MAX_CALLS, COVERAGE, floor, value)[0]
 
 
@@ -144,13 +152,13 @@ def measure(shares: tuple[int, ...], generations: tuple[float, ...], before_up_t
 
 
 def sweep() -> list[dict]:
-    """Auto's plan (`auto_planning`: share 4, room 16, rollouts per prompt 4 to 64) for each mix of prompts and
-    rollout cost."""
+    """The cost model's choice (`cost_model_choice`: share 4, room 16, rollouts per prompt 4 to 64) for each mix of
+    prompts and rollout cost."""
     rows = []
     for beta in SWEEP_BETAS:
         for rollout_ms in SWEEP_ROLLOUT_MS:
             costs = Costs(call=1.0, rollout=rollout_ms / 1000, step=0.3)
-            plan = auto_planning(beta[0], costs, 4, rollout_ladder(4, 64), beta[1])
+            plan = cost_model_choice(beta, costs, 4, rollout_ladder(4, 64))
             rows.append(
                 {"beta": beta, "rollout_ms": rollout_ms, "n": plan.n, "first": plan.first, "calls": plan.calls}
             )
@@ -158,7 +166,7 @@ def sweep() -> list[dict]:
 
 
 def sweep_table(rows: list[dict]) -> str:
-    """Rollouts per prompt (first-call prompts, calls) auto chooses, a row per mix of prompts."""
+    """Rollouts per prompt (first-call prompts, calls) the cost model chooses, a row per mix of prompts."""
     header = "| pass rates | " + " | ".join(f"{ms:g} ms" for ms in SWEEP_ROLLOUT_MS) + " |"
     lines = [header, "|---|" + "---|" * len(SWEEP_ROLLOUT_MS)]
     for beta in SWEEP_BETAS:
@@ -200,9 +208,10 @@ def render() -> str:
     choices = ""
     if swept.exists():
         choices = (
-            "\n\n## Auto's choices on a sweep of given costs\n\nRollouts per prompt (first-call prompts, calls) auto "
-            "chooses for 4 prompts a process (room 16, rollouts per prompt 4 to 64), a call 1 s and the rest of a "
-            f"step 0.3 s, by a rollout's cost:\n\n{sweep_table(json.loads(swept.read_text()))}\n\n"
+            "\n\n## The cost model's choices on a sweep of given costs\n\nRollouts per prompt (first-call prompts, "
+            "calls) auto's cost model chooses for 4 prompts a process (room 16, rollouts per prompt 4 to 64), a call "
+            "1 s and the rest of a step 0.3 s, by a rollout's cost; auto chose so until 2026-12-02, and now holds "
+            f"`pods_n`:\n\n{sweep_table(json.loads(swept.read_text()))}\n\n"
             "Command: `python benchmarks/planning.py --sweep`"
         )
     return STUDY.render(

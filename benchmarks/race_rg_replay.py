@@ -6,9 +6,9 @@ A state is what auto planned from at a generation where its plan changed (its lo
 call, a rollout, the rest of a step) and the contrast rate it observed at 4, 8 and 16 rollouts per prompt, to which
 pass rates ``Beta(a, b)`` are fitted (the planner's own model, `trl_pods.contrast.contrast_rate`). The variants:
 
-* **as raced**, as auto plans now: its floor is sized refill at ``pods_n`` (16 rollouts per prompt), each group
-  weighed by `trl_pods.contrast.kept_signal`, a step's progress in proportion to its signal
-  (`trl_pods.auto.STEP_RETURNS`);
+* **as raced**, as auto planned until 2026-12-02 (it now holds ``pods_n``): its floor is sized refill at ``pods_n``
+  (16 rollouts per prompt), each group weighed by `trl_pods.contrast.kept_signal`, a step's progress in proportion
+  to its signal (`trl_pods.auto.STEP_RETURNS`);
 * **floor at pods_m**: the floor is sized refill at ``pods_m`` (4 rollouts per prompt);
 * **groups alike**: no `kept_signal` (each trained group with contrast counts 1);
 * **both**;

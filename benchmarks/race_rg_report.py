@@ -297,13 +297,12 @@ def replay_text(data: Path, runs: list[dict], costs: dict[str, float] | None) ->
     return (
         f"Auto's planner (`trl_pods.auto.best_plan`) replayed on the {len(states)} states at which {runs_in} of its "
         "runs announced a change of plan (the costs it measured and the contrast rates it observed, from the runs' "
-        "logs: `python benchmarks/race_rg_replay.py LOG`), as raced (as auto plans now) and with one part changed at "
-        "a time: its floor, sized refill at `pods_n` 16, at `pods_m` 4; each group with contrast counted alike (no "
-        "`kept_signal`); both; and the square root (the floor at `pods_m`, and a step's progress growing as the "
-        "square root of its signal, not in proportion: auto from 2026-11-30 to 2026-12-01, the amended arms). Each "
-        "plan's expected calls and rollouts are priced with "
-        "the CPU costs above, over the baseline's mean priced step in its runs.\n\n"
-        + race_rg_replay.table(states, costs, runs)
+        "logs: `python benchmarks/race_rg_replay.py LOG`), as raced (as auto planned until 2026-12-02) and with one "
+        "part changed at a time: its floor, sized refill at `pods_n` 16, at `pods_m` 4; each group with contrast "
+        "counted alike (no `kept_signal`); both; and the square root (the floor at `pods_m`, and a step's progress "
+        "growing as the square root of its signal, not in proportion: auto from 2026-11-30 to 2026-12-01, the "
+        "amended arms). Each plan's expected calls and rollouts are priced with the CPU costs above, over the "
+        "baseline's mean priced step in its runs.\n\n" + race_rg_replay.table(states, costs, runs)
     )
 
 

@@ -1,30 +1,27 @@
-"""Auto generation: the rollouts per prompt, the prompts per call and the calls per step that reach the most signal
-per second on the run's own hardware.
+"""Auto generation: the prompts per call and the calls per step, at ``pods_n`` rollouts per prompt, that reach the most
+signal per second on the run's own hardware.
 
 With ``pods_generation="auto"`` (`AutoMode`) each generation is a refill (`trl_pods.refill`): groups whose rewards
 all agree carry no signal, so the step trains on groups with contrast, drawing further prompts for them. What is
-best to draw depends on the machine. Where every rollout costs (a CPU engine), few rollouts per prompt and a second
-call when needed; where a generation call costs the same for 4 rollouts or 256 (HF ``generate`` on a GPU), one large
-call with many rollouts per prompt, down-sampled by PODS's max-variance rule. Auto decides, generation by
-generation, from two things it learns on the run:
+best to draw depends on the machine. Where every rollout costs (a CPU engine), the fewest prompts and a second call
+when needed; where a generation call costs the same for 4 rollouts or 256 (HF ``generate`` on a GPU), one large call.
+Auto decides, generation by generation, from two things it learns on the run:
 
 * what a generation call, a rollout and the rest of a step cost (`trl_pods.costs`, timed on the generations the run
   makes anyway; or ``pods_auto_costs`` given), and
 * how likely ``n`` rollouts of a prompt are to show contrast (`trl_pods.contrast.ContrastHistory`).
 
-A plan (`trl_pods.refill.DrawPlan`) is ``n`` rollouts per prompt (``pods_m``, doubling up to ``pods_n``), the prompts
-of the first call (from the batch's share up to ``pods_max_prompt_ratio`` times it) and the most calls (up to
-``pods_max_draws``; later calls sized to cover what is missing with probability ``pods_draw_coverage``).
+A plan (`trl_pods.refill.DrawPlan`) is ``n`` rollouts per prompt (``pods_n``; see below), the prompts of the first
+call (from the batch's share up to ``pods_max_prompt_ratio`` times it) and the most calls (up to ``pods_max_draws``;
+later calls sized to cover what is missing with probability ``pods_draw_coverage``).
 `expected_outcomes` computes, for one process, the expected calls, prompts and trained groups with contrast of a
 plan stopped after each of its calls: exactly at small sizes, and at any size in bounded work (log-space terms,
 neighbouring states merged, a normal distribution for a call's outcomes once they spread over many counts), so that
 planning takes a few milliseconds a generation up to 16,384 prompts a process and never
 overflows (`benchmarks/planning.py`); it is left out of the generation's timing. `best_plan` takes the plan with the
-most progress per second of step. A step's signal is its expected trained groups with contrast, each weighed by what it
-teaches at the plan's rollouts per prompt (`trl_pods.contrast.kept_signal`, the expected variance of the rewards
-max-variance down-sampling keeps), and its progress grows in proportion to its signal (`STEP_RETURNS`). Among plans
-within 1% of the best, the most rollouts per prompt (more for max-variance down-sampling to choose from), then the
-fewest calls, then the fewest prompts. It never plans worse than sized refill with the run's own settings
+most progress per second of step. A step's signal is its expected trained groups with contrast, and its progress grows
+in proportion to its signal (`STEP_RETURNS`). Among plans within 1% of the best, the fewest calls, then the fewest
+prompts. It never plans worse than sized refill with the run's own settings
 (`trl_pods.refill.RefillMode.sized` at ``pods_n`` rollouts per prompt, down-sampled to ``pods_m``: as many prompts as
 cover the share with probability ``pods_draw_coverage``): only plans whose first call finds at least as many groups
 with contrast as refill's, and that score at least refill's plan, are chosen from, so auto's plans differ from sized
@@ -32,6 +29,15 @@ refill's only where the costs say so. From 2026-11-30 to 2026-12-01 auto planned
 and valued a step as the square root of its signal: cheaper steps on the time-to-target race, but no faster to its
 targets, and on the learning check from scratch it stalled where PODS ``pods_n`` -> ``pods_m`` did not
 (docs/benchmarks/dynamic-sampling.md, `auto_floor_n`).
+
+Auto holds its rollouts per prompt at ``pods_n``, its floor's. Until 2026-12-02 it chose them as well (``pods_m``
+doubling up to ``pods_n``, each group weighed by what it teaches at its rollouts per prompt,
+`trl_pods.contrast.kept_signal`): where a rollout is what costs it took 4 or 8 of 16, and on the learning check from
+scratch those runs ended at 0.68 against 0.87 at ``pods_n`` (p 0.02), as often on the task's easy half as PODS
+16 -> 4's (docs/benchmarks/dynamic-sampling.md, `floor_cost` and `auto_at_n`). Its model counts what a step trains on
+and what it costs, not how a task is learned; ``pods_n`` is the user's. `best_plan` still searches a ladder of
+rollouts per prompt, each weighed by a ``value``: the cost model's own choice, which the planning benchmark's sweep
+and the race's replay read.
 
 Until the costs can be told apart (`trl_pods.costs.fit_costs`: a time between generations, and two sizes of call among
 the generations' first calls or among their later ones, a first call also loading the weights), auto plans as sized
@@ -258,11 +264,6 @@ def best_plan(
     return plan, outcome, seconds
 
 
-def _signal(history: ContrastHistory, m: int, n: int) -> float:
-    """What a trained group with contrast teaches at ``n`` rollouts kept to ``m`` (`ContrastHistory.signal`)."""
-    return history.signal(n, m)
-
-
 def kept_calls(calls: list[CallTiming]) -> list[CallTiming]:
     """The timings auto fits its costs to: the most recent `KEPT_CALLS` of each size class (rollouts per process
     within a factor of two) among first calls and among later calls, in order. A steady plan, which times one size
@@ -320,12 +321,10 @@ class AutoMode(RefillMode):
                     "pods_auto_costs gives it costs to plan with",
                 )
             return exploring
-        ladder = rollout_ladder(self.m, self.n_max)
-        signal = functools.partial(_signal, self.history, self.m)
-        plan, outcome, seconds = best_plan(
-            self.history.rate, costs, state.share, ladder, room, self.max_draws, self.later_coverage, floor, signal
+        plan, outcome, seconds = best_plan(  # at pods_n rollouts a prompt, its floor's (the module docstring)
+            self.history.rate, costs, state.share, [self.n_max], room, self.max_draws, self.later_coverage, floor
         )
-        rates = ", ".join(f"{self.history.rate(n):.2f} at {n}" for n in ladder)
+        rates = ", ".join(f"{self.history.rate(n):.2f} at {n}" for n in rollout_ladder(self.m, self.n_max))
         self._announce(
             plan,
             f"expected {outcome.calls:.2f} calls, {outcome.contrast:.2f} of {state.share} groups with contrast, "

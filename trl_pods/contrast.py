@@ -256,10 +256,6 @@ class ContrastHistory:
         """``P(contrast | n)`` under the current fit."""
         return contrast_rate(*self.beta, n)
 
-    def signal(self, n: int, m: int) -> float:
-        """`kept_signal` of ``n`` rollouts down-sampled to ``m`` under the current fit."""
-        return kept_signal(*self.beta, n, m)
-
     def state_dict(self) -> dict[str, Any]:
         return {
             "passes": self.passes, "counts": self.counts, "weights": self.weights,

@@ -39,10 +39,10 @@ class PODSFields:
             are all equal are not trained on; the synchronous trainer draws further prompts in their place, the
             asynchronous one goes on to the next prompts), `"screened"` (a pilot of `pods_n_initial` for
             `pods_screen_ratio` times the prompts trained on, the rest of `pods_n` for those `pods_screen_rule`
-            picks), `"auto"` (synchronous trainer: refill whose rollouts per prompt, prompts per call and calls per
-            step are chosen from the costs measured on the run and its contrast rate), or a mode registered with
-            `trl_pods.generation_modes.register_generation_mode` (a dotted import path also works). Prompts generated
-            for and not trained on are consumed (visited).
+            picks), `"auto"` (synchronous trainer: refill at `pods_n` rollouts per prompt whose prompts per call and
+            calls per step are chosen from the costs measured on the run and its contrast rate), or a mode registered
+            with `trl_pods.generation_modes.register_generation_mode` (a dotted import path also works). Prompts
+            generated for and not trained on are consumed (visited).
         pods_n_initial (`int`, *optional*):
             Adaptive: rollouts per prompt in the first wave (`pods_m` to `pods_n`); screened: in the pilot (2 to
             `pods_n`). Defaults to `pods_m`.
@@ -118,8 +118,8 @@ class PODSFields:
             "prompt's history. 'refill' (DAPO's dynamic sampling): groups whose rewards are all equal are not "
             "trained on (synchronous: further prompts are drawn in their place). 'screened': a pilot for "
             "pods_screen_ratio x the prompts, the rest of pods_n for those pods_screen_rule picks. 'auto' "
-            "(synchronous): refill whose rollouts per prompt, prompts per call and calls per step are chosen from the "
-            "costs measured on the run and its contrast rate. Or a mode registered with "
+            "(synchronous): refill at pods_n rollouts per prompt whose prompts per call and calls per step are chosen "
+            "from the costs measured on the run and its contrast rate. Or a mode registered with "
             "trl_pods.generation_modes.register_generation_mode, or a dotted import path."
         },
     )

@@ -8,8 +8,8 @@ which prompts get how many rollouts. Built in:
 * ``"budgeted"``: counts allocated from each prompt's history, one call (`budget.BudgetedMode`);
 * ``"refill"``: DAPO's dynamic sampling, further prompts drawn for groups without contrast (`refill.RefillMode`);
 * ``"screened"``: a pilot of a larger pool, then the rest for the chosen prompts (`screening.ScreenedMode`);
-* ``"auto"``: refill whose rollouts per prompt, prompts per call and calls per step are chosen from the costs
-  measured on the run and the contrast rate it observes (`auto.AutoMode`).
+* ``"auto"``: refill at ``pods_n`` rollouts per prompt whose prompts per call and calls per step are chosen from the
+  costs measured on the run and the contrast rate it observes (`auto.AutoMode`).
 
 A mode of your own subclasses `GenerationMode` and takes the config in its constructor:
 
