@@ -46,7 +46,6 @@ from harness import (
     DATA,
     RunStore,
     Study,
-    bootstrap_ratio_ci,
     first_reaching,
     mean_logged,
     mean_of,
@@ -57,7 +56,7 @@ from harness import (
     plot_accuracy_curves,
     spread,
 )
-from race_analysis import fastest, within_noise
+from race_analysis import against_fastest, fastest, ratio_words
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, TrainerCallback
 from transformers.trainer_callback import PrinterCallback
@@ -297,23 +296,21 @@ def floor_of(auto: str) -> str:
 
 def _against(arm: str, pool: list[str], runs: list[dict], target: float) -> str:
     """``arm`` against the fastest arm of ``pool`` in restricted mean minutes to ``target`` (`minutes_to`) and how
-    many runs missed it: their ratio with a 90% bootstrap interval that chooses the fastest again in every resample,
-    the permutation p (*within noise* as `race_analysis.within_noise` says), and the final greedy accuracies with
-    their p."""
+    many runs missed it: their ratio with a 90% bootstrap interval that chooses the fastest again in every resample
+    (`race_analysis.against_fastest`), the permutation p (*within noise* where `race_analysis.ratio_words` says so),
+    and the final greedy accuracies with their p."""
     mine = {m: [r for r in runs if r["method"] == m] for m in [arm, *pool]}
     minutes = {m: [minutes_to(r, target) for r in mine[m]] for m in mine}
     best = fastest({m: minutes[m] for m in pool})
     missed = {m: sum(first_reaching(r["curve"], target) is None for r in mine[m]) for m in (arm, best)}
     if all(missed[m] == len(mine[m]) for m in missed):
         return f"- `{arm}` against `{best}`: no run of either reached it"
-    ratio = statistics.fmean(minutes[arm]) / statistics.fmean(minutes[best])
-    low, high = bootstrap_ratio_ci(minutes[arm], *(minutes[m] for m in pool))
-    p = permutation_p(minutes[arm], minutes[best])
+    _, ratio, low, high = against_fastest(minutes[arm], {m: minutes[m] for m in pool})
+    words = ratio_words(ratio, low, high, permutation_p(minutes[arm], minutes[best]))
     final = {m: [r["curve"][-1][2] for r in mine[m]] for m in (arm, best)}
     text = {m: f"{statistics.fmean(minutes[m]):.2f} ({missed[m]} of {len(mine[m])} runs missed)" for m in missed}
     return (
-        f"- `{arm}` {text[arm]} against `{best}`'s {text[best]}: {ratio:.2f}× ({low:.2f}–{high:.2f}), p {p:.2f}"
-        f"{', within noise' if within_noise(low, high, p) else ''}; final greedy accuracy "
+        f"- `{arm}` {text[arm]} against `{best}`'s {text[best]}: {words}; final greedy accuracy "
         f"{statistics.fmean(final[arm]):.2f} against {statistics.fmean(final[best]):.2f}, "
         f"p {permutation_p(final[arm], final[best]):.2f}"
     )
@@ -329,9 +326,10 @@ def auto_against_fixed(runs: list[dict], methods: list[str], target: float) -> s
                  and METHODS[m]["pods_n"] <= METHODS[auto]["pods_n"]]  # fmt: skip
         if fixed:
             lines.append(_against(auto, fixed, runs, target))
-        others = [m for m in fixed if m != floor_of(auto)]
-        if floor_of(auto) in fixed and others:
-            floors.append(_against(floor_of(auto), others, runs, target))
+        floor = floor_of(auto)
+        others = [m for m in fixed if m != floor]
+        if floor in fixed and others:
+            floors.append(_against(floor, others, runs, target))
     if not lines:
         return ""
     floor = ", and auto's floor (sized refill at its `pods_n`) against the fastest of the others" if floors else ""

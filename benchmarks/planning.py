@@ -85,22 +85,25 @@ def _milliseconds(plan: Callable[[], object]) -> float:
     return 1000 * (time.process_time() - began)
 
 
-def auto_planning(a: float, costs: Costs, share: int) -> DrawPlan:
-    """Auto's planning as `trl_pods.auto.AutoMode.plan` does it, pass rates ``Beta(a, 1)``: sized refill's plan (the
-    floor), then the search at ``pods_n`` rollouts per prompt."""
-    rate, room, n = functools.partial(_rate, a), RATIO * share, LADDER[-1]
+def _search(beta: tuple[float, float], costs: Costs, share: int, ladder: list[int], weighed: bool) -> DrawPlan:
+    """`best_plan` above sized refill's plan at the ladder's top (the floor), pass rates ``Beta(*beta)``, each group
+    weighed by what it teaches (`trl_pods.contrast.kept_signal`) where ``weighed``."""
+    rate, room, n = functools.partial(contrast_rate, *beta), RATIO * share, ladder[-1]
     floor = sized_plan(n, rate(n), share, room, MAX_CALLS, COVERAGE)
-    return best_plan(rate, costs, share, [n], room, MAX_CALLS, COVERAGE, floor)[0]
+    value = functools.partial(kept_signal, *beta, m=ladder[0]) if weighed else None
+    return best_plan(rate, costs, share, ladder, room, MAX_CALLS, COVERAGE, floor, value)[0]
+
+
+def auto_planning(a: float, costs: Costs, share: int) -> DrawPlan:
+    """Auto's planning as `trl_pods.auto.AutoMode.plan` does it, pass rates ``Beta(a, 1)``: the search at ``pods_n``
+    rollouts per prompt above sized refill's plan."""
+    return _search((a, 1.0), costs, share, LADDER[-1:], weighed=False)
 
 
 def cost_model_choice(beta: tuple[float, float], costs: Costs, share: int, ladder: list[int]) -> DrawPlan:
     """The cost model's own choice of rollouts per prompt (auto's until 2026-12-02), pass rates ``Beta(*beta)``: the
-    search over ``ladder`` above sized refill at its top, each group weighed by what it teaches
-    (`trl_pods.contrast.kept_signal`)."""
-    rate, room, n = functools.partial(contrast_rate, *beta), RATIO * share, ladder[-1]
-    floor = sized_plan(n, rate(n), share, room, MAX_CALLS, COVERAGE)
-    value = functools.partial(kept_signal, *beta, m=ladder[0])
-    return best_plan(rate, costs, share, ladder, room, MAX_CALLS, COVERAGE, floor, value)[0]
+    search over ``ladder`` above sized refill at its top, each group weighed by what it teaches."""
+    return _search(beta, costs, share, ladder, weighed=True)
 
 
 def exact_search(a: float, costs: Costs, share: int) -> DrawPlan:
@@ -116,7 +119,7 @@ def fit_window(share: int, seed: int) -> list[CallTiming]:
     rng, costs = random.Random(seed), COSTS["H200"]
     sizes = [LADDER[0] * share * 2**i for i in range((LADDER[-1] * RATIO // LADDER[0]).bit_length())]
     calls = [
-        CallTiming(size, (costs.seconds(1, size) - costs.step + first * LOAD) * rng.uniform(0.95, 1.05), first)
+        CallTiming(size, (costs.call + costs.rollout * size + first * LOAD) * rng.uniform(0.95, 1.05), first)
         for _ in range(KEPT_CALLS) for size in sizes for first in (True, False)
     ]  # fmt: skip
     return kept_calls(calls)

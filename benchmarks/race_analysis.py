@@ -184,15 +184,27 @@ def within_noise(low: float, high: float, p: float) -> bool:
     return low <= 1 <= high or p > NOISE_P
 
 
-def ratio_text(arm: Sequence[float], base: Sequence[float]) -> str:
-    """``ratio× (low–high), p`` of ``arm``'s mean to ``base``'s, with ``, within noise`` where it is so."""
-    value, low, high, p = ratio(arm, base)
+def ratio_words(value: float, low: float, high: float, p: float) -> str:
+    """``value× (low–high), p``, with ``, within noise`` where it is so."""
     return f"{value:.2f}× ({low:.2f}–{high:.2f}), p {p:.2f}" + (", within noise" if within_noise(low, high, p) else "")
+
+
+def ratio_text(arm: Sequence[float], base: Sequence[float]) -> str:
+    """`ratio_words` of ``arm``'s mean to ``base``'s."""
+    return ratio_words(*ratio(arm, base))
 
 
 def fastest(found: dict[str, Sequence[float]]) -> str:
     """The arm of ``found`` (per arm, its runs' minutes) with the lowest mean."""
     return min(found, key=lambda arm: statistics.fmean(found[arm]))
+
+
+def against_fastest(arm: Sequence[float], others: dict[str, Sequence[float]]) -> tuple[str, float, float, float]:
+    """``(fastest of others, ratio of arm's mean to its, CI low, CI high)``: the 90% bootstrap interval chooses the
+    fastest again in every resample (the fastest of several noisy arms reads faster than it is)."""
+    best = fastest(others)
+    low, high = bootstrap_ratio_ci(arm, *others.values())
+    return best, statistics.fmean(arm) / statistics.fmean(others[best]), low, high
 
 
 def tie_passes(

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import race_rg_replay
 import time_to_target_rg_plan as plan
-from harness import DATA, PAGES, RunStore, bootstrap_ratio_ci, notes
+from harness import DATA, PAGES, RunStore, notes
 from race_analysis import (
     FIELD,
     Pricing,
+    against_fastest,
     arm_costs,
     check_against_plan,
     fastest,
@@ -193,10 +194,7 @@ def goals_text(runs: list[dict], task: str, race, prices: list[Pricing]) -> str:
                 lines.append(f"- {task}, {pricing.name}: `{auto}` within 10% of the best trl_pods arm: pending "
                              f"(waiting for {', '.join(waiting)})")  # fmt: skip
                 continue
-            others = {arm: found[arm] for arm in fixed}
-            best = fastest(others)  # an auto faster than it reads below 1
-            within = statistics.fmean(found[auto]) / statistics.fmean(found[best])
-            low, high = bootstrap_ratio_ci(found[auto], *others.values())  # the fastest chosen again in each draw
+            best, within, low, high = against_fastest(found[auto], {arm: found[arm] for arm in fixed})
             lines.append(f"- {task}, {pricing.name}: `{auto}` within 10% of the best trl_pods arm, the fastest fixed "
                          f"one (`{best}`): {within:.2f}× ({low:.2f}–{high:.2f}): "
                          f"**{'met' if within <= CLOSE else 'not met'}**")  # fmt: skip
