@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The device check for a lent CUDA GPU (about 10 minutes on an H200), writing under $OUT:
 #   1. the smallest pair of the reasoning-gym race (benchmarks/time_to_target_rg.py): the pilot's trl.GRPOTrainer setting
-#      against trl_pods's auto (the arm auto 16->4) on $TASK (default basic_arithmetic, a task the race's
+#      against trl_pods's auto (the arm auto 16->4 (pods_n)) on $TASK (default basic_arithmetic, a task the race's
 #      pilot chose), 2 seeds, $STEPS steps, an evaluation every $EVAL_EVERY steps on 200 held-out problems
 #      -> $OUT/race_rg_pair.jsonl (outside the plan: labelled as the smallest pair on a GPU);
 #   2. $ZERO_STEPS steps of the ZeRO-2 and ZeRO-3 recipes (recipes/accelerate/zero{2,3}.yaml) on one process, PODS
@@ -37,7 +37,7 @@ mkdir -p "$OUT"
 
 run "$PY" benchmarks/time_to_target_rg.py --smoke --engine "$ENGINE" --model "$MODEL" --seeds 2 --steps "$STEPS" \
   --eval_every "$EVAL_EVERY" --held_out 200 --task "$TASK" \
-  --arms "trl.GRPOTrainer 8, 1 step/gen, lr 2e-04" "auto 16->4" --pair "$OUT/race_rg_pair.jsonl"
+  --arms "trl.GRPOTrainer 8, 1 step/gen, lr 2e-04" "auto 16->4 (pods_n)" --pair "$OUT/race_rg_pair.jsonl"
 
 for stage in 2 3; do
   if [[ $DRY == 0 ]]; then

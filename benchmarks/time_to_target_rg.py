@@ -52,10 +52,14 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def plans_as(arm: str) -> bool:
-    """Whether this trl_pods's auto plans as ``arm``'s did (`plan.AUTO_RETURNS`; True for an arm that is not auto)."""
-    from trl_pods.auto import STEP_RETURNS
+    """Whether this trl_pods's auto plans as ``arm``'s did (`plan.AUTO_RETURNS`, `plan.AUTO_AT_PODS_N`; True for an
+    arm that is not auto)."""
+    from trl_pods import auto
 
-    return plan.AUTO_RETURNS.get(arm, STEP_RETURNS) == STEP_RETURNS
+    if arm not in plan.AUTO_RETURNS:
+        return True
+    at_pods_n = getattr(auto, "planned_rollouts", auto.rollout_ladder)(4, 16) == [16]
+    return plan.AUTO_RETURNS[arm] == auto.STEP_RETURNS and (arm in plan.AUTO_AT_PODS_N) == at_pods_n
 
 
 def planner_mismatch(arm: str) -> str | None:
@@ -63,10 +67,12 @@ def planner_mismatch(arm: str) -> str | None:
     be the arm's; None where it can."""
     if plans_as(arm):
         return None
-    current = next(a for a in plan.AUTO_RETURNS if plans_as(a))
+    current = [a for a in plan.AUTO_RETURNS if plans_as(a)]
+    rollouts = "at pods_n" if arm in plan.AUTO_AT_PODS_N else "chosen among pods_m doubling up to pods_n"
     return (
-        f"{arm} is trl_pods's auto valuing a step's progress as its signal to the power {plan.AUTO_RETURNS[arm]}; "
-        f"this trl_pods plans otherwise (trl_pods.auto.STEP_RETURNS): train {current!r}"
+        f"{arm} is trl_pods's auto valuing a step's progress as its signal to the power {plan.AUTO_RETURNS[arm]}, "
+        f"its rollouts per prompt {rollouts}; this trl_pods plans otherwise (trl_pods.auto): train "
+        f"{' or '.join(map(repr, current))}"
     )
 
 

@@ -15,7 +15,7 @@ is chosen by hand after a run:
 3. **Targets and budget** (`target`, `budget`): 0.9 x the baseline's plateau, and 1.5 x its steps to that target,
    rounded up to the evaluation interval. Then the evaluation runs (`evaluation_race`): the baseline and auto on 8
    seeds, PODS 16->4 and sized refill on 5, all at the baseline's learning rate, every run to the budget; the arms
-   amendments added (`amended_arms`, `paced_arms`) likewise.
+   amendments added (`amended_arms`, `paced_arms`, `at_n_arms`) likewise.
 
 Every function of a rule is pure (runs in, a choice out) and tested on synthetic runs
 (tests/test_time_to_target_rg.py).
@@ -89,8 +89,10 @@ TARGET_FRACTION, BUDGET_FACTOR = 0.9, 1.5
 EVALUATION_SEEDS = {
     "baseline": 8, "auto 16->4": 8, "PODS 16->4": 5, "GRPO 4 + refill (sized)": 5, "auto 16->4 (square root)": 8,
     "auto 16->4 (square root), 4 steps/gen": 8, "GRPO 4 + refill (sized), 4 steps/gen": 5,
+    "auto 16->4 (pods_n)": 8, "auto 16->4 (pods_n), 4 steps/gen": 8,
 }  # fmt: skip
-"""Seeds per arm; the last three arms' by amendments (`PLAN` ``amended (auto)`` and ``amended (pace)``)."""
+"""Seeds per arm; the last five arms' by amendments (`PLAN` ``amended (auto)``, ``amended (pace)`` and
+``amended (pods_n)``)."""
 PACED = 4
 """Optimizer steps per generation of the arms `PLAN` ``amended (pace)`` added (`paced_arms`): the baseline's on
 basic_arithmetic (`4, 4 steps/gen`); they are raced on the tasks whose baseline trains that many steps on one
@@ -140,18 +142,34 @@ def paced_arms(lr: float) -> dict[str, dict]:
     return {f"{arm}, {PACED} steps/gen": {**options, "steps_per_generation": PACED} for arm, options in arms.items()}
 
 
+def at_n_arms(lr: float, paced: bool) -> dict[str, dict]:
+    """The arm the amendment ``amended (pods_n)`` added at the baseline's learning rate ``lr`` and pace: trl_pods's
+    auto holding its rollouts per prompt at pods_n (`AUTO_AT_PODS_N`), training `PACED` optimizer steps on one
+    generation where the baseline does (``paced``), else one."""
+    options = dict(pods_n=16, pods_m=4, pods_generation="auto", learning_rate=lr)
+    if paced:
+        return {f"auto 16->4 (pods_n), {PACED} steps/gen": {**options, "steps_per_generation": PACED}}
+    return {"auto 16->4 (pods_n)": options}
+
+
 def raced_arms(lr: float) -> dict[str, dict]:
     """The trl_pods arms the evaluation races at the baseline's learning rate ``lr``: the plan's (`pods_arms`) and
-    the amendments' (`amended_arms`, `paced_arms`; the latter only where the baseline trains `PACED` steps on one
-    generation: `evaluation_race`)."""
-    return {**pods_arms(lr), **amended_arms(lr), **paced_arms(lr)}
+    the amendments' (`amended_arms`, `paced_arms`, `at_n_arms`; those at `PACED` steps a generation only where the
+    baseline trains as many on one generation: `evaluation_race`)."""
+    return {**pods_arms(lr), **amended_arms(lr), **paced_arms(lr), **at_n_arms(lr, False), **at_n_arms(lr, True)}
 
 
-AUTO_RETURNS = {"auto 16->4": 1.0, "auto 16->4 (square root)": 0.5, "auto 16->4 (square root), 4 steps/gen": 0.5}
+AUTO_RETURNS = {
+    "auto 16->4": 1.0, "auto 16->4 (square root)": 0.5, "auto 16->4 (square root), 4 steps/gen": 0.5,
+    "auto 16->4 (pods_n)": 1.0, "auto 16->4 (pods_n), 4 steps/gen": 1.0,
+}  # fmt: skip
 """The power of a step's signal each auto arm's planner values a step's progress at (`trl_pods.auto.STEP_RETURNS`
-where it runs): auto 16->4 ran trl_pods's auto before 2026-11-30 and after 2026-12-01 (its floor sized refill at
-pods_n), the amended arms in between (its floor at pods_m). `time_to_target_rg.py` refuses to run an auto arm with a
-trl_pods that plans otherwise."""
+where it runs): auto 16->4 ran trl_pods's auto before 2026-11-30 (its floor sized refill at pods_n), the square-root
+arms from 2026-11-30 to 2026-12-01 (its floor at pods_m), the pods_n arms from 2026-12-02 (`AUTO_AT_PODS_N`).
+`time_to_target_rg.py` refuses to run an auto arm with a trl_pods that plans otherwise."""
+AUTO_AT_PODS_N = ("auto 16->4 (pods_n)", "auto 16->4 (pods_n), 4 steps/gen")
+"""The auto arms whose planner holds its rollouts per prompt at pods_n (`trl_pods.auto.planned_rollouts`, from
+2026-12-02); the other auto arms' planners chose them among pods_m doubling up to pods_n."""
 
 
 TIMING_ARMS = {
@@ -242,6 +260,16 @@ PLAN = {
     "seeds), so that a gain of the pace can be told from one of auto; both read against the same baseline, the goals "
     'unchanged, and "within 10% of the best trl_pods arm" compares every fixed trl_pods arm of the task\'s race, '
     "these included",
+    "amended (pods_n)": "2026-12-02, with the 81 runs of the plan and its amendments in and before any run of the arm "
+    "it adds: trl_pods's auto changed on 2026-12-02 (commit 0c0cdd4): it holds its rollouts per prompt at pods_n "
+    "and chooses from the costs only the prompts of its first call and its calls, after the learning check from "
+    "scratch (docs/benchmarks/dynamic-sampling.md, `auto_at_n`) had the auto that chose them among 4, 8 and 16 end "
+    "at 0.68 against 0.87 (p 0.02). No raced arm is that auto. The added arm is (`at_n_arms`, `AUTO_AT_PODS_N`), 8 "
+    "seeds, at the baseline's learning rate and pace, as a user who swaps trl.GRPOTrainer for PODSGRPOTrainer keeps "
+    "TRL's steps_per_generation: `auto 16->4 (pods_n), 4 steps/gen` where the baseline trains `PACED` optimizer "
+    "steps on one generation (basic_arithmetic), `auto 16->4 (pods_n)` on products; read against the same baseline "
+    'with the same goals, "within 10% of the best trl_pods arm" against every fixed trl_pods arm of the task\'s '
+    "race; the earlier auto arms stay as they ran",
 }
 """The measurement, fixed before its runs; `time_to_target_rg.py --report` refuses runs made otherwise."""
 
@@ -425,12 +453,13 @@ def tuning_race(tasks: dict[str, dict]) -> Race:
 def evaluation_race(task: str, config: dict, fix: dict, targets: bool = False) -> Race:
     """One task's evaluation runs as a race (``fix``: its entry of `fixed`): the baseline setting and the trl_pods
     arms at its learning rate (`paced_arms` only where the baseline trains `PACED` optimizer steps on one
-    generation), every run to the budget (``target`` None: no early stop; ``targets``: with the target, as the
-    analysis reads the runs)."""
+    generation; `at_n_arms` at the baseline's pace), every run to the budget (``target`` None: no early stop;
+    ``targets``: with the target, as the analysis reads the runs)."""
     baseline = TUNING_ARMS[fix["baseline"]]
     lr = baseline["learning_rate"]
-    paced = paced_arms(lr) if steps_per_generation(baseline) == PACED else {}
-    arms = {"baseline": baseline, **pods_arms(lr), **amended_arms(lr), **paced}
+    paced = steps_per_generation(baseline) == PACED
+    arms = {"baseline": baseline, **pods_arms(lr), **amended_arms(lr), **(paced_arms(lr) if paced else {})}
+    arms |= at_n_arms(lr, paced)
     plan = {"tasks": {task: fix["target"] if targets else None}, "max_steps": fix["max_steps"],
             "eval_every": EVAL_EVERY, "held_out": HELD_OUT, "prompts_per_step": PROMPTS_PER_STEP,
             "seeds": {task: {arm: n for arm, n in EVALUATION_SEEDS.items() if arm in arms}}}  # fmt: skip

@@ -17,8 +17,6 @@ import pytest
 import torch
 from helpers import import_from
 
-from trl_pods.auto import STEP_RETURNS
-
 REPO = Path(__file__).parent.parent
 COSTS = {"call": 1.0, "rollout": 0.01, "row": 0.1, "update": 0.5}
 
@@ -195,10 +193,12 @@ def test_the_paced_arms_race_only_where_the_baseline_trains_4_steps_on_a_generat
         "reasoning_gym:products", config, {"baseline": plan.arm_name(4, 1, 2e-4), "target": 0.33, "max_steps": 30}
     )
     added = ["auto 16->4 (square root), 4 steps/gen", "GRPO 4 + refill (sized), 4 steps/gen"]
-    assert set(paced.arms) - set(single.arms) == set(added) and not set(single.arms) - set(paced.arms)
+    at_n = ["auto 16->4 (pods_n), 4 steps/gen", "auto 16->4 (pods_n)"]  # `amended (pods_n)`: at the baseline's pace
+    assert set(paced.arms) - set(single.arms) == {*added, at_n[0]} and set(single.arms) - set(paced.arms) == {at_n[1]}
     keys = plan.evaluation_runs({"reasoning_gym:basic_arithmetic": paced, "reasoning_gym:products": single})
-    assert len(keys) == 68 + 8 + 5 and {arm for task, arm, _ in keys if task.endswith("products")} == set(single.arms)
-    assert [sum(key[1] == arm for key in keys) for arm in added] == [8, 5]
+    assert len(keys) == 68 + 8 + 5 + 8 + 8
+    assert {arm for task, arm, _ in keys if task.endswith("products")} == set(single.arms)
+    assert [sum(key[1] == arm for key in keys) for arm in (*added, *at_n)] == [8, 5, 8, 8]
     assert plan.AUTO_RETURNS[added[0]] == plan.AUTO_RETURNS["auto 16->4 (square root)"]
     where = (Path("model"), "out", "reasoning_gym:basic_arithmetic", 0, 60, 10)
     for arm, generation in zip(added, ("auto", "refill"), strict=True):
@@ -305,7 +305,7 @@ def test_the_page_reproduces_from_the_runs_and_refuses_runs_off_the_plan(plan, t
     (tmp_path / "race_rg_tuning.jsonl").write_text(json.dumps(pilot) + "\n")
     page = report.render(tmp_path)
     assert page == report.render(tmp_path)
-    assert "**Runs: 1 of the pilot and tuning, 0 of at most 94 evaluation runs.**" in page
+    assert "**Runs: 1 of the pilot and tuning, 0 of at most 126 evaluation runs.**" in page
     assert "`reasoning_gym:letter_counting`" in page and "| 0.140 | 0.300 |" in page
     assert "- provisional: the base-model table lacks basic_arithmetic, products, gsm_symbolic" in page
     assert "`reasoning_gym:gcd`" not in page and "Set aside" not in page
@@ -349,7 +349,7 @@ def test_the_command_refuses_what_it_cannot_run(capsys):
         (["--smoke", "--engine", "hf", "--threads", "2"], "drop it for --engine hf"),
         (["--phase", "evaluate", "--arms", "GRPO 8"], "unknown arm(s) ['GRPO 8']"),
         (["--phase", "evaluate", "--arms", "GRPO 8"], "5e-04', 'baseline', 'auto 16->4'"),  # the evaluation's TRL arm
-        (["--phase", "evaluate", "--arms", "auto 16->4 (square root)"], "train 'auto 16->4'"),
+        (["--phase", "evaluate", "--arms", "auto 16->4 (square root)"], "train 'auto 16->4 (pods_n)'"),
     ):
         with pytest.raises(SystemExit) as stop:
             command.main(options)
@@ -365,13 +365,13 @@ def test_smoke_trains_the_baseline_and_auto_on_chain_sum_with_the_tiny_model(tin
     result = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "time_to_target_rg.py"), "--smoke", "--engine", "hf", "--model",
          str(tiny_model_path), "--steps", "2", "--eval_every", "2", "--held_out", "4", "--arms",
-         "auto 16->4", plan_arm := "trl.GRPOTrainer 4, 4 steps/gen, lr 2e-04"],
+         "auto 16->4 (pods_n)", plan_arm := "trl.GRPOTrainer 4, 4 steps/gen, lr 2e-04"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     prefix = _benchmark("time_to_target_rg").SMOKE_LINE
     lines = [json.loads(line.removeprefix(prefix)) for line in result.stdout.splitlines() if line.startswith(prefix)]
-    assert [line["arm"] for line in lines] == ["auto 16->4", plan_arm]
+    assert [line["arm"] for line in lines] == ["auto 16->4 (pods_n)", plan_arm]
     for line in lines:
         assert [p[0] for p in line["curve"]] == [0, 2] and len(line["raw_accuracy"]) == len(line["eval_seconds"]) == 2
         assert len(line["step_seconds"]) == 2
@@ -398,7 +398,7 @@ def test_gpu_check_dry_run_prints_commands_the_race_and_the_recipes_accept(tmp_p
         "/models/smol",
         f"{tmp_path}/race_rg_pair.jsonl",
     )
-    assert args.arms == ["trl.GRPOTrainer 8, 1 step/gen, lr 2e-04", "auto 16->4"]
+    assert args.arms == ["trl.GRPOTrainer 8, 1 step/gen, lr 2e-04", "auto 16->4 (pods_n)"]
     assert args.task == "reasoning_gym:basic_arithmetic"
     recipes = [Path(c[c.index("--config_file") + 1]) for c in commands[1:]]
     assert [r.name for r in recipes] == ["zero2.yaml", "zero3.yaml"] and all((REPO / r).is_file() for r in recipes)
@@ -497,12 +497,34 @@ def test_the_page_reports_every_arm_against_the_fixed_baseline_and_refuses_anoth
         report.render(tmp_path)
 
 
+def test_the_pods_n_arm_is_auto_now_and_only_auto_now_trains_it(plan, monkeypatch):
+    """The amendment ``amended (pods_n)``: its arm is trl_pods's auto at the baseline's pace (TRL's
+    ``steps_per_generation`` `plan.PACED` where the baseline trains that many steps on one generation), and
+    `time_to_target_rg.plans_as` lets this trl_pods train it and no earlier auto arm; with auto choosing its rollouts
+    per prompt again (`trl_pods.auto.planned_rollouts` as `rollout_ladder`), the pods_n arms are refused and auto 16->4
+    is not."""
+    from trl_pods import auto
+
+    script = _benchmark("time_to_target_rg")
+    paced, single = plan.at_n_arms(5e-4, True), plan.at_n_arms(5e-4, False)
+    assert set(paced) | set(single) == set(plan.AUTO_AT_PODS_N) <= set(plan.AUTO_RETURNS)
+    assert [options.get("steps_per_generation") for options in (*paced.values(), *single.values())] == [4, None]
+    assert all(
+        o["pods_generation"] == "auto" and o["learning_rate"] == 5e-4 for o in (*paced.values(), *single.values())
+    )
+    assert [arm for arm in plan.AUTO_RETURNS if script.plans_as(arm)] == list(plan.AUTO_AT_PODS_N)
+    assert script.plans_as("PODS 16->4") and script.planner_mismatch("auto 16->4 (pods_n)") is None
+    monkeypatch.setattr(auto, "planned_rollouts", auto.rollout_ladder)
+    assert [arm for arm in plan.AUTO_RETURNS if script.plans_as(arm)] == ["auto 16->4"]
+    assert "at pods_n; this trl_pods plans otherwise" in script.planner_mismatch("auto 16->4 (pods_n)")
+
+
 def test_the_evaluation_takes_its_runs_seed_by_seed_over_both_tasks(plan, tmp_path, monkeypatch):
     """``--phase evaluate`` takes the runs in `plan.evaluation_runs`' order, seed by seed with both tasks within a
     seed (not one task's every seed first), each with its own task's fixing: a session's stop leaves the two tasks
     the same seeds, and the page compares them. A run of an auto arm is refused where trl_pods's auto plans
-    otherwise (`plan.AUTO_RETURNS`: the amended arms, the square root); with their runs saved, the phase takes every
-    other run."""
+    otherwise (`plan.AUTO_RETURNS`, `plan.AUTO_AT_PODS_N`: every auto arm but those at pods_n); with their runs saved,
+    the phase takes every other run."""
     script = _benchmark("time_to_target_rg")
     tasks, fixing, found = _fixed_race(plan, tmp_path)
     races = {task: plan.evaluation_race(task, found[task], fixing["fixed"][task]) for task in tasks}
@@ -518,17 +540,18 @@ def test_the_evaluation_takes_its_runs_seed_by_seed_over_both_tasks(plan, tmp_pa
     monkeypatch.setattr(script, "run", fake_run)
     options = ["--phase", "evaluate", "--data", str(tmp_path), "--work", str(tmp_path / "work")]
     args = script.parser().parse_args(options)
-    refused = [key for key in keys if plan.AUTO_RETURNS.get(key[1], STEP_RETURNS) != STEP_RETURNS]
-    assert refused and "auto 16->4" not in {key[1] for key in refused}
-    with pytest.raises(SystemExit, match=r"train 'auto 16->4'"):
+    refused = [key for key in keys if not script.plans_as(key[1])]
+    assert {key[1] for key in keys} - {key[1] for key in refused} >= {"baseline", "auto 16->4 (pods_n)"}
+    assert {key[1] for key in refused} >= {"auto 16->4", "auto 16->4 (square root)"}
+    with pytest.raises(SystemExit, match=r"train 'auto 16->4 \(pods_n\)' or 'auto 16->4 \(pods_n\), 4 steps/gen'"):
         script.phase(args, model=None)
     assert taken == keys[: keys.index(refused[0])], "the runs before the first amended auto arm's, then it refused"
     with open(tmp_path / "race_rg.jsonl", "a") as file:  # their runs, made while trl_pods's auto planned so
         file.writelines(json.dumps({"task": t, "arm": a, "seed": s}) + "\n" for t, a, s in refused)
     script.phase(args, model=None)
     assert taken == [key for key in keys if key not in refused]
-    first_task = sum(key[0] == tasks[0] and key[2] == 0 for key in keys)
-    assert taken[first_task - 1] == (tasks[1], "baseline", 0)
+    first_task = sum(key[0] == tasks[0] and key[2] == 0 for key in taken)
+    assert taken[first_task] == (tasks[1], "baseline", 0)
     assert len({r["seed"] for r in script.read_jsonl(tmp_path / "race_rg.jsonl")}) == 8
 
 

@@ -74,7 +74,16 @@ from .refill import DEFAULT_DRAW_COVERAGE, DrawPlan, RefillMode
 from .reporting import describe_plan
 from .waves import WaveState
 
-__all__ = ["AutoMode", "Outcome", "best_plan", "expected_outcome", "expected_outcomes", "kept_calls", "rollout_ladder"]
+__all__ = [
+    "AutoMode",
+    "Outcome",
+    "best_plan",
+    "expected_outcome",
+    "expected_outcomes",
+    "kept_calls",
+    "planned_rollouts",
+    "rollout_ladder",
+]
 
 EXACT_POINTS, RUNS = 40, 16  # `expected_outcomes` keeps up to 40 outcomes of a call (or states) apart, else 16 runs
 NORMAL_VARIANCE = 400.0  # past this variance (20 groups' standard deviation) a call's outcomes are normal (`_found`)
@@ -264,6 +273,12 @@ def best_plan(
     return plan, outcome, seconds
 
 
+def planned_rollouts(m: int, n: int) -> list[int]:
+    """The rollouts per prompt auto plans among with ``pods_m`` ``m`` and ``pods_n`` ``n``: ``n`` alone, its floor's
+    (the module docstring); until 2026-12-02, `rollout_ladder` (``m`` doubling up to ``n``)."""
+    return [n]
+
+
 def kept_calls(calls: list[CallTiming]) -> list[CallTiming]:
     """The timings auto fits its costs to: the most recent `KEPT_CALLS` of each size class (rollouts per process
     within a factor of two) among first calls and among later calls, in order. A steady plan, which times one size
@@ -321,8 +336,9 @@ class AutoMode(RefillMode):
                     "pods_auto_costs gives it costs to plan with",
                 )
             return exploring
-        plan, outcome, seconds = best_plan(  # at pods_n rollouts a prompt, its floor's (the module docstring)
-            self.history.rate, costs, state.share, [self.n_max], room, self.max_draws, self.later_coverage, floor
+        ladder = planned_rollouts(self.m, self.n_max)
+        plan, outcome, seconds = best_plan(
+            self.history.rate, costs, state.share, ladder, room, self.max_draws, self.later_coverage, floor
         )
         rates = ", ".join(f"{self.history.rate(n):.2f} at {n}" for n in rollout_ladder(self.m, self.n_max))
         self._announce(
