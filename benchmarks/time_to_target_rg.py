@@ -58,7 +58,7 @@ def plans_as(arm: str) -> bool:
 
     if arm not in plan.AUTO_RETURNS:
         return True
-    at_pods_n = getattr(auto, "planned_rollouts", auto.rollout_ladder)(4, 16) == [16]
+    at_pods_n = auto.planned_rollouts(4, 16) == [16]
     return plan.AUTO_RETURNS[arm] == auto.STEP_RETURNS and (arm in plan.AUTO_AT_PODS_N) == at_pods_n
 
 

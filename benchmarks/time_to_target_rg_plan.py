@@ -133,23 +133,26 @@ def amended_arms(lr: float) -> dict[str, dict]:
     return {"auto 16->4 (square root)": dict(pods_n=16, pods_m=4, pods_generation="auto", learning_rate=lr)}
 
 
+def at_pace(arms: dict[str, dict]) -> dict[str, dict]:
+    """``arms`` each training `PACED` optimizer steps on one generation (TRL's ``steps_per_generation``; accumulation
+    1), named for it."""
+    return {f"{arm}, {PACED} steps/gen": {**options, "steps_per_generation": PACED} for arm, options in arms.items()}
+
+
 def paced_arms(lr: float) -> dict[str, dict]:
     """The arms the amendment ``amended (pace)`` added at the baseline's learning rate ``lr``: the square-root
-    auto (as `amended_arms`) and sized refill (as `pods_arms`), each training `PACED` optimizer steps on one generation
-    (TRL's ``steps_per_generation``; accumulation 1), as the tuned baseline does on basic_arithmetic."""
-    arms = {"auto 16->4 (square root)": amended_arms(lr)["auto 16->4 (square root)"],
-            "GRPO 4 + refill (sized)": pods_arms(lr)["GRPO 4 + refill (sized)"]}  # fmt: skip
-    return {f"{arm}, {PACED} steps/gen": {**options, "steps_per_generation": PACED} for arm, options in arms.items()}
+    auto (as `amended_arms`) and sized refill (as `pods_arms`) `at_pace`, as the tuned baseline trains on
+    basic_arithmetic."""
+    return at_pace({"auto 16->4 (square root)": amended_arms(lr)["auto 16->4 (square root)"],
+                    "GRPO 4 + refill (sized)": pods_arms(lr)["GRPO 4 + refill (sized)"]})  # fmt: skip
 
 
 def at_n_arms(lr: float, paced: bool) -> dict[str, dict]:
     """The arm the amendment ``amended (pods_n)`` added at the baseline's learning rate ``lr`` and pace: trl_pods's
-    auto holding its rollouts per prompt at pods_n (`AUTO_AT_PODS_N`), training `PACED` optimizer steps on one
-    generation where the baseline does (``paced``), else one."""
-    options = dict(pods_n=16, pods_m=4, pods_generation="auto", learning_rate=lr)
-    if paced:
-        return {f"auto 16->4 (pods_n), {PACED} steps/gen": {**options, "steps_per_generation": PACED}}
-    return {"auto 16->4 (pods_n)": options}
+    auto (its options `pods_arms`' auto's) holding its rollouts per prompt at pods_n (`AUTO_AT_PODS_N`), `at_pace`
+    where the baseline trains `PACED` optimizer steps on one generation (``paced``), else one."""
+    arms = {"auto 16->4 (pods_n)": pods_arms(lr)["auto 16->4"]}
+    return at_pace(arms) if paced else arms
 
 
 def raced_arms(lr: float) -> dict[str, dict]:
