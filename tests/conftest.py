@@ -7,6 +7,7 @@ os.environ.setdefault("WANDB_DISABLED", "true")
 
 import gc  # noqa: E402
 import shutil  # noqa: E402
+import sys  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -67,19 +68,30 @@ def tool_model_path(tmp_path_factory):
 
 @pytest.fixture(scope="module", autouse=True)
 def no_engine_outlives_its_module():
-    """Each test module starts without another module's colocate vLLM engine or its distributed leftovers. TRL's
-    colocate init sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT, and vLLM creates the default
-    process group, which the engine destroys whenever it is garbage-collected: a later module's trainer would build
-    DDP on that process group and lose it mid-setup ("Default process group has not been initialized"). At the end
-    of a module its engines are collected now and the variables restored."""
+    """Each test module starts without another module's colocate vLLM engine or its distributed leftovers.
+
+    An in-process vLLM engine, once garbage-collected, tears down vLLM's parallel groups and the default process group,
+    whoever's they are by then; and vLLM freezes the heap as an engine starts, so an engine left unreachable then is
+    collected only after a later unfreeze, at any moment, in the middle of another engine's start too. A module's
+    engines are still held by its last test while its fixtures end: they are collected here, as the next module
+    starts, before its tests start any engine. At the end of a module a default process group it created is destroyed,
+    with vLLM's parallel groups of it, which a later engine would otherwise reuse ("Process group ... is not
+    initialized in the world group map"), and the variables TRL's colocate init sets are restored (RANK, LOCAL_RANK,
+    WORLD_SIZE, MASTER_ADDR, MASTER_PORT: a later trainer would build DDP on them)."""
     from vllm_standin import DISTRIBUTED_ENV
 
+    gc.unfreeze()
+    gc.collect()
     saved = {key: os.environ.get(key) for key in DISTRIBUTED_ENV}
     had_process_group = torch.distributed.is_initialized()
     yield
-    gc.collect()
     if torch.distributed.is_initialized() and not had_process_group:
-        torch.distributed.destroy_process_group()
+        if "vllm" in sys.modules:  # with vLLM's parallel groups of it
+            from trl_pods.vllm_engine import discard_engine
+
+            discard_engine(None, created_process_group=True)
+        else:
+            torch.distributed.destroy_process_group()
     for key, value in saved.items():
         if value is None:
             os.environ.pop(key, None)
