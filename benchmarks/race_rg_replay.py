@@ -14,7 +14,10 @@ pass rates ``Beta(a, b)`` are fitted (the planner's own model, `trl_pods.contras
 * **both**;
 * **square root**: the floor at ``pods_m`` and a step's progress growing as the square root of its signal, as auto
   planned from 2026-11-30 to 2026-12-01 (the race's amended arms), the change these replays and the race's steps
-  pointed to then.
+  pointed to then;
+* **square root, floor at pods_n**: a step's progress the square root of its signal, its floor sized refill at
+  ``pods_n``: the square root's choice of rollouts per prompt where 16 are not needed for the floor, ``pods_n``'s
+  floor where they are (the planner the pods_n amendment's verdict pointed to).
 
 Each plan's expected calls and rollouts are priced with the race's CPU costs (a trl_pods step: its 16 trained rows
 scored and trained, `race_analysis.arm_costs`) beside the baseline's mean priced step in its runs.
@@ -64,6 +67,7 @@ VARIANTS = {
     "groups alike": (N, False, 1.0),
     "both": (M, False, 1.0),
     "square root": (M, True, AUTO_RETURNS["auto 16->4 (square root)"]),
+    "square root, floor at pods_n": (N, True, AUTO_RETURNS["auto 16->4 (square root)"]),
 }
 """Each variant's floor (sized refill at this many rollouts per prompt), whether groups are weighed by `kept_signal`,
 and the power of a step's signal its progress grows as (`trl_pods.auto.STEP_RETURNS`, 1, as raced)."""

@@ -299,7 +299,9 @@ def replay_text(data: Path, runs: list[dict], costs: dict[str, float] | None) ->
         "part changed at a time: its floor, sized refill at `pods_n` 16, at `pods_m` 4; each group with contrast "
         "counted alike (no `kept_signal`); both; and the square root (the floor at `pods_m`, and a step's progress "
         "growing as the square root of its signal, not in proportion: auto from 2026-11-30 to 2026-12-01, the "
-        "amended arms). Each plan's expected calls and rollouts are priced with the CPU costs above, over the "
+        "amended arms); and the square root with the floor at `pods_n` (the choice of rollouts per prompt of the "
+        "one, the floor of the other: what the pods_n amendment's verdict pointed to, replayed, not raced). Each "
+        "plan's expected calls and rollouts are priced with the CPU costs above, over the "
         "baseline's mean priced step in its runs.\n\n" + race_rg_replay.table(states, costs, runs)
     )
 
