@@ -111,9 +111,12 @@ class Stream(torch.utils.data.IterableDataset):
 
 
 def test_refill_refuses_a_dataset_it_cannot_draw_from():
-    """An iterable dataset has no order to draw from by index: a clear refusal names the alternatives."""
+    """An iterable dataset has no order to draw from by index: a clear refusal names the mode that draws and the
+    alternative that fits it (screened users who draw are told to unset pods_draw_coverage, not to pick screened)."""
     check_drawable(Dataset.from_dict({"prompt": ["a"]}))
-    with pytest.raises(ValueError, match="map-style dataset"):
+    with pytest.raises(ValueError, match="pods_generation='refill'.*map-style dataset.*pods_generation='screened'"):
         check_drawable(Dataset.from_dict({"prompt": ["a"]}).to_iterable_dataset())
-    with pytest.raises(ValueError, match="map-style dataset"):
-        check_drawable(Stream())
+    with pytest.raises(ValueError, match="pods_generation='auto'.*map-style dataset"):
+        check_drawable(Stream(), "auto")
+    with pytest.raises(ValueError, match="pods_generation='screened'.*unset pods_draw_coverage"):
+        check_drawable(Stream(), "screened")

@@ -116,11 +116,17 @@ class DrawingSampler(EpochReplay):
         self._resumed = dict(state)
 
 
-def check_drawable(dataset: Any) -> None:
-    """Refill draws prompts by index from the epoch's order: refuse a dataset without one (an iterable dataset)."""
+def check_drawable(dataset: Any, mode: str = "refill") -> None:
+    """A mode that draws (refill, auto, screened with ``pods_draw_coverage``) reads the prompts it draws by index from
+    the epoch's order: refuse a dataset without one (an iterable dataset), naming ``mode`` (``pods_generation``)."""
     if isinstance(dataset, (IterableDataset, TorchIterableDataset)) or not hasattr(dataset, "__getitem__"):
+        alternative = (
+            "or unset pods_draw_coverage: screened then reads a fixed pool per generation"
+            if mode == "screened"
+            else "or use pods_generation='screened' without pods_draw_coverage (it reads a fixed pool per generation)"
+        )
         raise ValueError(
-            "pods_generation='refill' reads the prompts it draws by index from the epoch's order, which needs a "
+            f"pods_generation={mode!r} reads the prompts it draws by index from the epoch's order, which needs a "
             f"map-style dataset (e.g. datasets.Dataset); got {type(dataset).__name__}. Convert it (e.g. "
-            "Dataset.from_generator), or use pods_generation='screened', which reads a fixed pool per generation."
+            f"Dataset.from_generator), {alternative}."
         )

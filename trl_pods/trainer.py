@@ -91,7 +91,7 @@ class PODSGRPOTrainer(PODSModelCard, GRPOTrainer):  # PODSModelCard: the model c
         self._pods_mode = build_generation_mode(args)
         self._pods_pool = self._pods_mode.prompts_read
         if self._pods_mode.draws:
-            check_drawable(self.train_dataset)
+            check_drawable(self.train_dataset, args.pods_generation)
         self.pods_n, self.pods_m = args.pods_n, args.pods_m
         self.down_sampler = get_down_sampler(args.pods_down_sampler)
         self._generation_chunk_size = args.pods_generation_chunk_size
