@@ -1,19 +1,11 @@
 """The benchmarks' harness: what every study shares, so that a study's script says only what it measures.
 
-A study saves what it measures under ``docs/benchmarks/data/`` and writes its pages, ``docs/benchmarks/<page>.md``,
-whole, from those files alone: a script's ``PAGES`` maps each page it writes to the function that renders it
-(`generated`), ``--report`` rewrites them without measuring, and ``tests/test_benchmarks.py`` renders every
-generated page again from the committed data. What a data file cannot hold (a reading written by hand, the log of a
-long measurement) lives beside it in ``<name>.notes.md`` (`notes`).
-
-* Runs: `RunStore` (JSON lines appended as each run ends, under a lock; claims, so that processes share a plan's
-  runs and a stopped measurement goes on where it stopped), `load_runs` (a data file's runs).
-* Timing: `interleaved` (rounds of every job, the order rotated each round).
-* Statistics over seeds: `spread`, `mean_of`, percentile bootstrap intervals (`resampled_means`, `interval`:
-  `ratio`, `mean_ci`, `difference`),
-  `permutation_p` (exact, or over sampled splits), `holm` (p-values adjusted for their number), `binomial_se` (one
-  evaluation's standard error), `detectable` and `runs_for` (what a comparison of so many runs can see).
-* The machine: `cpu_model`, `versions`.
+A study saves what it measures under ``docs/benchmarks/data/`` and writes its pages from those files alone: a script's
+``PAGES`` maps each page it writes to the function rendering it (`generated`, `write_pages`), ``--report`` rewrites
+them, and ``tests/test_benchmarks.py`` renders every generated page again from the committed data; what a data file
+cannot hold lives beside it in ``<name>.notes.md`` (`notes`). Runs: `RunStore` (JSON lines, claims shared by
+processes), `load_runs`; timing: `interleaved`; statistics over seeds: `spread`, `mean_of`, bootstrap intervals
+(`ratio`, `mean_ci`, `difference`), `permutation_p`, `holm`, `binomial_se`, `detectable`, `runs_for`.
 """
 
 from __future__ import annotations

@@ -1,22 +1,14 @@
-"""The race harness: a race to a held-out accuracy is a plan (`Race`: its arms, tasks, seeds, budget), and this
-module trains its runs; `race_report` reads them. Each race is a plan module (``time_to_target.py``,
-``time_to_target_rg.py``) whose command line is `main`.
+"""The race harness: a race to a held-out accuracy is a plan (`Race`: arms, tasks, seeds, budget, as data), and this
+module trains its runs (`run`: the demo's SmolLM2-135M-Instruct + LoRA, the baseline arms with `trl.GRPOTrainer` on a
+field-for-field copy of the config, the others with `PODSGRPOTrainer`; held-out evaluations with their binomial
+standard error); `race_report` reads them. The plan's runs are a queue shared by processes (`take`), a run cut short
+continues from its last evaluated checkpoint (`resume_point`), and `timing` measures every arm's step times side by
+side on a CPU or a GPU (`race_report.fit_costs` turns them into a pricing's costs). Each race is a plan module
+(``time_to_target.py``, ``time_to_target_rg.py``) whose command line is `main`:
 
-Every arm trains with the demo's arguments (`trl_pods.demo.demo_arguments`: SmolLM2-135M-Instruct + LoRA) and its own
-options (`Race.arms`, `Race.arm`): the baseline arms with `trl.GRPOTrainer` itself on a field-for-field copy of the
-config (`trl_config`), the others with `PODSGRPOTrainer`; the plan's prompts per optimizer step in micro-batches of 4
-rows per prompt, so every arm has the same memory shape. A run evaluates its checkpoints on held-out problems the
-training excludes (`held_out_accuracy`, greedy, with each evaluation's binomial standard error), stops at the
-evaluation that confirms the target (or trains its whole budget), and is saved as it ends with its curve and its
-`STEP_FIELDS` per step. The plan's runs are a queue (`take`): any number of processes take the next run nobody has
-claimed, and a run cut short continues from its last evaluated checkpoint (`resume_point`). `timing` measures
-every arm's step times side by side (interleaved rounds), on a CPU or a GPU: `race_report.fit_costs` turns them into
-the costs a pricing uses.
-
-    python benchmarks/<race>.py --phase evaluate      # take the plan's runs (resumes; many processes side by side)
-    python benchmarks/<race>.py --phase timing        # interleaved step times (an idle machine; --engine hf on a GPU)
-    python benchmarks/<race>.py --report              # the page from the saved runs
-    python benchmarks/<race>.py --smoke --steps 2 --eval_every 1 --arms ...   # a few steps, nothing written
+    python benchmarks/<race>.py --phase evaluate|timing   # the plan's runs (resumes), interleaved step times
+    python benchmarks/<race>.py --report [--costs FILE]   # the page; with --costs, the tables priced by FILE
+    python benchmarks/<race>.py --smoke --steps 2 --arms ...   # a few steps, nothing written
 """
 
 from __future__ import annotations
@@ -455,29 +447,26 @@ def main(plan, argv: list[str] | None = None) -> None:
             return race_report.reprice(plan, data, Path(args.costs))
         write_pages(plan.PAGES)
         return plan.figure(data)
-    if not args.smoke and args.phase is None:
-        commands.error("give --phase, --report or --smoke")
-    if args.phase in ("tune", "fix") and not hasattr(plan, "fix"):
-        commands.error(f"--phase {args.phase}: this race fixes no baseline by tuning runs")
-    if args.threads < 1 or (args.threads != 1 and args.phase == "timing"):
-        commands.error("--threads: at least 1, and 1 for --phase timing (its costs price one thread)")
-    if args.threads != 1 and args.engine != "vllm-cpu":
-        commands.error(f"--threads sets the threads of --engine vllm-cpu runs; drop it for --engine {args.engine}")
-    if args.pair and not args.smoke:
-        commands.error("--pair saves the runs of --smoke: give --smoke")
-    smoke_race = plan.smoke_race()
-    args.tasks = args.tasks or list(smoke_race.plan["tasks"])
-    if unknown := [task for task in args.tasks if task not in smoke_race.plan["tasks"]]:
-        commands.error(
-            f"--tasks {unknown[0]} is not a task of the race; its tasks: {', '.join(smoke_race.plan['tasks'])}"
-        )
-    if unknown := [arm for arm in args.arms or () if arm not in smoke_race.arms]:
-        commands.error(f"unknown arm(s) {unknown}: the arms are {list(smoke_race.arms)}")
-    if retired := [f"{arm} cannot be trained again: {plan.RETIRED[arm]}" for arm in args.arms or ()
-                   if arm in plan.RETIRED]:  # fmt: skip
-        commands.error(retired[0])
-    if args.model is not None and not args.smoke and data.resolve() == DATA.resolve():
-        commands.error("--model trains another model: give its runs a folder of their own (--data)")
+    known, arms = plan.smoke_race(), args.arms or ()
+    args.tasks = args.tasks or list(known.plan["tasks"])
+    refused = [
+        (not args.smoke and args.phase is None, "give --phase, --report or --smoke"),
+        (args.phase in ("tune", "fix") and not hasattr(plan, "fix"), f"--phase {args.phase}: this race fixes no "
+         "baseline by tuning runs"),
+        (args.threads < 1 or (args.threads != 1 and args.phase == "timing"), "--threads: at least 1, and 1 for "
+         "--phase timing (its costs price one thread)"),
+        (args.threads != 1 and args.engine != "vllm-cpu", f"--threads sets the threads of --engine vllm-cpu runs; "
+         f"drop it for --engine {args.engine}"),
+        (args.pair and not args.smoke, "--pair saves the runs of --smoke: give --smoke"),
+        *((task not in known.plan["tasks"], f"--tasks {task} is not a task of the race; its tasks: "
+           f"{', '.join(known.plan['tasks'])}") for task in args.tasks),
+        *((arm not in known.arms, f"unknown arm(s) {[arm]}: the arms are {list(known.arms)}") for arm in arms),
+        *((arm in plan.RETIRED, f"{arm} cannot be trained again: {plan.RETIRED.get(arm)}") for arm in arms),
+        (args.model is not None and not args.smoke and data.resolve() == DATA.resolve(), "--model trains another "
+         "model: give its runs a folder of their own (--data)"),
+    ]  # fmt: skip
+    if why := next((message for bad, message in refused if bad), None):
+        commands.error(why)
     if args.phase == "fix":
         (data / f"{plan.NAME}_fixed.json").write_text(json.dumps(plan.fix(data), indent=1) + "\n")
         return print(f"wrote {data / f'{plan.NAME}_fixed.json'}: commit it before any evaluation run")

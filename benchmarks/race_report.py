@@ -1,20 +1,10 @@
-"""The report of a race (`race.Race`): what its page is made of, from its saved runs alone.
-
-* Time to target (`minutes`): a run's endpoint is the first evaluation at or above the target whose next evaluation
-  is also at or above it; a run that never confirms it counts at its budget, priced as those steps' minutes (the
-  restricted mean time to target: every run counts, a miss at least as fast as it could have been).
-* Pricing (`Pricing`): a step's seconds from its generation calls, rollouts, trained rows and a constant
-  (`step_seconds`), with costs read from a costs file or fitted on a timing run (`load_costs`, `fit_costs`); where
-  the engine has the policy score rows at generation, that cost too, by the arm's kind (`arm_costs`).
-* Against the baseline (`comparisons`): per task and pricing, each trl_pods arm's ratio of restricted mean minutes to
-  the baseline's (the lowest of the `trl.GRPOTrainer` arms), a bootstrap 90% CI over seeds, the exact permutation p
-  and the p adjusted by Holm over all of the page's comparisons (`harness.holm`): *within noise* where the CI holds 1
-  or the adjusted p is above `NOISE_P`.
-* Equal compute (`equal_compute_table`): each arm's held-out accuracy at the same minutes (its last evaluation by
-  then), against the baseline's, and minutes to target with every run capped at a horizon all of both arms' runs
-  were followed to; `plot` draws the same curves.
-* What the race could see (`power_table`), runs that are replicates of one setting (`replicates_text`), steps and
-  the price of a step (`pace_text`), and the costs' check against the measured step times (`costs_table`).
+"""The report of a race (`race.Race`), from its saved runs alone: minutes to target as a restricted mean (a run
+that never confirms the target counts at its budget: `minutes`), priced step by step with a costs file or the costs
+fitted on a timing run (`Pricing`, `load_costs`, `fit_costs`, `arm_costs`); each trl_pods arm against the baseline
+with a bootstrap 90% CI over seeds and the exact permutation p adjusted by Holm over the page's comparisons
+(`comparisons`); held-out accuracy at equal minutes and minutes capped at one horizon (`equal_compute_table`, drawn
+by `plot`); what the race could see (`power_table`), replicates (`replicates_text`), steps and the price of a step
+(`pace_text`) and the costs' check against measured step times (`costs_table`). `sections` puts them on a page.
 """
 
 from __future__ import annotations

@@ -380,7 +380,7 @@ def answer(runs: list[dict], races_: dict[str, Race], pricings: list[report.Pric
   Holm-adjusted {low[4]:.2f}; with every run capped at one horizon ([equal compute](#accuracy-against-minutes))
   {capped[0]:.2f}× ({capped[1]:.2f}–{capped[2]:.2f}), p {capped[3]:.2f}.
 - **More compute, not better learning**: at the budget's last step {sum(f[0] > 0 for f in finals)} of the
-  {len(finals)} trl_pods arms end above the baseline ({min(f[0] for f in finals):+.3f} to
+  {len(finals)} trl_pods arms of the two tasks end above the baseline ({min(f[0] for f in finals):+.3f} to
   {max(f[0] for f in finals):+.3f} held-out accuracy; p < 0.01 for {sum(f[3] < 0.01 for f in finals)}), spending
   {min(rollouts):.1f}–{max(rollouts):.1f}× its rollouts to target; at the baseline's budget in CPU minutes every
   trl_pods arm is within {min(d[4] for d in at_budget):+.3f} to {max(d[4] for d in at_budget):+.3f} of its accuracy
