@@ -25,8 +25,10 @@ from collections.abc import Iterator
 from contextlib import nullcontext
 from pathlib import Path
 
+import race_report
 import torch
-from harness import DATA, REPO, RunStore, binomial_se, cpu_model, interleaved, key_name, versions
+from harness import DATA, REPO, RunStore, binomial_se, cpu_model, interleaved, key_name, versions, write_pages
+from race_report import FIELD, STEP_FIELDS, Race, accumulation, confirmed, steps_per_generation
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer, ModelConfig
 
@@ -37,11 +39,6 @@ from trl_pods.reasoning_gym_tasks import reasoning_gym_reward, score_answers
 from trl_pods.train import ScriptArguments, train
 from trl_pods.vllm_engine import cpu_weights_in_place
 
-STEP_FIELDS = ("step", "step_time", "rollouts", "rows", "calls", "frac_zero_std", "reward", "completion_length")
-"""Per optimizer step of a run: TRL's ``step_time`` (s), rollouts generated, rows trained, generation calls, the
-fraction of trained groups whose rewards are all equal, the mean reward and completion length of the trained rows."""
-FIELD = {name: i for i, name in enumerate(STEP_FIELDS)}
-"""Index of each `STEP_FIELDS` name in a step record (a timing run's records: ``[arm, round, *step record]``)."""
 ENGINES = {
     "vllm-cpu": dict(use_vllm=True, vllm_mode="colocate", vllm_max_model_length=512),
     "hf": dict(use_vllm=False),
@@ -51,50 +48,6 @@ ENGINES = {
 """Where a run generates: the races' runs on vLLM's CPU engine (colocate); ``hf`` with HF ``generate`` in the
 trainer, in bf16 on a CUDA GPU when there is one (the setting of the H200's costs), else in fp32 on the CPU;
 ``vllm-cuda``: vLLM colocated on a CUDA GPU (a third of its memory), training in bf16."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Race:
-    """A race's plan as its runs and its report read it: its data files ``docs/benchmarks/data/<name>*``, the
-    ``plan`` fixed before its runs (``tasks``: target per task, None for runs that train their whole budget;
-    ``max_steps``, ``eval_every``, ``held_out`` (problems, distinct, that the training excludes), ``prompts_per_step``;
-    ``seeds``: per task, runs per arm; the rest is text the page prints), what each arm trains (``arms``: trainer
-    options), the arms trained with `trl.GRPOTrainer` (``baselines``) and, per reasoning-gym task
-    (``reasoning_gym:<name>``; an arithmetic task is a difficulty and has none), its dataset settings and completion
-    length (``task_configs``: ``{"config": {...}, "max_completion_length": n}``)."""
-
-    name: str
-    plan: dict
-    arms: dict[str, dict]
-    baselines: tuple[str, ...]
-    task_configs: dict[str, dict] = dataclasses.field(default_factory=dict)
-
-    def settings(self, task: str) -> dict:
-        """What a run of ``task`` depends on besides its arm and seed; the report refuses runs with other ones."""
-        keys = ("max_steps", "eval_every", "held_out", "prompts_per_step")
-        generated = {"task_config": self.task_configs[task]} if task in self.task_configs else {}
-        return {"target": self.plan["tasks"][task], **{key: self.plan[key] for key in keys}, **generated}
-
-    def seeds(self, task: str) -> dict[str, int]:
-        """Runs per arm the plan asks for on ``task``."""
-        return self.plan["seeds"][task]
-
-    def arm(self, name: str) -> tuple[type, dict]:
-        """What arm ``name`` trains, as data: its trainer class and its options (`PODSConfig` fields on top of the
-        demo's arguments; a baseline arm's PODS fields are `trl.GRPOTrainer`'s ``num_generations``)."""
-        return (GRPOTrainer if name in self.baselines else PODSGRPOTrainer), self.arms[name]
-
-
-def accumulation(options: dict) -> int:
-    """Micro-batches an optimizer step of an arm with trainer ``options`` accumulates: 4 rows per prompt each, so
-    ``pods_m / 4`` (at least 1)."""
-    return max(1, options["pods_m"] // 4)
-
-
-def steps_per_generation(options: dict) -> int:
-    """Optimizer steps an arm with trainer ``options`` trains on one generation: its ``steps_per_generation`` over its
-    `accumulation`; 1 where it sets none."""
-    return options.get("steps_per_generation", accumulation(options)) // accumulation(options)
 
 
 def trl_config(config: PODSConfig) -> GRPOConfig:
@@ -217,12 +170,6 @@ def held_out_accuracy(race: Race, task: str, seed: int, problems: int, model: st
     accuracy, raw_accuracy = (sum(s >= 1.0 for s in scores) / len(rows) for scores in (extracted, raw))
     return {"accuracy": accuracy, "se": binomial_se(accuracy, len(rows)), "raw_accuracy": raw_accuracy,
             "seconds": time.perf_counter() - start}  # fmt: skip
-
-
-def confirmed(accuracy: list[float], target: float) -> int | None:
-    """Index of the endpoint in a run's evaluations: the first at or above ``target`` whose next is also at or above
-    it (None: not reached)."""
-    return next((i for i in range(len(accuracy) - 1) if accuracy[i] >= target <= accuracy[i + 1]), None)
 
 
 EVALUATIONS = "evaluations.json"
@@ -440,9 +387,6 @@ def main(plan, argv: list[str] | None = None) -> None:
     args = commands.parse_args(argv)
     data = Path(args.data)
     if args.report:
-        import race_report
-        from harness import write_pages
-
         if args.costs:
             return race_report.reprice(plan, data, Path(args.costs))
         write_pages(plan.PAGES)

@@ -1,10 +1,11 @@
-"""The report of a race (`race.Race`), from its saved runs alone: minutes to target as a restricted mean (a run
-that never confirms the target counts at its budget: `minutes`), priced step by step with a costs file or the costs
-fitted on a timing run (`Pricing`, `load_costs`, `fit_costs`, `arm_costs`); each trl_pods arm against the baseline
-with a bootstrap 90% CI over seeds and the exact permutation p adjusted by Holm over the page's comparisons
-(`comparisons`); held-out accuracy at equal minutes and minutes capped at one horizon (`equal_compute_table`, drawn
-by `plot`); what the race could see (`power_table`), replicates (`replicates_text`), steps and the price of a step
-(`pace_text`) and the costs' check against measured step times (`costs_table`). `sections` puts them on a page.
+"""A race's plan as data (`Race`: arms, tasks, seeds, budget) and its report, from its saved runs alone: minutes to
+target as a restricted mean (a run that never confirms the target counts at its budget: `minutes`), priced step by
+step with a costs file or the costs fitted on a timing run (`Pricing`, `load_costs`, `fit_costs`, `arm_costs`); each
+trl_pods arm against the baseline with a bootstrap 90% CI over seeds and the exact permutation p adjusted by Holm over
+the page's comparisons (`comparisons`); held-out accuracy at equal minutes and minutes capped at one horizon
+(`equal_compute_table`, drawn by `plot`); what the race could see (`power_table`), replicates (`replicates_text`),
+steps and the price of a step (`pace_text`) and the costs' check against measured step times (`costs_table`).
+`sections` puts them on a page; `race` trains the runs.
 """
 
 from __future__ import annotations
@@ -17,7 +18,64 @@ from pathlib import Path
 
 import numpy as np
 from harness import binomial_se, detectable, difference, holm, mean_ci, ratio, runs_for, spread
-from race import FIELD, Race, confirmed
+
+STEP_FIELDS = ("step", "step_time", "rollouts", "rows", "calls", "frac_zero_std", "reward", "completion_length")
+"""Per optimizer step of a run: TRL's ``step_time`` (s), rollouts generated, rows trained, generation calls, the
+fraction of trained groups whose rewards are all equal, the mean reward and completion length of the trained rows."""
+FIELD = {name: i for i, name in enumerate(STEP_FIELDS)}
+"""Index of each `STEP_FIELDS` name in a step record (a timing run's records: ``[arm, round, *step record]``)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Race:
+    """A race's plan as its runs and its report read it: its data files ``docs/benchmarks/data/<name>*``, the
+    ``plan`` fixed before its runs (``tasks``: target per task, None for runs that train their whole budget;
+    ``max_steps``, ``eval_every``, ``held_out`` (problems, distinct, that the training excludes), ``prompts_per_step``;
+    ``seeds``: per task, runs per arm; the rest is text the page prints), what each arm trains (``arms``: trainer
+    options), the arms trained with `trl.GRPOTrainer` (``baselines``) and, per reasoning-gym task
+    (``reasoning_gym:<name>``; an arithmetic task is a difficulty and has none), its dataset settings and completion
+    length (``task_configs``: ``{"config": {...}, "max_completion_length": n}``)."""
+
+    name: str
+    plan: dict
+    arms: dict[str, dict]
+    baselines: tuple[str, ...]
+    task_configs: dict[str, dict] = dataclasses.field(default_factory=dict)
+
+    def settings(self, task: str) -> dict:
+        """What a run of ``task`` depends on besides its arm and seed; the report refuses runs with other ones."""
+        keys = ("max_steps", "eval_every", "held_out", "prompts_per_step")
+        generated = {"task_config": self.task_configs[task]} if task in self.task_configs else {}
+        return {"target": self.plan["tasks"][task], **{key: self.plan[key] for key in keys}, **generated}
+
+    def seeds(self, task: str) -> dict[str, int]:
+        """Runs per arm the plan asks for on ``task``."""
+        return self.plan["seeds"][task]
+
+    def arm(self, name: str) -> tuple[str, dict]:
+        """What arm ``name`` trains, as data: its trainer (``"trl.GRPOTrainer"`` or ``"trl_pods.PODSGRPOTrainer"``) and
+        its options (`PODSConfig` fields on top of the demo's arguments; a baseline arm's ``pods_n`` is TRL's
+        ``num_generations``): what `race.method_arguments` builds and a GPU check times."""
+        return ("trl.GRPOTrainer" if name in self.baselines else "trl_pods.PODSGRPOTrainer"), self.arms[name]
+
+
+def accumulation(options: dict) -> int:
+    """Micro-batches an optimizer step of an arm with trainer ``options`` accumulates: 4 rows per prompt each, so
+    ``pods_m / 4`` (at least 1)."""
+    return max(1, options["pods_m"] // 4)
+
+
+def steps_per_generation(options: dict) -> int:
+    """Optimizer steps an arm with trainer ``options`` trains on one generation: its ``steps_per_generation`` over its
+    `accumulation`; 1 where it sets none."""
+    return options.get("steps_per_generation", accumulation(options)) // accumulation(options)
+
+
+def confirmed(accuracy: list[float], target: float) -> int | None:
+    """Index of the endpoint in a run's evaluations: the first at or above ``target`` whose next is also at or above
+    it (None: not reached)."""
+    return next((i for i in range(len(accuracy) - 1) if accuracy[i] >= target <= accuracy[i + 1]), None)
+
 
 NOISE_P = 0.05
 RESTRICTED = (
@@ -47,7 +105,7 @@ class Pricing:
 
 
 def endpoint(run: dict) -> list[float] | None:
-    """The run's curve point at its endpoint (`race.confirmed`), None when it did not reach it."""
+    """The run's curve point at its endpoint (`confirmed`), None when it did not reach it."""
     index = confirmed([point[1] for point in run["curve"]], run["settings"]["target"])
     return None if index is None else run["curve"][index]
 
@@ -92,7 +150,7 @@ def to_target(run: dict, costs: dict[str, float]) -> float:
 
 
 def total(run: dict, name: str) -> float:
-    """The run's `race.STEP_FIELDS` ``name`` summed over its steps up to `stop_step` (e.g. rollouts to target)."""
+    """The run's `STEP_FIELDS` ``name`` summed over its steps up to `stop_step` (e.g. rollouts to target)."""
     return sum(s[FIELD[name]] for s in run["steps"] if s[FIELD["step"]] <= stop_step(run))
 
 

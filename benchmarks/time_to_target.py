@@ -19,7 +19,7 @@ from pathlib import Path
 import race
 import race_report as report
 from harness import DATA, RunStore, generated, holm, ratio, ratio_text
-from race import FIELD, Race
+from race_report import FIELD, Race
 
 from trl_pods import PODSConfig
 from trl_pods.config import DEFAULT_PROMPT_RATIO
@@ -286,7 +286,7 @@ The plan's runs priced with the trainers' costs, ÷ the baseline so priced (Holm
 ## Data and commands
 
 Runs: [data/{NAME}.jsonl](data/{NAME}.jsonl) (curve: step, accuracy, cumulative rollouts, rows and calls; per step:
-{", ".join(race.STEP_FIELDS)}); timing runs: [CPU](data/{NAME}_timing.json), [GPU](data/{NAME}_timing_gpu.json).
+{", ".join(report.STEP_FIELDS)}); timing runs: [CPU](data/{NAME}_timing.json), [GPU](data/{NAME}_timing_gpu.json).
 
 ```bash
 python benchmarks/time_to_target.py --phase evaluate   # the plan's runs, in the vLLM environment (resumes)

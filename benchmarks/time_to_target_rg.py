@@ -22,7 +22,7 @@ from pathlib import Path
 import race
 import race_report as report
 from harness import DATA, RunStore, difference, generated, holm, ratio
-from race import Race, accumulation, confirmed, steps_per_generation
+from race_report import Race, accumulation, confirmed, steps_per_generation
 
 NAME = "race_rg"
 TASKS = {

@@ -76,7 +76,10 @@ def test_baseline_is_trl_grpo_trainer_on_the_same_arguments(study, runner):
     assert script.task_test_size == study.PLAN["held_out"] == 200
     for arm in study.ARMS:
         trainer_class, (_, config, _) = runner.method_arguments(study.RACE, arm, *where)
-        assert study.RACE.arm(arm) == (trainer_class, study.ARMS[arm])
+        assert study.RACE.arm(arm) == (
+            f"{trainer_class.__module__.split('.')[0]}.{trainer_class.__name__}",
+            study.ARMS[arm],
+        )
         kept = config.num_generations if trainer_class is GRPOTrainer else config.pods_m
         assert trainer_class is (GRPOTrainer if arm in study.TRL_GROUP_SIZES else PODSGRPOTrainer)
         assert config.per_device_train_batch_size * config.gradient_accumulation_steps // kept == 4, arm
