@@ -64,12 +64,8 @@ def notes(name: str, runs: Sequence[dict] = ()) -> str:
 
 
 class RunStore:
-    """Runs as JSON lines in ``path``, each a dict whose ``key`` fields name it (e.g. task, arm, seed).
-
-    Claims live beside the file (``<path>.claims/``): a claim is a file holding the claiming process's id, created
-    (or, when the process that made it is gone, taken over) under an exclusive lock of ``<path>.claims/.lock``, so
-    that two processes never both hold it; the saved runs are read once the claim is held.
-    """
+    """Runs as JSON lines in ``path``, each named by its ``key`` fields; claims beside it (``<path>.claims/``: files
+    holding the claiming process's id, made or taken over from a dead process under an exclusive lock)."""
 
     def __init__(self, path: Path, key: Sequence[str]):
         self.path, self.key = Path(path), tuple(key)
@@ -135,8 +131,8 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # alive, another user's
+        pass
     return True
 
 
@@ -227,10 +223,9 @@ SAMPLED_SPLITS = 100_000
 
 
 def permutation_p(first: Sequence[float], second: Sequence[float], seed: int = 0) -> float:
-    """Two-sided permutation p-value of the difference of means: the share of the ways of splitting the pooled values
-    into groups of the two sizes whose |difference of means| is at least the observed one. Exact (every split) up to
-    `EXACT_SPLITS` splits; beyond (20 seeds a side: 1.4e11), over `SAMPLED_SPLITS` random splits drawn with ``seed``
-    and the observed one, so that a sampled p is never 0."""
+    """Two-sided permutation p of the difference of means: the share of the splits of the pooled values into groups
+    of the two sizes whose |difference| reaches the observed one; every split up to `EXACT_SPLITS`, else
+    `SAMPLED_SPLITS` random ones drawn with ``seed`` and the observed one (a sampled p is never 0)."""
     pooled, n = np.asarray([*first, *second], dtype=float), len(first)
     observed = abs(statistics.fmean(first) - statistics.fmean(second))
     splits = math.comb(len(pooled), n)
@@ -289,10 +284,11 @@ def cpu_model() -> str:
 
 def versions(packages: tuple[str, ...] = ("torch", "transformers", "trl", "peft", "vllm")) -> dict[str, str]:
     """Each package's installed version, or '(not installed)'."""
-    found = {}
-    for package in packages:
-        try:
-            found[package] = version(package)
-        except PackageNotFoundError:
-            found[package] = "(not installed)"
-    return found
+    return {package: _version(package) for package in packages}
+
+
+def _version(package: str) -> str:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "(not installed)"

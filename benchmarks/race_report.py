@@ -28,13 +28,11 @@ FIELD = {name: i for i, name in enumerate(STEP_FIELDS)}
 
 @dataclasses.dataclass(frozen=True)
 class Race:
-    """A race's plan as its runs and its report read it: its data files ``docs/benchmarks/data/<name>*``, the
-    ``plan`` fixed before its runs (``tasks``: target per task, None for runs that train their whole budget;
-    ``max_steps``, ``eval_every``, ``held_out`` (problems, distinct, that the training excludes), ``prompts_per_step``;
-    ``seeds``: per task, runs per arm; the rest is text the page prints), what each arm trains (``arms``: trainer
-    options), the arms trained with `trl.GRPOTrainer` (``baselines``) and, per reasoning-gym task
-    (``reasoning_gym:<name>``; an arithmetic task is a difficulty and has none), its dataset settings and completion
-    length (``task_configs``: ``{"config": {...}, "max_completion_length": n}``)."""
+    """A race's plan: its data files ``docs/benchmarks/data/<name>*``; the ``plan`` fixed before its runs (``tasks``:
+    target per task, None where runs train their whole budget; ``max_steps``, ``eval_every``, ``held_out``: distinct
+    problems the training excludes; ``prompts_per_step``; ``seeds``: per task, runs per arm; the rest is text); each
+    arm's options (``arms``), those trained by `trl.GRPOTrainer` (``baselines``), and per reasoning-gym task its
+    dataset settings and completion length (``task_configs``)."""
 
     name: str
     plan: dict
@@ -60,14 +58,12 @@ class Race:
 
 
 def accumulation(options: dict) -> int:
-    """Micro-batches an optimizer step of an arm with trainer ``options`` accumulates: 4 rows per prompt each, so
-    ``pods_m / 4`` (at least 1)."""
+    """Micro-batches of 4 rows a prompt an optimizer step of an arm accumulates: ``pods_m / 4`` (at least 1)."""
     return max(1, options["pods_m"] // 4)
 
 
 def steps_per_generation(options: dict) -> int:
-    """Optimizer steps an arm with trainer ``options`` trains on one generation: its ``steps_per_generation`` over its
-    `accumulation`; 1 where it sets none."""
+    """Optimizer steps an arm trains on one generation: its ``steps_per_generation`` over its `accumulation`."""
     return options.get("steps_per_generation", accumulation(options)) // accumulation(options)
 
 
@@ -90,10 +86,8 @@ RESTRICTED = (
 
 @dataclasses.dataclass(frozen=True)
 class Pricing:
-    """A way to turn a run's steps into minutes: its ``name`` on the page, its ``costs`` (seconds per ``call``,
-    ``rollout``, ``row`` and ``update``, and ``scored`` where fitted: `arm_costs`), the decimals its minutes print
-    with, and the arms that plan with these same costs (``circular``: scoring them with the model they plan with is
-    circular)."""
+    """A way to turn a run's steps into minutes: its ``name``, its ``costs`` (seconds a ``call``, ``rollout``, ``row``,
+    ``update``; ``scored``: `arm_costs`), its minutes' decimals, and the arms that plan with these costs (circular)."""
 
     name: str
     costs: dict[str, float]
@@ -169,10 +163,8 @@ def fastest(found: dict[str, Sequence[float]]) -> str:
 
 
 def fit_costs(timing_run: dict, trl_arms: Iterable[str] | None = None) -> dict[str, float]:
-    """Least squares of a timing run's step times on (calls, rollouts, rows, 1): its machine's costs, with the fit's
-    R². With ``trl_arms`` (an engine on which the policy scores rows at generation: TRL's vLLM importance-sampling
-    correction), also on the rows scored, ``scored`` (`arm_costs`): every rollout of those `trl.GRPOTrainer` arms,
-    the trained rows of the others."""
+    """Least squares of a timing run's step times on (calls, rollouts, rows, 1), with the fit's R²; with ``trl_arms``
+    (where the policy scores rows at generation) also on the rows scored (`arm_costs`)."""
     records = timing_run["records"]  # [arm, round, *step record]
     names = ["call", "rollout", "row", "update"]
     rows = [[r[2 + FIELD["calls"]], r[2 + FIELD["rollouts"]], r[2 + FIELD["rows"]], 1.0] for r in records]
@@ -184,10 +176,8 @@ def fit_costs(timing_run: dict, trl_arms: Iterable[str] | None = None) -> dict[s
     x, y = np.array(rows), np.array([r[2 + FIELD["step_time"]] for r in records])  # [steps, terms], [steps]
     coefficients, *_ = np.linalg.lstsq(x, y, rcond=None)
     residual, total_ = ((y - x @ coefficients) ** 2).sum(), ((y - y.mean()) ** 2).sum()
-    return {
-        **dict(zip(names, coefficients.tolist(), strict=True)),
-        "r2": float(1 - residual / total_) if total_ else 1.0,
-    }
+    r2 = float(1 - residual / total_) if total_ else 1.0
+    return {**dict(zip(names, coefficients.tolist(), strict=True)), "r2": r2}
 
 
 def load_costs(path: Path, trl_arms: Iterable[str] | None = None) -> dict[str, float]:
@@ -259,9 +249,8 @@ def missed_text(runs: list[dict]) -> str:
 
 
 def task_table(runs: list[dict], task: str, race: Race, pricings: list[Pricing], tests: dict) -> str:
-    """One task's table: per arm, its runs, how many missed the target, its steps and rollouts to target (restricted),
-    its generation calls a step and trained groups with contrast (over all its steps), and its minutes to target in
-    each pricing against that pricing's baseline (`comparisons`)."""
+    """One task's table: per arm, its runs, misses, steps and rollouts to target, calls a step, trained groups with
+    contrast, and its minutes to target in each pricing against that pricing's baseline (`comparisons`)."""
     mine = [r for r in runs if r["task"] == task]
     rows = []
     for arm in [a for a in race.arms if a in race.seeds(task)]:
@@ -284,9 +273,8 @@ def task_table(runs: list[dict], task: str, race: Race, pricings: list[Pricing],
 
 
 def pace_text(runs: list[dict], task: str, race: Race, pricings: list[Pricing]) -> str:
-    """Where each trl_pods arm's minutes to target go against the baseline's: its restricted mean steps to target over
-    the baseline's, and the price of its steps (each pricing's mean minutes over mean steps, over the baseline's).
-    Their product is the table's ratio of minutes."""
+    """Each trl_pods arm's steps to target over the baseline's, and the price of its step (mean minutes over mean
+    steps) over the baseline's in each pricing: their product is the table's ratio of minutes."""
     mine = [r for r in runs if r["task"] == task]
     steps = {arm: [stop_step(r) for r in mine if r["arm"] == arm] for arm in race.arms}
     found = priced(runs, task, race, pricings)
@@ -295,18 +283,15 @@ def pace_text(runs: list[dict], task: str, race: Race, pricings: list[Pricing]) 
         prices = []
         for pricing, (f, base) in zip(pricings, found, strict=True):
             price = statistics.fmean(f[arm]) / statistics.fmean(steps[arm])
-            prices.append(
-                f"{price / (statistics.fmean(f[base]) / statistics.fmean(steps[base])):.2f}× ({pricing.name})"
-            )
+            prices.append(f"{price * statistics.fmean(steps[base]) / statistics.fmean(f[base]):.2f}× ({pricing.name})")
         lines.append(f"- `{arm}`: {statistics.fmean(steps[arm]) / statistics.fmean(steps[found[0][1]]):.2f}× the "
                      f"baseline's steps, a step at {', '.join(prices)} its price")  # fmt: skip
     return "\n".join(lines)
 
 
 def replicates_text(runs: list[dict], races: dict[str, Race], costs: dict[str, float]) -> str:
-    """Pairs of arms of a task whose runs of every seed generated, trained and called alike, step by step (rollouts,
-    rows, calls): replicates of one setting, whose spread is the noise of a run; their minutes to target priced with
-    ``costs`` seed by seed."""
+    """Pairs of arms whose runs of every seed generated, trained and called alike at every step: replicates of one
+    setting, their endpoints' spread the noise of a run (minutes priced with ``costs``)."""
     lines = []
     for task, race in races.items():
         mine = {(r["arm"], r["seed"]): r for r in runs if r["task"] == task}
@@ -366,10 +351,9 @@ CUTOFFS = (0.5, 1.0)
 
 
 def equal_compute_table(runs: list[dict], task: str, race: Race, pricings: list[Pricing]) -> tuple[str, list]:
-    """One task's equal-compute table: per trl_pods arm and pricing, its held-out accuracy at `CUTOFFS` of the
-    baseline's horizon (mean, 90% CI over seeds), its difference from the baseline's there (CI, permutation p), and
-    its minutes to target against the baseline's with every run `capped` at one horizon. Also the table's
-    differences of a trl_pods arm ``(task, pricing, cutoff, arm, difference, low, high, p)`` (for Holm over them)."""
+    """One task's equal-compute table: per arm and pricing, its held-out accuracy at `CUTOFFS` of the baseline's
+    horizon (mean, 90% CI) and its difference from the baseline's (permutation p), and its minutes to target `capped`
+    at one horizon; and each trl_pods arm's differences ``(task, pricing, cutoff, arm, value, low, high, p)``."""
     mine = [r for r in runs if r["task"] == task]
     header, rows, tests = ["arm"], {arm: [f"`{arm}`"] for arm in race.arms if any(r["arm"] == arm for r in mine)}, []
     for pricing, (_, base) in zip(pricings, priced(runs, task, race, pricings), strict=True):
@@ -407,10 +391,8 @@ def curves(runs: list[dict], costs: dict[str, float], trl: bool, grid: Sequence[
 
 
 def plot(runs: list[dict], races: dict[str, Race], pricings: list[Pricing], path: Path) -> None:
-    """Held-out accuracy against minutes, a panel per task (rows) and pricing (columns): each arm's mean over its
-    seeds as a line (the baseline arms dashed), the band from its lowest to its highest seed; a run's accuracy is
-    its last evaluation by then (`curves`), and after its end its last one. Written without a timestamp or the
-    software's version, so that the same data give the same file."""
+    """Held-out accuracy against minutes, a panel per task and pricing: each arm's mean over its seeds (`curves`; the
+    baselines dashed) with the band of its lowest and highest seed; no timestamp or version: same data, same file."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -453,9 +435,8 @@ def spread_of_runs(found: dict[str, list[float]], base: str) -> float:
 
 
 def power_table(runs: list[dict], races: dict[str, Race], pricings: list[Pricing], sizes: Sequence[tuple]) -> str:
-    """What the race could have detected, per task and pricing: one run's spread (`spread_of_runs`), the ratio to the
-    baseline a two-sided test at 0.05 finds with 80% power (`harness.detectable`) with each of ``sizes`` (runs of an
-    arm, of the baseline), and the runs a side it needs to find 1.3× (`harness.runs_for`)."""
+    """What the race could have detected, per task and pricing: one run's spread (`spread_of_runs`), the ratio a
+    two-sided test at 0.05 finds with 80% power with ``sizes`` runs, and the runs a side 1.3× needs."""
     rows = []
     for task, race in races.items():
         for pricing, (found, base) in zip(pricings, priced(runs, task, race, pricings), strict=True):
@@ -479,9 +460,8 @@ def seen_words(runs: list[dict], races: dict[str, Race], pricing: Pricing, first
 
 
 def accuracy_table(runs: list[dict], task: str, race: Race) -> str:
-    """Per arm, its base and final held-out accuracy (means over its runs; one evaluation's binomial standard error at
-    that accuracy and the plan's number of problems) and, on a reasoning-gym task, the final accuracy with the scorer
-    on the raw completion."""
+    """Per arm, its base and final held-out accuracy (means; one evaluation's binomial standard error beside) and, on
+    a reasoning-gym task, the final accuracy with the scorer on the raw completion."""
     problems, rows = race.plan["held_out"], []
     raw = all("raw_accuracy" in r for r in runs)
     for arm in race.arms:
@@ -497,10 +477,8 @@ def accuracy_table(runs: list[dict], task: str, race: Race) -> str:
 
 def sections(runs: list[dict], races: dict[str, Race], pricings: list[Pricing], tests: dict, name: str,
              ends: str, prices: str, sizes: Sequence[tuple], extra=lambda task: "") -> tuple[str, list]:  # fmt: skip
-    """The sections both races' pages share, and the equal-compute differences (`equal_compute_table`): the figure
-    (``data/<name>.png``, `plot`; ``ends``: what a run's curve does after its end) with the equal-compute tables, each
-    task's table of minutes to target (`task_table`, ``prices``: what the pricings are; then `pace_text` and
-    ``extra(task)``), and what the race could see (`power_table` with ``sizes``)."""
+    """The sections both races' pages share (the figure and equal compute, minutes to target with ``extra(task)``
+    under each table, steps or cost per step, what the race could see), and the equal-compute differences."""
     equal, tables, paces, differences = [], [], [], []
     for task, race in races.items():
         table, found = equal_compute_table(runs, task, race, pricings)
