@@ -4,23 +4,18 @@ The races price an optimizer step by its generation calls, rollouts and trained 
 a GPU one `generate` call decodes its rollouts in parallel, so its time may hardly grow with their number until the GPU
 is busy: this measures that curve (`time_to_target.py`'s H200 pricing is its fits for SmolLM2-135M with LoRA).
 
-On a random-weight bf16 model of a real checkpoint's shape (``--shape``): Qwen2.5-0.5B's or -1.5B's (`QWEN25`;
-gradient checkpointing, the 151,936-token vocabulary, full fine-tuning), or SmolLM2-135M-Instruct's (the model of the
-time-to-target runs: its Llama configuration, 49,152-token vocabulary), which with ``--lora`` trains through the
-demo's LoRA adapters as those runs do (`trl_pods.demo.demo_arguments`: r 16 on every projection, no gradient
-checkpointing). In one process, interleaved in rounds (the order rotated each round; round 0 is warm-up, left out):
+On a random-weight bf16 model of a real checkpoint's shape (``--shape``): Qwen2.5-0.5B's or -1.5B's (`QWEN25`: full
+fine-tuning, gradient checkpointing), or SmolLM2-135M-Instruct's (the races' model), which with ``--lora`` trains
+through the demo's LoRA adapters. In one process, interleaved in rounds (the order rotated each round; round 0 is
+warm-up, left out), ``torch.cuda.synchronize()`` around every timed call:
 
-* generation: one HF ``model.generate`` call of R rollouts (``--rollouts``) of a ``--prompt_tokens`` prompt, sampling
-  at temperature 1, forced to ``--tokens`` new tokens (``min_new_tokens``), through the adapters when there are any;
-* update: one optimizer step on W rows (``--rows``) of prompt + completion tokens: forward, cross-entropy on the
-  completion, backward, in micro-batches of at most 16 rows (gradient accumulation), then AdamW
-  (``foreach``, on the trainable parameters) and ``zero_grad``.
+* generation: one HF ``generate`` call of R rollouts (``--rollouts``) of a ``--prompt_tokens`` prompt, forced to
+  ``--tokens`` new tokens, sampling at temperature 1;
+* update: one optimizer step on W rows (``--rows``): forward, cross-entropy on the completion, backward, in
+  micro-batches of at most 16 rows, then AdamW and ``zero_grad``.
 
-``torch.cuda.synchronize()`` brackets every timed call. Reported: medians over rounds, and least-squares fits
-generation = a x R + g (g: a call's cost whatever its size) and update = b x W + u.
-
-Each measurement is saved as ``docs/benchmarks/data/gpu_cost_curve_<shape>[_lora].json`` (`measurement` reads one
-back by name), and the page ``docs/benchmarks/gpu-cost-curve.md`` is written from all of them.
+Reported: medians over rounds and the least-squares fits generation = a x R + g (g: a call's cost whatever its size)
+and update = b x W + u; each measurement saved as ``docs/benchmarks/data/gpu_cost_curve_<shape>[_lora].json``.
 
     python benchmarks/gpu_cost_curve.py                 # on a CUDA GPU: Qwen2.5-0.5B's shape, then the page
     python benchmarks/gpu_cost_curve.py --shape SmolLM2-135M --lora --tokens 16 --prompt_tokens 40 --rounds 5

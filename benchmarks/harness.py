@@ -4,7 +4,7 @@ A study saves what it measures under ``docs/benchmarks/data/`` and writes its pa
 ``PAGES`` maps each page it writes to the function rendering it (`generated`, `write_pages`), ``--report`` rewrites
 them, and ``tests/test_benchmarks.py`` renders every generated page again from the committed data; what a data file
 cannot hold lives beside it in ``<name>.notes.md`` (`notes`). Runs: `RunStore` (JSON lines, claims shared by
-processes), `load_runs`; timing: `interleaved`; statistics over seeds: `spread`, `mean_of`, bootstrap intervals
+processes); timing: `interleaved`; statistics over seeds: `spread`, bootstrap intervals
 (`ratio`, `mean_ci`, `difference`), `permutation_p`, `holm`, `binomial_se`, `detectable`, `runs_for`.
 """
 
@@ -52,12 +52,10 @@ def write_pages(pages: dict[str, Callable[[], str]]) -> None:
         print(f"wrote {path.relative_to(REPO)}")
 
 
-def notes(name: str, runs: Sequence[dict] = ()) -> str:
-    """What a page gives beside a measurement: the machines its ``runs`` recorded (``environment``, once each), then
-    what is written by hand beside its data file ``name`` (``docs/benchmarks/data/<name>.notes.md``)."""
-    machines = "\n".join(dict.fromkeys(run["environment"] for run in runs if "environment" in run))
+def notes(name: str) -> str:
+    """What is written by hand beside the data file ``name`` (``docs/benchmarks/data/<name>.notes.md``), if any."""
     path = DATA / f"{name}.notes.md"
-    return "\n\n".join(part for part in (machines, path.read_text().strip() if path.exists() else "") if part)
+    return path.read_text().strip() if path.exists() else ""
 
 
 # ----------------------------------------------------------------------------------------------------------- runs
@@ -136,15 +134,6 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def load_runs(path: Path) -> list[dict]:
-    """The runs saved in ``path``: JSON lines (a `RunStore`'s), or one JSON document ``{"args": ..., "runs": [...]}``
-    (how studies saved their runs before the run store), whose arguments become each run's ``settings``."""
-    if path.suffix == ".jsonl":
-        return RunStore(path, ()).runs()
-    document = json.loads(path.read_text())
-    return [{**run, "settings": document["args"]} for run in document["runs"]]
-
-
 def interleaved(jobs: Sequence[T], rounds: int) -> Iterator[tuple[int, T]]:
     """(round, job): every job once a round, the order rotated by one each round, so that a change in the machine's
     load spreads over all jobs."""
@@ -163,11 +152,6 @@ def spread(values: Sequence[float], digits: int = 2, center: Callable = statisti
         return "–"
     middle = f"{center(values):.{digits}f}"
     return middle if len(values) == 1 else f"{middle} ({min(values):.{digits}f}–{max(values):.{digits}f})"
-
-
-def mean_of(values: Sequence[float], digits: int) -> str:
-    """The mean of ``values`` with ``digits`` decimals, '–' when there are none."""
-    return f"{statistics.mean(values):.{digits}f}" if values else "–"
 
 
 def resampled_means(*samples: Sequence[float], draws: int = 10_000, seed: int = 0) -> list[np.ndarray]:

@@ -69,27 +69,18 @@ PLAN = {
         "add2": {**dict.fromkeys(ARMS, 5), "trl.GRPOTrainer 4": 8, "trl.GRPOTrainer 8": 8, "auto 16->4": 8},
         "add2x1": dict.fromkeys(ARMS, 5),
     },  # fmt: skip
-    "order": "seed by seed; within a seed add2 before add2x1, arms in ARMS order; trl.GRPOTrainer 16 after all others "
-    "but the added arms, which come last",
-    "endpoint": "the first evaluation at or above the target whose next evaluation is also at or above it",
-    "stop": "a run stops at the evaluation confirming the endpoint, or after max_steps (then it did not reach it)",
+    "order": "seed by seed, add2 before add2x1, arms in ARMS order; trl.GRPOTrainer 16 after all others but the "
+    "added arms, which come last",
+    "endpoint": "the first evaluation at or above the target whose next evaluation is also at or above it; a run "
+    "stops there, or after max_steps (then it did not reach it)",
     "baseline": "in each pricing, the trl.GRPOTrainer arm with the lowest mean minutes among those whose runs all "
-    "reached the target, with as many runs as the plan asks",
-    "statistics": "ratio of mean minutes to the baseline's; bootstrap 90% CI resampling seeds within each arm (10,000 "
-    "draws); exact two-sided permutation p of the difference of means",
-    "pricings": "CPU: each step up to the endpoint priced with the costs (a call, a rollout, a row, a step) fitted by "
-    "least squares on the interleaved timing run (idle machine), steps x the arm's interleaved seconds per step kept "
-    "as a check; H200: each step priced with H200 (calls, rollouts, rows, update)",
-    "amended": "2026-11-27, after the first runs had started and before any had finished: the CPU pricing was steps x "
-    "the arm's interleaved seconds per step; refill and auto change their work per step over a run, and a timing "
-    "run's few steps are auto's exploration, so each step is priced by what it did, as in the H200 pricing",
-    "rerun": "auto 16->4's first run (add2, seed 0) timed its generation calls without the weight load they share "
-    "(fixed in 'phase 1: a generation's first call is timed from the start of the generation'); it was set aside "
-    "unreported and made again",
-    "added": "2026-11-27, after 53 of the first 79 runs: auto 16->4 took more steps to target than sized refill while "
-    "training more groups with contrast; its groups are 8 or 16 rollouts down-sampled to 4 in part of its steps. The "
-    "arms auto 4->4 (measured and H200 costs: no down-sampling) test that, 5 seeds on each task after all other runs; "
-    "the goals stay on auto 16->4",
+    "reached the target",
+    "statistics": "ratio of mean minutes to the baseline's; bootstrap 90% CI over seeds; exact permutation p",
+    "pricings": "CPU: each step priced with the costs fitted on the interleaved timing run (amended 2026-11-27, "
+    "before any run had finished: it was steps x the arm's seconds a step); H200: each step priced with `H200`",
+    "added": "2026-11-27, after 53 of the first 79 runs: auto 4->4 (measured and H200 costs: no down-sampling), 5 "
+    "seeds on each task after all other runs; the goals stay on auto 16->4 (the full text of every entry, and of "
+    "auto's first run set aside and made again: `git show a0135bf:benchmarks/time_to_target_plan.py`)",
 }
 """The measurement, fixed before its runs; the report refuses runs made otherwise. The targets were chosen from the
 earlier 50-problem measurement (retired: docs/benchmarks/time-to-target-earlier.md) where the arms' curves still

@@ -1,7 +1,7 @@
 """The benchmarks (`benchmarks/`): every generated page is its script's rendering of the committed data, each race's
-figure draws the same accuracies its equal-compute table reads and comes out the same from the same data, the
-finished studies' verdicts are read as their pages say, and the GPU cost curve's smoke mode runs the code path of a
-full measurement on tiny sizes and writes nothing (it runs for real only on a GPU)."""
+figure draws the same accuracies its equal-compute table reads and comes out the same from the same data, and the GPU
+cost curve's smoke mode runs the code path of a full measurement on tiny sizes and writes nothing (it runs for real
+only on a GPU)."""
 
 import importlib
 import os
@@ -97,52 +97,3 @@ def test_gpu_cost_curve_smoke_mode_times_every_size_and_fits_both_phases(model):
         "generation | 2 rollouts", "generation | 8 rollouts", "update | 2 rows", "update | 4 rows"]  # fmt: skip
     assert len(re.findall(r"^round 1 ", out, re.M)) == 4, "one measured round of every size, after the warm-up"
     assert re.search(r"Fits: generation = .* ms × rollouts \+ .* s per call; update = .* ms × rows", out)
-
-
-def _curve_run(method: str, seed: int, minutes: float, reached: bool = True) -> dict:
-    """A run of the study from scratch: evaluations ``[step, minutes, greedy, sampled, rollouts]``; it reaches 0.4 at
-    half its ``minutes`` where ``reached``."""
-    return {"method": method, "seed": seed,
-            "curve": [[0, 0.0, 0.0, 0.0, 0], [50, minutes / 2, 0.5 if reached else 0.1, 0.1, 10],
-                      [100, minutes, 0.6 if reached else 0.2, 0.1, 20]]}  # fmt: skip
-
-
-def test_auto_is_read_against_the_fastest_fixed_arm_it_could_have_been_every_run_counted():
-    """Each auto arm of a measurement from scratch is read in minutes to a target against the fastest fixed arm with
-    at most its rollouts per prompt (auto 4->4 never against PODS 16->4), a run that misses counted at its last
-    minutes; a pair where no run of either reached the target says so instead of a ratio of minutes at the budget."""
-    study = _module("finished")
-    runs = [*(_curve_run("PODS 16->4", s, 4.0 + s) for s in range(3)),
-            *(_curve_run("GRPO 4 + sized refill", s, 2.0, s > 0) for s in range(3)),  # 1.0, 1.0, a miss at 2.0
-            *(_curve_run("auto 16->4", s, 2.0) for s in range(3)),
-            *(_curve_run("auto 4->4", s, 3.0, False) for s in range(3))]  # fmt: skip
-    methods = ["PODS 16->4", "GRPO 4 + sized refill", "auto 16->4", "auto 4->4"]
-    assert study.minutes_to(runs[0], 0.4) == 2.0 and study.minutes_to(runs[3], 0.4) == 2.0
-    lines = study.auto_against_fixed(runs, methods, 0.4).splitlines()
-    assert lines[2].startswith("- `auto 16->4` 1.00 (0 of 3 runs missed) against `GRPO 4 + sized refill`'s 1.33 "
-                               "(1 of 3 runs missed): 0.75× (")  # fmt: skip
-    assert lines[3].startswith("- `auto 4->4` 3.00 (3 of 3 runs missed) against `GRPO 4 + sized refill`'s 1.33")
-    assert study.auto_against_fixed(runs, methods, 0.9).splitlines()[2:] == [
-        "- `auto 16->4` against `GRPO 4 + sized refill`: no run of either reached it",
-        "- `auto 4->4` against `GRPO 4 + sized refill`: no run of either reached it",
-    ]
-    assert study.auto_against_fixed(runs, ["PODS 16->4", "auto 4->4"], 0.4) == ""
-
-
-def test_auto_floor_is_read_against_the_fastest_other_fixed_arm():
-    """Where a measurement runs auto's floor (sized refill at its ``pods_n``) beside another fixed arm, the page also
-    reads the floor against the fastest of the others, so that a gap auto shares with its floor can be told from one
-    of its own; a measurement without another fixed arm gets no floor line."""
-    study = _module("finished")
-    runs = [*(_curve_run("PODS 16->4", s, 2.0 + s) for s in range(3)),
-            *(_curve_run("PODS 16->4 + sized refill", s, 3.0 + s) for s in range(3)),
-            *(_curve_run("auto 16->4", s, 4.0 + s) for s in range(3))]  # fmt: skip
-    methods = ["PODS 16->4", "PODS 16->4 + sized refill", "auto 16->4"]
-    text = study.auto_against_fixed(runs, methods, 0.4)
-    assert "and auto's floor (sized refill at its `pods_n`) against the fastest of the others" in text
-    lines = text.splitlines()[2:]
-    assert lines[0].startswith("- `auto 16->4` 2.50 (0 of 3 runs missed) against `PODS 16->4`'s 1.50 (0 of 3 runs "
-                               "missed): 1.67× (")  # fmt: skip
-    assert lines[1].startswith("- `PODS 16->4 + sized refill` 2.00 (0 of 3 runs missed) against `PODS 16->4`'s 1.50")
-    alone = study.auto_against_fixed(runs, methods[1:], 0.4)
-    assert "floor" not in alone and len(alone.splitlines()) == 3
