@@ -183,7 +183,8 @@ def goals_text(runs: list[dict], pricings: list[report.Pricing]) -> str:
 def answer(runs: list[dict], pricings: list, tests: dict, gpu_tests: dict, differences: list) -> str:
     """The page's answer, in numbers of the tables below."""
     equal = [d for d in differences if d[1] == "CPU" and d[2] == 1.0 and d[3] not in TRL_GROUP_SIZES]
-    adjusted = min(holm([d[-1] for d in differences]))
+    adjusted = holm([d[-1] for d in differences])
+    equal_p, most = min(zip(adjusted, differences, strict=True))
     cpu = [v for k, v in tests.items() if k[1] == "CPU"]
     lowest = min(tests.items(), key=lambda item: item[1][4])
     refill = [tests[t, "CPU", SIZED_REFILL] for t in PLAN["tasks"]]
@@ -201,7 +202,8 @@ def answer(runs: list[dict], pricings: list, tests: dict, gpu_tests: dict, diffe
   {len(gpu_tests)}: {auto[0][4]:.2f}, {auto[1][4]:.2f}).
 - **At equal CPU minutes** (the baseline's mean run), the trl_pods arms' held-out accuracy is
   {min(d[4] for d in equal):+.3f} to {max(d[4] for d in equal):+.3f} against the baseline's; the lowest
-  Holm-adjusted p of the page's {len(differences)} equal-compute differences is {adjusted:.2f}. **What could be
+  Holm-adjusted p of the page's {len(differences)} equal-compute differences is {equal_p:.2f} (`{most[3]}`, {most[0]},
+  {most[1]}, at {most[2]:g} of the baseline's mean run: {most[4]:+.3f}). **What could be
   seen**: 5 CPU runs against 8
   find about {report.seen_words(runs, races(), pricings[0], 5, 8)} ([below](#what-the-race-could-see)).
 - **The plan's goal for auto** (≤ 0.5× the baseline on the CPU) is not met on either task ([goals](#goals)).
