@@ -1,27 +1,21 @@
 """What a rollout and a trained row cost on a GPU: generation and update time against batch size, in one process.
 
-`time_to_target.py` prices an optimizer step as a x rollouts generated + b x rows trained + c, fitted on a 2-core
-CPU, where generation grows with every rollout. On a GPU one `generate` call decodes its rollouts in parallel, so its
-time may hardly grow with their number until the GPU is busy: this measures that curve, for the projection of
-`time_to_target.py` (its H200 pricing is this measurement's fits for SmolLM2-135M with LoRA).
+The races price an optimizer step by its generation calls, rollouts and trained rows (`race_report.step_seconds`). On
+a GPU one `generate` call decodes its rollouts in parallel, so its time may hardly grow with their number until the GPU
+is busy: this measures that curve (`time_to_target.py`'s H200 pricing is its fits for SmolLM2-135M with LoRA).
 
-On a random-weight bf16 model of a real checkpoint's shape (``--shape``): Qwen2.5-0.5B's or -1.5B's (`QWEN25`;
-gradient checkpointing, the 151,936-token vocabulary, full fine-tuning), or SmolLM2-135M-Instruct's (the model of the
-time-to-target runs: its Llama configuration, 49,152-token vocabulary), which with ``--lora`` trains through the
-demo's LoRA adapters as those runs do (`trl_pods.demo.demo_arguments`: r 16 on every projection, no gradient
-checkpointing). In one process, interleaved in rounds (the order rotated each round; round 0 is warm-up, left out):
+On a random-weight bf16 model of a real checkpoint's shape (``--shape``): Qwen2.5-0.5B's or -1.5B's (`QWEN25`: full
+fine-tuning, gradient checkpointing), or SmolLM2-135M-Instruct's (the races' model), which with ``--lora`` trains
+through the demo's LoRA adapters. In one process, interleaved in rounds (the order rotated each round; round 0 is
+warm-up, left out), ``torch.cuda.synchronize()`` around every timed call:
 
-* generation: one HF ``model.generate`` call of R rollouts (``--rollouts``) of a ``--prompt_tokens`` prompt, sampling
-  at temperature 1, forced to ``--tokens`` new tokens (``min_new_tokens``), through the adapters when there are any;
-* update: one optimizer step on W rows (``--rows``) of prompt + completion tokens: forward, cross-entropy on the
-  completion, backward, in micro-batches of at most 16 rows (gradient accumulation), then AdamW
-  (``foreach``, on the trainable parameters) and ``zero_grad``.
+* generation: one HF ``generate`` call of R rollouts (``--rollouts``) of a ``--prompt_tokens`` prompt, forced to
+  ``--tokens`` new tokens, sampling at temperature 1;
+* update: one optimizer step on W rows (``--rows``): forward, cross-entropy on the completion, backward, in
+  micro-batches of at most 16 rows, then AdamW and ``zero_grad``.
 
-``torch.cuda.synchronize()`` brackets every timed call. Reported: medians over rounds, and least-squares fits
-generation = a x R + g (g: a call's cost whatever its size) and update = b x W + u.
-
-Each measurement is saved as ``docs/benchmarks/data/gpu_cost_curve_<shape>[_lora].json`` (`measurement` reads one
-back by name), and the page ``docs/benchmarks/gpu-cost-curve.md`` is written from all of them.
+Reported: medians over rounds and the least-squares fits generation = a x R + g (g: a call's cost whatever its size)
+and update = b x W + u; each measurement saved as ``docs/benchmarks/data/gpu_cost_curve_<shape>[_lora].json``.
 
     python benchmarks/gpu_cost_curve.py                 # on a CUDA GPU: Qwen2.5-0.5B's shape, then the page
     python benchmarks/gpu_cost_curve.py --shape SmolLM2-135M --lora --tokens 16 --prompt_tokens 40 --rounds 5
@@ -33,12 +27,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import statistics
 import sys
 import time
 from pathlib import Path
 
-from harness import DATA, REPO, Study, command_line, cpu_model, interleaved, notes, spread, versions
+from harness import DATA, REPO, cpu_model, generated, interleaved, notes, spread, versions, write_pages
 
 sys.path.insert(0, str(REPO / "tests"))  # the tests' tokenizer and model builder
 
@@ -47,7 +42,6 @@ import torch  # noqa: E402
 from tiny_model import build_tokenizer, tiny_qwen2  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-STUDY = Study("gpu_cost_curve.py", "gpu-cost-curve", "GPU: what a rollout and a trained row cost", "gpu_cost_curve")
 MICRO_BATCH = 16
 SMOLLM2_135M = dict(  # SmolLM2-135M-Instruct's config.json, less its token ids and rotary settings
     vocab_size=49_152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
@@ -126,6 +120,15 @@ def update_seconds(model, optimizer, rows: int, prompt_tokens: int, tokens: int)
     return sync() - began
 
 
+def command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:
+    """``python benchmarks/gpu_cost_curve.py`` with the flags of ``args`` that differ from their defaults."""
+    defaults, flags = vars(parser.parse_args([])), []
+    for key, value in vars(args).items():
+        if key not in ("smoke", "report") and value != defaults[key]:
+            flags += [f"--{key}", *([] if value is True else value if isinstance(value, list) else [value])]
+    return shlex.join(["python", "benchmarks/gpu_cost_curve.py", *map(str, flags)])
+
+
 def measure(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
     """Every size of both phases in each of ``args.rounds + 1`` rounds; the raw times of the measured rounds."""
     tokens = SMOKE_TOKENS if args.smoke else args.tokens
@@ -164,7 +167,7 @@ def measure(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
         "device": torch.cuda.get_device_name() if cuda else f"CPU: {cpu_model()}",
         "versions": versions(("torch", "transformers")),
         "times": times,
-        "command": command_line(STUDY.script, parser, vars(args)),
+        "command": command(args, parser),
     }
 
 
@@ -214,20 +217,30 @@ step; a / b = {a / b:.3f}.
 
 def render() -> str:
     """The page, from every saved measurement and the notes written beside them."""
-    measurements = [json.loads(path.read_text()) for path in STUDY.files(".json")]
-    return STUDY.render(
-        f"""One HF `generate` call of R rollouts and one optimizer step on W rows, timed in one process, interleaved in
+    measurements = [json.loads(path.read_text()) for path in sorted(DATA.glob("gpu_cost_curve*.json"))]
+    sections = "\n".join(section(m) + "\n" for m in measurements)
+    return generated(
+        "GPU: what a rollout and a trained row cost",
+        "gpu_cost_curve.py",
+        "gpu_cost_curve",
+        f"""{notes("gpu_cost_curve")}
+
+One HF `generate` call of R rollouts and one optimizer step on W rows, timed in one process, interleaved in
 rounds (the order rotated each round), with `torch.cuda.synchronize()` around every call, on a random-weight model of
 a real checkpoint's shape; the fits are least squares over the sizes' medians. The time-to-target study prices its
 runs with the SmolLM2-135M measurement. `benchmarks/gpu_cost_curve.py`'s docstring has the details.
 
-{chr(10).join(section(m) + chr(10) for m in measurements)}
-{notes(STUDY.data)}"""
+{sections}""",
     )
 
 
+PAGES = {"gpu-cost-curve": render}
+
+
 def main() -> None:
-    parser = STUDY.parser(__doc__)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: print the results, write nothing")
+    parser.add_argument("--report", action="store_true", help="write the page from the saved data, measuring nothing")
     parser.add_argument("--shape", default="0.5B", choices=MODELS, help="the checkpoint whose shape the model takes")
     parser.add_argument("--lora", action="store_true", help="train the demo's LoRA adapters instead of every weight")
     parser.add_argument("--tokens", type=int, default=256, help="completion tokens per rollout and row")
@@ -242,7 +255,7 @@ def main() -> None:
             print(section(result), "smoke run: nothing written", sep="\n")
             return
         (DATA / f"{result['name']}.json").write_text(json.dumps(result) + "\n")
-    STUDY.write(render())
+    write_pages(PAGES)
 
 
 if __name__ == "__main__":

@@ -1,29 +1,16 @@
 """The benchmarks' harness: what every study shares, so that a study's script says only what it measures.
 
-A study is a script ``benchmarks/<name>.py`` (`Study`). It saves what it measures under ``docs/benchmarks/data/`` and
-writes its page, ``docs/benchmarks/<page>.md``, whole, from those files alone: ``--report`` rewrites the page without
-measuring, and ``tests/test_benchmarks.py`` re-renders every generated page from the committed data. What a data file
-cannot hold (the versions of runs saved before they recorded them, a reading written by hand) lives beside it in
-``<name>.notes.md`` (`notes`), which the page includes.
-
-* The command line: `Study.parser` (``--smoke``, ``--report``; for studies of runs ``--seeds``, ``--methods``,
-  ``--tag`` and their sizes) and `command_line`, the command that gives a measurement's settings back.
-* Runs: `RunStore` (JSON lines appended as each run ends, under a lock; claims, so that processes share a
-  measurement), `measure` (the planned runs not saved yet, with resume), `load_runs` (a data file's runs),
-  `mean_logged` (a metric of the trainer's log).
-* Timing: `interleaved` (rounds of every job, the order rotated each round).
-* Statistics over seeds: `mean_of`, `spread` (mean or median, with min–max), `first_reaching`, `ratio_ci` (ratio
-  of means with `bootstrap_ratio_ci` and `permutation_p`, exact or over sampled splits).
-* The machine: `cpu_model`, `versions`, `environment`.
-* Writing: `Study.render` and `Study.write` (the page under its generated marker), `Study.render_runs` (a study of
-  runs: a section per measurement), `plot_accuracy_curves`.
+A study saves what it measures under ``docs/benchmarks/data/`` and writes its pages from those files alone: a script's
+``PAGES`` maps each page it writes to the function rendering it (`generated`, `write_pages`), ``--report`` rewrites
+them, and ``tests/test_benchmarks.py`` renders every generated page again from the committed data; what a data file
+cannot hold lives beside it in ``<name>.notes.md`` (`notes`). Runs: `RunStore` (JSON lines, claims shared by
+processes); timing: `interleaved`; statistics over seeds: `spread`, bootstrap intervals
+(`ratio`, `mean_ci`, `difference`), `permutation_p`, `holm`, `binomial_se`, `detectable`, `runs_for`.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import dataclasses
 import fcntl
 import itertools
 import json
@@ -31,124 +18,52 @@ import math
 import os
 import platform
 import random
-import shlex
 import statistics
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TypeVar
 
+import numpy as np
+
 REPO = Path(__file__).resolve().parent.parent
-DOCS = REPO / "docs"
-PAGES = DOCS / "benchmarks"
+PAGES = REPO / "docs" / "benchmarks"
 DATA = PAGES / "data"
 if str(REPO) not in sys.path:  # `python benchmarks/<name>.py` puts benchmarks/, not the repository, on the path
     sys.path.insert(0, str(REPO))
 
 T = TypeVar("T")
-RUN_FLAGS = {  # the sizes of a study of runs (methods x seeds, each run some optimizer steps): flag, help
-    "seeds": "seeds 0..SEEDS-1 of every method (a seed fixes a run's data order, sampling and initial weights)",
-    "steps": "optimizer steps per run",
-    "eval_every": "optimizer steps between held-out evaluations",
-    "prompts_per_step": "prompts per optimizer step",
-}
 
 
-@dataclasses.dataclass(frozen=True)
-class Study:
-    """A study: its script ``benchmarks/<script>``, its page ``docs/benchmarks/<page>.md`` and the page's title, and
-    its data files ``docs/benchmarks/data/<data>*``."""
+def generated(title: str, script: str, data: str, body: str) -> str:
+    """A page: its title, the marker naming the script that writes it and its data files, and ``body``."""
+    return (
+        f"# {title}\n\n<!-- Written by `python benchmarks/{script} --report` from docs/benchmarks/data/{data}*; "
+        f"do not edit. -->\n\n{body.strip()}\n"
+    )
 
-    script: str
-    page: str
-    title: str
-    data: str
 
-    def files(self, *suffixes: str) -> list[Path]:
-        """The study's data files ending in one of ``suffixes``, by name."""
-        return sorted(path for path in DATA.glob(f"{self.data}*") if path.name.endswith(suffixes))
-
-    def parser(self, doc: str, methods: Sequence[str] = (), default_methods: Sequence[str] = (), **sizes: int):
-        """The command line every study shares: ``--smoke`` and ``--report``; with ``methods``, a study of runs:
-        ``--methods``, ``--tag`` and the `RUN_FLAGS` given in ``sizes`` (their defaults)."""
-        parser = argparse.ArgumentParser(description=doc.split("\n")[0])
-        parser.add_argument("--smoke", action="store_true", help="tiny sizes: print the results, write nothing")
-        parser.add_argument("--report", action="store_true", help=f"write docs/benchmarks/{self.page}.md and its "
-                            "figures from the saved data, measuring nothing")  # fmt: skip
-        for flag, default in sizes.items():
-            parser.add_argument(f"--{flag}", type=int, default=default, help=RUN_FLAGS[flag])
-        if methods:
-            parser.add_argument("--methods", nargs="+", choices=list(methods),
-                                default=list(default_methods or methods))  # fmt: skip
-            parser.add_argument("--tag", default="", help="a name of its own for this measurement: its data file "
-                                "and its section")  # fmt: skip
-        return parser
-
-    def render(self, body: str) -> str:
-        """The page: its title, the marker saying which script writes it from which data, and ``body``."""
-        return (
-            f"# {self.title}\n\n<!-- Written by `python benchmarks/{self.script} --report` from "
-            f"docs/benchmarks/data/{self.data}*; do not edit. -->\n\n{body.strip()}\n"
-        )
-
-    def measurements(self) -> dict[Path, list[dict]]:
-        """A study of runs: every saved measurement's runs (`load_runs`), by its data file."""
-        return {path: load_runs(path) for path in self.files(".json", ".jsonl")}
-
-    def render_runs(self, intro: str, section: Callable[[list[dict], Path], str]) -> str:
-        """The page of a study of runs: ``intro``, then each saved measurement's ``section``."""
-        return self.render("\n\n".join([intro, *(section(runs, path) for path, runs in self.measurements().items())]))
-
-    def write(self, page: str) -> None:
-        """Write the rendered page."""
-        path = PAGES / f"{self.page}.md"
-        path.write_text(page)
+def write_pages(pages: dict[str, Callable[[], str]]) -> None:
+    """Write each page of ``pages`` (its name: the rendering function)."""
+    for name, render in pages.items():
+        path = PAGES / f"{name}.md"
+        path.write_text(render())
         print(f"wrote {path.relative_to(REPO)}")
 
 
-def notes(name: str, runs: Sequence[dict] = ()) -> str:
-    """What a page gives under a measurement besides its tables: the machines its ``runs`` recorded (`environment`,
-    once each; runs saved before the run store recorded none), then what is written by hand beside its data file
-    ``name`` (``docs/benchmarks/data/<name>.notes.md``)."""
-    machines = "\n".join(dict.fromkeys(run["environment"] for run in runs if "environment" in run))
+def notes(name: str) -> str:
+    """What is written by hand beside the data file ``name`` (``docs/benchmarks/data/<name>.notes.md``), if any."""
     path = DATA / f"{name}.notes.md"
-    return "\n\n".join(part for part in (machines, path.read_text().strip() if path.exists() else "") if part)
-
-
-def command_line(script: str, parser: argparse.ArgumentParser, settings: dict) -> str:
-    """``python benchmarks/<script>`` with the flags of ``settings`` that differ from the parser's defaults (settings
-    it has no flag for, ``--smoke`` and ``--report`` left out)."""
-    defaults = vars(parser.parse_args([]))
-    flags = []
-    for key, value in settings.items():
-        if key in ("smoke", "report") or key not in defaults or value == defaults[key]:
-            continue
-        flags += [f"--{key}", *([] if value is True else value if isinstance(value, list) else [value])]
-    return shlex.join(["python", f"benchmarks/{script}", *map(str, flags)])
-
-
-def measurement_commands(script: str, parser: argparse.ArgumentParser, settings: dict, runs: Sequence[dict],
-                         methods: Sequence[str]) -> str:  # fmt: skip
-    """The commands that measure ``runs`` of a study of runs (`command_line`): one per number of seeds its
-    ``methods`` ran (``--seeds`` takes seeds 0..SEEDS-1 of every method it names), fewest seeds first, as
-    ``Command: `...`.`` or ``Commands: `...`; `...`.``."""
-    seeds = {method: len({run["seed"] for run in runs if run["method"] == method}) for method in methods}
-    groups = {count: [method for method in methods if seeds[method] == count] for count in sorted(set(seeds.values()))}
-    commands = [command_line(script, parser, {**settings, "seeds": n, "methods": ms}) for n, ms in groups.items()]
-    return f"Command{'s' if len(commands) > 1 else ''}: {'; '.join(f'`{c}`' for c in commands)}."
+    return path.read_text().strip() if path.exists() else ""
 
 
 # ----------------------------------------------------------------------------------------------------------- runs
 
 
 class RunStore:
-    """Runs as JSON lines in ``path``, each a dict whose ``key`` fields name it (e.g. task, method, seed).
-
-    Claims live beside the file (``<path>.claims/``): a claim is a file holding the claiming process's id, created
-    (or, when the process that made it is gone, taken over) under an exclusive lock of ``<path>.claims/.lock``, so
-    that two processes never both hold it; the saved runs are read once the claim is held.
-    """
+    """Runs as JSON lines in ``path``, each named by its ``key`` fields; claims beside it (``<path>.claims/``: files
+    holding the claiming process's id, made or taken over from a dead process under an exclusive lock)."""
 
     def __init__(self, path: Path, key: Sequence[str]):
         self.path, self.key = Path(path), tuple(key)
@@ -161,10 +76,7 @@ class RunStore:
         return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
 
     def done(self) -> set[tuple]:
-        return {self.key_of(run) for run in self.runs()}
-
-    def key_of(self, run: dict) -> tuple:
-        return tuple(run[k] for k in self.key)
+        return {tuple(run[k] for k in self.key) for run in self.runs()}
 
     def append(self, run: dict) -> None:
         """Save one run, locked so that processes sharing the file do not interleave their lines."""
@@ -217,48 +129,9 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # alive, another user's
+        pass
     return True
-
-
-def load_runs(path: Path) -> list[dict]:
-    """The runs saved in ``path``: JSON lines (a `RunStore`'s), or one JSON document ``{"args": ..., "runs": [...]}``
-    (how studies saved their runs before the run store), whose arguments become each run's ``settings``."""
-    if path.suffix == ".jsonl":
-        return RunStore(path, ()).runs()
-    document = json.loads(path.read_text())
-    return [{**run, "settings": document["args"]} for run in document["runs"]]
-
-
-def measure(store: RunStore, planned: Iterable[tuple], run: Callable[..., dict], settings: dict, smoke: bool):
-    """Every planned run (its key, the values of ``store.key``) measured by ``run(*key)``, and the measurement's runs.
-
-    Smoke mode measures them all and saves none. Otherwise a run already saved is not measured again (an interrupted
-    measurement goes on where it stopped), a run is claimed while measured (processes can share the plan), and each
-    is saved as it ends with ``settings`` and `environment`; a store holding runs of other settings is refused.
-    """
-    if not smoke:
-        if store.path.with_suffix(".json").exists():
-            raise SystemExit(f"{store.path.with_suffix('.json')} holds an earlier measurement: give another --tag.")
-        other = [run["settings"] for run in store.runs() if run.get("settings") != settings]
-        if other:
-            raise SystemExit(f"{store.path} holds runs of other settings ({other[0]}): give another --tag.")
-    runs = []
-    for key in planned:
-        if smoke:
-            runs.append({**run(*key), "settings": settings})
-            continue
-        with store.claim(key) as mine:
-            if mine:
-                store.append({**run(*key), "settings": settings, "environment": environment()})
-    return runs if smoke else store.runs()
-
-
-def mean_logged(history: list[dict], key: str, default: float | None = None) -> float:
-    """Mean of a metric over the trainer's log entries that hold it (``default`` when none does)."""
-    values = [entry[key] for entry in history if key in entry]
-    return statistics.mean(values) if values or default is None else default
 
 
 def interleaved(jobs: Sequence[T], rounds: int) -> Iterator[tuple[int, T]]:
@@ -281,34 +154,51 @@ def spread(values: Sequence[float], digits: int = 2, center: Callable = statisti
     return middle if len(values) == 1 else f"{middle} ({min(values):.{digits}f}–{max(values):.{digits}f})"
 
 
-def mean_of(values: Sequence[float], digits: int) -> str:
-    """The mean of ``values`` with ``digits`` decimals, '–' when there are none."""
-    return f"{statistics.mean(values):.{digits}f}" if values else "–"
+def resampled_means(*samples: Sequence[float], draws: int = 10_000, seed: int = 0) -> list[np.ndarray]:
+    """Each sample's mean in each of ``draws`` bootstrap resamples (with replacement, the samples independently):
+    ``[draws]`` per sample. Drawn from one ``random.Random(seed)`` exactly as ``random.choices`` draws, sample after
+    sample within a draw, so that the intervals are those of a loop over ``choices``, at numpy's speed."""
+    rng, sizes = random.Random(seed), [len(s) for s in samples]
+    uniform = np.array([rng.random() for _ in range(draws * sum(sizes))]).reshape(draws, sum(sizes))
+    found, start = [], 0
+    for values, n in zip(samples, sizes, strict=True):
+        picks = np.floor(uniform[:, start : start + n] * n).astype(int)  # [draws, n]
+        found.append(np.asarray(values, dtype=float)[picks].mean(axis=1))
+        start += n
+    return found
 
 
-def first_reaching(curve: Sequence[Sequence[float]], target: float, accuracy: int = 2) -> Sequence[float] | None:
-    """The first point of ``curve`` whose entry ``accuracy`` is at or above ``target``, or None."""
-    return next((point for point in curve if point[accuracy] >= target), None)
+def interval(found: np.ndarray, level: float = 0.9) -> tuple[float, float]:
+    """The percentile interval of bootstrap statistics ``found`` ([draws])."""
+    ordered, tail = np.sort(found), (1 - level) / 2
+    return float(ordered[int(tail * (len(found) - 1))]), float(ordered[int(round((1 - tail) * (len(found) - 1)))])
 
 
-def resampled_mean(rng: random.Random, values: Sequence[float], k: int | None = None) -> float:
-    """The mean of ``k`` of ``values`` (default: as many as there are) drawn with replacement by ``rng``."""
-    return statistics.fmean(rng.choices(values, k=k or len(values)))
+def ratio(arm: Sequence[float], *bases: Sequence[float]) -> tuple[float, float, float, float]:
+    """``(ratio, CI low, CI high, permutation p)`` of ``mean(arm)`` to the lowest mean of ``bases``: the bootstrap
+    90% interval chooses the lowest again in every draw (the fastest of several noisy arms reads faster than it is,
+    and that luck belongs in the interval); p against that lowest."""
+    base = min(bases, key=statistics.fmean)
+    means = resampled_means(arm, *bases)
+    low, high = interval(means[0] / np.min(means[1:], axis=0))
+    return statistics.fmean(arm) / statistics.fmean(base), low, high, permutation_p(arm, base)
 
 
-def bootstrap_ratio_ci(
-    numerator: Sequence[float], *denominators: Sequence[float], level: float = 0.9, draws: int = 10_000, seed: int = 0
-) -> tuple[float, float]:
-    """Percentile bootstrap interval of ``mean(numerator) / mean(denominator)``: each draw resamples the seeds of
-    each arm with replacement, independently. With several ``denominators``, over the lowest of their means in each
-    draw, so the interval carries the luck of choosing the fastest too. Deterministic for a given ``seed``."""
-    rng = random.Random(seed)
-    ratios = []
-    for _ in range(draws):
-        ratios.append(resampled_mean(rng, numerator) / min(resampled_mean(rng, values) for values in denominators))
-    ratios.sort()
-    tail = (1 - level) / 2
-    return ratios[int(tail * (draws - 1))], ratios[int(round((1 - tail) * (draws - 1)))]
+def ratio_text(arm: Sequence[float], *bases: Sequence[float]) -> str:
+    """`ratio` as ``ratio× (low–high), p``."""
+    value, low, high, p = ratio(arm, *bases)
+    return f"{value:.2f}× ({low:.2f}–{high:.2f}), p {p:.2f}"
+
+
+def mean_ci(values: Sequence[float]) -> tuple[float, float]:
+    """Bootstrap 90% interval of the mean of ``values`` (seeds resampled)."""
+    return interval(resampled_means(values)[0])
+
+
+def difference(arm: Sequence[float], base: Sequence[float]) -> tuple[float, float, float, float]:
+    """``(mean(arm) - mean(base), CI low, CI high, permutation p)``, the seeds of each resampled independently."""
+    first, second = resampled_means(arm, base)
+    return (statistics.fmean(arm) - statistics.fmean(base), *interval(first - second), permutation_p(arm, base))
 
 
 EXACT_SPLITS = 200_000
@@ -317,33 +207,53 @@ SAMPLED_SPLITS = 100_000
 
 
 def permutation_p(first: Sequence[float], second: Sequence[float], seed: int = 0) -> float:
-    """Two-sided permutation p-value of the difference of means: the share of the ways of splitting the pooled values
-    into groups of the two sizes whose |difference of means| is at least the observed one. Exact (every split) up to
-    `EXACT_SPLITS` splits; beyond (20 seeds a side: 1.4e11), over `SAMPLED_SPLITS` random splits drawn with ``seed``
-    and the observed one, so that a sampled p is never 0."""
-    pooled, n = [*first, *second], len(first)
+    """Two-sided permutation p of the difference of means: the share of the splits of the pooled values into groups
+    of the two sizes whose |difference| reaches the observed one; every split up to `EXACT_SPLITS`, else
+    `SAMPLED_SPLITS` random ones drawn with ``seed`` and the observed one (a sampled p is never 0)."""
+    pooled, n = np.asarray([*first, *second], dtype=float), len(first)
     observed = abs(statistics.fmean(first) - statistics.fmean(second))
-    whole = sum(pooled)
-    exact = math.comb(len(pooled), n) <= EXACT_SPLITS
-    if exact:
-        splits: Iterable[Sequence[int]] = itertools.combinations(range(len(pooled)), n)
+    splits = math.comb(len(pooled), n)
+    if splits <= EXACT_SPLITS:
+        every = itertools.chain.from_iterable(itertools.combinations(range(len(pooled)), n))
+        picked = np.fromiter(every, dtype=int, count=splits * n).reshape(splits, n)  # [splits, n]
     else:
         rng = random.Random(seed)
-        splits = (rng.sample(range(len(pooled)), n) for _ in range(SAMPLED_SPLITS))
-    total = extreme = 0 if exact else 1  # a sample counts the observed split too
-    for picked in splits:
-        part = sum(pooled[i] for i in picked)
-        difference = abs(part / n - (whole - part) / (len(pooled) - n))
-        extreme += difference >= observed - 1e-12
-        total += 1
-    return extreme / total
+        picked = np.array([rng.sample(range(len(pooled)), n) for _ in range(SAMPLED_SPLITS)])  # [splits, n]
+    part = pooled[picked].sum(axis=1)
+    extreme = int((abs(part / n - (pooled.sum() - part) / (len(pooled) - n)) >= observed - 1e-12).sum())
+    return extreme / splits if splits <= EXACT_SPLITS else (extreme + 1) / (SAMPLED_SPLITS + 1)
 
 
-def ratio_ci(arm: Sequence[float], baseline: Sequence[float]) -> str:
-    """``mean(arm) / mean(baseline)`` with its bootstrap 90% interval over seeds and the exact permutation p."""
-    low, high = bootstrap_ratio_ci(arm, baseline)
-    ratio = statistics.fmean(arm) / statistics.fmean(baseline)
-    return f"{ratio:.2f}× ({low:.2f}–{high:.2f}), p {permutation_p(arm, baseline):.2f}"
+def holm(ps: Sequence[float]) -> list[float]:
+    """Holm's adjustment of ``ps`` (in their order) for their number: the k-th smallest times (m - k + 1), never
+    below an adjusted smaller one, at most 1. A family of m tests whose adjusted p are under a level has, together,
+    at most that chance of holding any false finding."""
+    order = sorted(range(len(ps)), key=ps.__getitem__)
+    adjusted, running = [0.0] * len(ps), 0.0
+    for k, i in enumerate(order):
+        running = max(running, min(1.0, (len(ps) - k) * ps[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def binomial_se(accuracy: float, problems: int) -> float:
+    """One evaluation's standard error: of an accuracy measured on ``problems`` problems."""
+    return math.sqrt(accuracy * (1 - accuracy) / problems)
+
+
+POWER, ALPHA = 0.8, 0.05
+_Z = statistics.NormalDist().inv_cdf(1 - ALPHA / 2) + statistics.NormalDist().inv_cdf(POWER)
+
+
+def detectable(sd: float, first: int, second: int) -> float:
+    """The smallest difference of two means that a two-sided test at `ALPHA` finds with chance `POWER` (normal
+    approximation), where one run's standard deviation is ``sd`` and the arms have ``first`` and ``second`` runs."""
+    return _Z * sd * math.sqrt(1 / first + 1 / second)
+
+
+def runs_for(difference_: float, sd: float) -> int:
+    """Runs a side that `detectable` needs to find ``difference_``."""
+    return math.ceil(2 * (_Z * sd / difference_) ** 2)
 
 
 # -------------------------------------------------------------------------------------------------------- machine
@@ -356,51 +266,13 @@ def cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
-def versions(packages: tuple[str, ...] = ("torch", "trl", "transformers")) -> dict[str, str]:
+def versions(packages: tuple[str, ...] = ("torch", "transformers", "trl", "peft", "vllm")) -> dict[str, str]:
     """Each package's installed version, or '(not installed)'."""
-    found = {}
-    for package in packages:
-        try:
-            found[package] = version(package)
-        except PackageNotFoundError:
-            found[package] = "(not installed)"
-    return found
+    return {package: _version(package) for package in packages}
 
 
-def environment() -> str:
-    """Markdown lines with the versions and the machine."""
-    installed = ", ".join(f"{package} {v}" for package, v in versions().items())
-    return (
-        f"- Versions: Python {platform.python_version()}, {installed}.\n"
-        f"- Machine: {cpu_model()} ({os.cpu_count()} logical cores visible, shared with other jobs while measured), "
-        f"{platform.system()} {platform.machine()}; no GPU, everything runs on the CPU."
-    )
-
-
-# -------------------------------------------------------------------------------------------------------- figures
-
-
-def plot_accuracy_curves(runs: list[dict], path: Path, ylabel: str, minutes_label: str, marker: str | None) -> None:
-    """Mean accuracy per method (thin lines: each seed) against optimizer steps and training minutes. A run's
-    ``curve`` holds (step, minutes, accuracy, ...) points at the same steps for every seed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    for i, method in enumerate(dict.fromkeys(r["method"] for r in runs)):
-        curves = [r["curve"] for r in runs if r["method"] == method]
-        steps = [point[0] for point in curves[0]]
-        mean_accuracy = [statistics.mean(c[k][2] for c in curves) for k in range(len(steps))]
-        mean_minutes = [statistics.mean(c[k][1] for c in curves) for k in range(len(steps))]
-        for axis, xs, x in ((axes[0], steps, 0), (axes[1], mean_minutes, 1)):
-            axis.plot(xs, mean_accuracy, marker=marker, color=f"C{i}", label=method)
-            for c in curves:
-                axis.plot([p[x] for p in c], [p[2] for p in c], color=f"C{i}", alpha=0.2)
-    axes[0].set(xlabel="optimizer step", ylabel=ylabel, ylim=(0, 1))
-    axes[1].set(xlabel=minutes_label, ylim=(0, 1))
-    axes[0].legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+def _version(package: str) -> str:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "(not installed)"

@@ -1,425 +1,303 @@
-"""Time to target against `trl.GRPOTrainer`, measured on a plan fixed before the runs (`PLAN`).
+"""Time to target against `trl.GRPOTrainer` on addition: a race (`race`) whose plan (`PLAN`, `ARMS`) was fixed before
+its runs (2026-11-27; the git history shows the order), and its page.
 
-Setting: the demo's (`trl_pods.demo.demo_arguments`: SmolLM2-135M-Instruct + LoRA r 16, lr 2e-4 constant,
-temperature 0.7, 16-token completions, the arithmetic reward), generation on the real vLLM CPU engine (colocate),
-4 prompts per optimizer step for every arm, micro-batches of 4 rows per prompt (gradient accumulation M / 4, so every
-arm has the same memory shape). Each run trains one arm on one task with one seed (the seed draws the training
-problems, their order and the LoRA initialisation; every arm sees the same ones). Held-out accuracy: greedy, on the
-`PLAN` ``held_out`` test problems of the run's seed, which its training problems exclude, before training and every
-``eval_every`` steps. The endpoint is the first evaluation at or above the task's target whose next evaluation is also
-at or above it: a run stops at that next evaluation, or after ``max_steps``.
-
-Each run is appended to ``docs/benchmarks/data/time_to_target.jsonl`` as it ends, with its curve and, per optimizer
-step, TRL's logged step time, the rollouts generated, the rows trained and the generation calls
-(`race_analysis.STEP_FIELDS`). The runs of the plan are a queue: any number of processes take the next run nobody has
-claimed (`harness.RunStore.claim`), so an interrupted measurement goes on where it stopped.
-
-The race lives in four files: the plan (`time_to_target_plan.py`), the runs (`race_runs.py`), the analysis
-(`race_analysis.py`: endpoint, restricted mean, baseline, ratios) and the report (`race_report.py`); this script is
-the command line and the page, with the goals and the audit's corrections (`AUDIT`).
-
-Minutes come from ``--timing`` alone, on an idle machine: every arm trains ``--timing_steps`` steps per round, round
-robin in one process (the order rotated each round); seconds per step of an arm are the median over rounds of its mean
-step time (each run's first step, the engine's warm-up, left out). The same runs are also priced with the costs
-measured on an H200 (`H200`: a generation call, a rollout, a trained row, an update), step by step.
-
-    python benchmarks/time_to_target.py                      # take runs of the plan until none is left (resumes)
-    python benchmarks/time_to_target.py --arms 'PODS 16->4'  # only these arms' runs
-    python benchmarks/time_to_target.py --timing             # interleaved step times: an idle machine
-    python benchmarks/time_to_target.py --report             # docs/benchmarks/time-to-target.md from the runs
-    python benchmarks/time_to_target.py --timing --engine hf  # the same on a CUDA GPU, HF generate in bf16
-    python benchmarks/time_to_target.py --smoke --steps 2 --eval_every 1 --arms ...   # no files written
+The demo's setting (SmolLM2-135M-Instruct + LoRA r 16, lr 2e-4 constant, temperature 0.7, 16-token completions, the
+arithmetic reward), generation on the real vLLM CPU engine, 4 prompts per optimizer step for every arm. A run trains
+one arm on one task from one seed (the seed draws the training problems, their order and the LoRA initialisation;
+every arm sees the same ones) and stops at the evaluation that confirms the task's target, or after ``max_steps``.
+Minutes are priced step by step: with the costs fitted on the interleaved timing run on the CPU, and with the H200's
+(`H200`). `python benchmarks/time_to_target.py --phase evaluate|timing|--report`: `race.main`.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import statistics
-from functools import partial
+import sys
+from pathlib import Path
 
-import torch
-from harness import DATA, PAGES
-from race_analysis import (
-    FIELD,
-    Pricing,
-    baseline,
-    check_against_plan,
-    fastest,
-    fit_costs,
-    lacking,
-    minutes,
-    misses,
-    ratio,
-    ratio_text,
-    reached,
-    stop_step,
-    unconfirmed,
+import race
+import race_report as report
+from harness import DATA, RunStore, generated, holm, ratio, ratio_text
+from race_report import FIELD, Race
+
+from trl_pods import PODSConfig
+from trl_pods.config import DEFAULT_PROMPT_RATIO
+
+NAME = "time_to_target"
+H200 = dict(call=1.031, rollout=0.000116, row=0.01279, update=0.1165)
+"""Seconds per generation call, per rollout, per trained row and per update on an NVIDIA H200 (HF `generate`, the
+runs' model shape with LoRA, their prompt and completion lengths): the least-squares fits of
+``docs/benchmarks/data/gpu_cost_curve_SmolLM2-135M_lora.json`` (`gpu_cost_curve.py`), rounded."""
+H200_PLAN_COSTS = f"call={H200['call']},rollout={H200['rollout']},step={H200['update'] + 16 * H200['row']:.3f}"
+"""`H200` as ``pods_auto_costs``: a step trains 16 rows (4 prompts x 4), so the rest of a generation costs an
+update and 16 rows."""
+TRL_GROUP_SIZES = {f"trl.GRPOTrainer {g}": g for g in (4, 8, 16)}
+SIZED_REFILL = "GRPO 4 + refill (sized)"
+ARMS = {
+    **{name: dict(pods_n=g, pods_m=g) for name, g in TRL_GROUP_SIZES.items()},
+    "PODS 16->4": dict(pods_n=16, pods_m=4),
+    SIZED_REFILL: dict(pods_n=4, pods_m=4, pods_generation="refill", pods_draw_coverage=0.9),
+    "auto 16->4": dict(pods_n=16, pods_m=4, pods_generation="auto"),
+    "auto 16->4, H200 costs": dict(pods_n=16, pods_m=4, pods_generation="auto", pods_auto_costs=H200_PLAN_COSTS),
+    "auto 4->4": dict(pods_n=4, pods_m=4, pods_generation="auto"),
+    "auto 4->4, H200 costs": dict(pods_n=4, pods_m=4, pods_generation="auto", pods_auto_costs=H200_PLAN_COSTS),
+}
+"""What each arm trains: `trl.GRPOTrainer` itself at ``num_generations`` 4, 8 and 16 (`race.trl_config`), PODS 16 ->
+4 (max-variance), refill (DAPO's dynamic sampling) with its draws sized from the observed contrast rate, and the
+cost-aware setting (``pods_generation="auto"``), measuring its costs or planning with the H200's (its steps are
+hardware-free, so it runs on the CPU and is priced with the H200's costs); `ADDED`: auto held to groups of 4."""
+ADDED = ("auto 4->4", "auto 4->4, H200 costs")
+"""The arms the plan's amendment (`PLAN` ``added``) took on after its first runs, run after all of them."""
+RETIRED = dict.fromkeys(
+    [arm for arm in ARMS if "auto" in arm],
+    "its runs were trained by trl_pods's auto as it planned on 2026-11-27 (its rollouts per prompt chosen among 4, 8 "
+    "and 16); auto has planned otherwise since",
 )
-from race_report import (
-    NOISE,
-    RESTRICTED,
-    gpu_timing_text,
-    plan_text,
-    plot,
-    provenance,
-    task_table,
-    timing_text,
-)
-from race_runs import ENGINES, free_port, measure, store, timing
-from time_to_target_plan import (
-    ADDED,
-    ARMS,
-    FIXED_PODS,
-    GOALS,
-    H200,
-    PLAN,
-    RACE,
-    SIZED_REFILL,
-    TRL_GROUP_SIZES,
-    bounded,
-    planned_runs,
-)
-
-from trl_pods.smollm2 import fetch_smollm2
-from trl_pods.vllm_engine import check_cpu_vllm
-
-NAME = RACE.name
-PAGE = PAGES / "time-to-target.md"
-TRAINERS_H200 = "H200, trainers' costs"
-"""The pricing with the costs fitted on the trainers' own steps on the H200 (the GPU timing run): the honest pricing
-of the arms that plan with `H200` (`PLAN`'s H200 pricing scores them with the model they plan with: circular)."""
-AUDIT = (
-    "The rules below changed after the runs, on an independent audit of them (the plan above is as it was fixed; "
-    "these are corrections of its analysis):",
-    "- **Restricted mean time to target** (the plan's baseline and ratios used the mean over the runs that reached "
-    "the target, and a baseline among settings all of whose runs reached it): a run that first reached the target at "
-    'its last step, with no evaluation left to confirm it, made its setting "not all reached" and dropped it from '
-    "the baseline. Every run now counts, a miss at the budget, for every arm and for the choice of the baseline.",
-    "- **Within noise** is marked, by the rule stated once under [Minutes to target](#minutes-to-target) (the plan "
-    "named no threshold).",
-    "- **Sized refill's contrast goal is tested over all its steps.** After its first run it was narrowed to the "
-    "steps that stopped short of its draw bounds, a test that cannot fail: refill draws until every prompt has "
-    "contrast or a bound stops it, so over those steps contrast is 1.00 by construction. That number is kept, "
-    "labelled, as an extra.",
-    "- **The H200-priced ratio of an arm that plans with the H200's costs is circular** (it is scored with the "
-    "model it plans with): it is labelled so, and its goal is also tested with the trainers' own H200 costs (the GPU "
-    "timing run, below), the honest pricing for it.",
-)
-"""What the audit of the 99 runs changed in the analysis, and why; the page prints it beside the plan."""
+FIXED_PODS = ("PODS 16->4", SIZED_REFILL)  # the fixed trl_pods settings auto is held against
+GOALS = {"CPU": ("auto 16->4", 0.5, 0.7), "H200-priced": ("auto 16->4, H200 costs", 0.7, 1.0)}
+"""Per pricing: the cost-aware arm, the goal for its ratio to the best trl.GRPOTrainer setting and the bound of its
+CI's upper end."""
+PLAN = {
+    "fixed": "2026-11-27, before any run of this plan",
+    "tasks": {"add2": 0.65, "add2x1": 0.6},
+    "max_steps": 120,
+    "eval_every": 5,
+    "held_out": 200,
+    "prompts_per_step": 4,
+    "seeds": {
+        "add2": {**dict.fromkeys(ARMS, 5), "trl.GRPOTrainer 4": 8, "trl.GRPOTrainer 8": 8, "auto 16->4": 8},
+        "add2x1": dict.fromkeys(ARMS, 5),
+    },  # fmt: skip
+    "order": "seed by seed, add2 before add2x1, arms in ARMS order; trl.GRPOTrainer 16 after all others but the "
+    "added arms, which come last",
+    "endpoint": "the first evaluation at or above the target whose next evaluation is also at or above it; a run "
+    "stops there, or after max_steps (then it did not reach it)",
+    "baseline": "in each pricing, the trl.GRPOTrainer arm with the lowest mean minutes among those whose runs all "
+    "reached the target",
+    "statistics": "ratio of mean minutes to the baseline's; bootstrap 90% CI over seeds; exact permutation p",
+    "pricings": "CPU: each step priced with the costs fitted on the interleaved timing run (amended 2026-11-27, "
+    "before any run had finished: it was steps x the arm's seconds a step); H200: each step priced with `H200`",
+    "added": "2026-11-27, after 53 of the first 79 runs: auto 4->4 (measured and H200 costs: no down-sampling), 5 "
+    "seeds on each task after all other runs; the goals stay on auto 16->4 (the full text of every entry, and of "
+    "auto's first run set aside and made again: `git show a0135bf:benchmarks/time_to_target_plan.py`)",
+}
+"""The measurement, fixed before its runs; the report refuses runs made otherwise. The targets were chosen from the
+earlier 50-problem measurement (retired: docs/benchmarks/time-to-target-earlier.md) where the arms' curves still
+rise, and every arm's earlier runs reached it within 100 steps."""
+RACE = Race(NAME, PLAN, ARMS, tuple(TRL_GROUP_SIZES))
+SMOKE_ARMS = ("trl.GRPOTrainer 4", "PODS 16->4")
+AUDIT = """The rules below changed after the runs, on an independent audit of them (the plan above is as it was
+fixed): **every run counts**, a miss at the budget (the plan used the runs that reached the target, so a run first
+reaching it at its last step made its setting "not all reached" and dropped it from the baseline: on add2x1, CPU, the
+plan's rule chose `trl.GRPOTrainer 8`); **within noise** is read by the rule under [Minutes to
+target](#minutes-to-target), since adjusted for the page's number of comparisons; **sized refill's contrast goal is
+tested over all its steps** (narrowed after its first run to the steps that stopped short of its draw bounds, it could
+not fail); **the H200-priced ratio of an arm that plans with the H200's costs is circular**, labelled so, and also
+read with the trainers' own H200 costs ([on a GPU](#on-a-gpu-the-trainers-own-step-times))."""
 
 
-def pricings(cpu_costs: dict | None, gpu_costs: dict | None) -> list[tuple[Pricing, tuple, str]]:
-    """Each pricing with its `GOALS` entry and its `ADDED` arm: CPU (the timing run's costs), H200 (`H200`: circular
-    for the arms planning with it) and, once measured, the trainers' own H200 costs (`TRAINERS_H200`)."""
+def planned(races_: dict | None = None) -> list[tuple[str, str, int]]:
+    """The plan's ``(task, arm, seed)`` runs in the order they are taken (`PLAN` ``order``)."""
+    last = ["trl.GRPOTrainer 16"]
+    first = [arm for arm in ARMS if arm not in last and arm not in ADDED]
+    return [(task, arm, seed) for group in (first, last, list(ADDED)) for seed in range(8)
+            for task, arms in PLAN["seeds"].items() for arm in group if seed < arms[arm]]  # fmt: skip
+
+
+def races(data: Path = DATA) -> dict[str, Race]:
+    return dict.fromkeys(PLAN["tasks"], RACE)
+
+
+def timing_race(data: Path = DATA) -> Race:
+    return RACE
+
+
+def smoke_race() -> Race:
+    return RACE
+
+
+def bounded(step: list[float], plan: dict = PLAN) -> bool:
+    """Whether a step of `SIZED_REFILL` reached one of its bounds (the most prompts, ``pods_max_prompt_ratio`` per
+    trained prompt at ``pods_n`` rollouts each, or the most calls, ``pods_max_draws``: the arm's settings or their
+    defaults), so that the data within them may not have held a group with contrast for every trained prompt."""
+    options = ARMS[SIZED_REFILL]
+    prompts = options.get("pods_max_prompt_ratio", DEFAULT_PROMPT_RATIO) * plan["prompts_per_step"]
+    calls = options.get("pods_max_draws", PODSConfig.pods_max_draws)
+    return step[FIELD["rollouts"]] >= prompts * options["pods_n"] or step[FIELD["calls"]] >= calls
+
+
+def timing_runs(data: Path = DATA) -> tuple[dict, dict]:
+    """The interleaved timing run on the CPU and the trainers' own timing run on an H200."""
+    return tuple(json.loads((data / f"{NAME}_timing{gpu}.json").read_text()) for gpu in ("", "_gpu"))
+
+
+def report_inputs(data: Path = DATA) -> tuple[list[dict], dict[str, Race], list[report.Pricing]]:
+    """The runs (refusing any the plan does not ask for), the races per task, and the pricings: CPU (the timing run's
+    costs) and H200 (`H200`: circular for the arms planning with it)."""
+    runs = RunStore(data / f"{NAME}.jsonl", ()).runs()
+    report.check_against_plan(runs, planned(), races(data))
     planning = tuple(arm for arm, options in ARMS.items() if "pods_auto_costs" in options)
-    found = [
-        (Pricing("CPU", cpu_costs, 1), GOALS["cpu"], ADDED[0]),
-        (Pricing("H200-priced", H200, 2, circular=planning), GOALS["h200"], ADDED[1]),
-    ]
-    if gpu_costs is not None:
-        found.append((Pricing(TRAINERS_H200, gpu_costs, 2), GOALS["h200"], ADDED[1]))
-    return found
+    cpu = report.fit_costs(timing_runs(data)[0])
+    return runs, races(data), [report.Pricing("CPU", cpu, 1), report.Pricing("H200-priced", H200, 2, planning)]
 
 
-def against_trl(runs: list[dict], found: dict, task: str, arm: str, goal: float, bound: float) -> str:
-    """The verdict on ``arm`` ≤ ``goal`` × the baseline with the CI's upper bound ≤ ``bound``, all runs being in; an
-    arm with a run that did not reach the target does not meet it (its restricted mean is a lower bound)."""
-    base = baseline(found, TRL_GROUP_SIZES)
-    if missed := misses(runs, task, arm):
-        return f"{missed} of its runs did not reach the target: **not met**"
-    value, _, high, _ = ratio(found[arm], found[base])
-    return f"`{base}`: {value:.2f}×, upper {high:.2f}: **{'met' if value <= goal and high <= bound else 'not met'}**"
-
-
-def against_fixed(runs: list[dict], found: dict, task: str, arm: str) -> str:
-    """The verdict on ``arm`` within 10% of the best of `FIXED_PODS` by restricted mean, all runs being in: the
-    plan's rule is on the ratio of means; its CI and p say whether the gap is beyond seed noise."""
-    if missed := misses(runs, task, arm):
-        return f"{missed} of its runs did not reach the target: **not met**"
-    best = fastest({a: found[a] for a in FIXED_PODS})
-    within = statistics.mean(found[arm]) / statistics.mean(found[best])
-    return f"`{best}`: {ratio_text(found[arm], found[best])}: **{'met' if within <= 1.1 else 'not met'}**"
-
-
-def goals_text(runs: list[dict], cpu_costs: dict | None, gpu_costs: dict | None = None) -> str:
-    """Each goal of the measurement, per task and pricing, with the measured value: met or not met once every arm it
-    compares has all its planned runs, pending (naming those still lacking runs) until then."""
+def goals_text(runs: list[dict], pricings: list[report.Pricing]) -> str:
+    """The plan's goals per task and pricing: the cost-aware arm ≤ goal × the baseline with its CI's upper end ≤ the
+    bound (a miss makes its mean a lower bound: not met) and within 10% of the fastest fixed trl_pods setting (the
+    plan's rule on the ratio of means); the amendment's question (auto 4->4 against sized refill and auto 16->4);
+    sized refill's contrast goal over all its steps."""
     lines = []
     for task in PLAN["tasks"]:
         mine = [r for r in runs if r["task"] == task]
-        for pricing, (arm, goal, bound), _ in pricings(cpu_costs, gpu_costs):
-            found = minutes(mine, pricing.costs)
-            label = pricing.name + (" (circular: the arm plans with these costs)" if arm in pricing.circular else "")
-            goals = (
-                (f"≤ {goal}× the baseline, the CI's upper bound ≤ {bound}", TRL_GROUP_SIZES,
-                 partial(against_trl, mine, found, task, arm, goal, bound)),
-                ("within 10% of the best fixed trl_pods setting", FIXED_PODS,
-                 partial(against_fixed, mine, found, task, arm)),
-            )  # fmt: skip
-            for text, compared, verdict in goals:
-                waiting = lacking(mine, task, [*compared, arm], RACE)
-                pending = f"pending (waiting for {', '.join(waiting)})"
-                lines.append(f"- {task}, {label}, `{arm}` {text}: {pending if waiting else verdict()}")
-        records = [s for r in mine if r["arm"] == SIZED_REFILL for s in r["steps"]]
-        if records:
-            calls = statistics.mean(s[FIELD["calls"]] for s in records)
-            contrast = 1 - statistics.mean(s[FIELD["frac_zero_std"]] for s in records)
-            free = [1 - s[FIELD["frac_zero_std"]] for s in records if not bounded(s)]
-            met = "met" if calls <= 1.5 and contrast >= 0.95 else "not met"
-            extra = (f"{statistics.mean(free):.2f} over the {len(free)} of {len(records)} steps that stopped short "
-                     "of" if free else f"none of its {len(records)} steps stopped short of")  # fmt: skip
+        for pricing, (found, base) in zip(pricings, report.priced(runs, task, RACE, pricings), strict=True):
+            auto, goal, bound = GOALS[pricing.name]
+            value, _, high, _ = ratio(found[auto], found[base])
+            met = value <= goal and high <= bound and not report.misses(mine, auto)
+            best = report.fastest({a: found[a] for a in FIXED_PODS})
+            within = statistics.fmean(found[auto]) / statistics.fmean(found[best])
+            added = ADDED[pricing.name != "CPU"]
             lines.append(
-                f"- {task}, `{SIZED_REFILL}`: ≤ 1.5 generation calls a step and ≥ 0.95 of trained groups with "
-                f"contrast: {calls:.2f} calls; {contrast:.2f} of trained groups with contrast over all steps: "
-                f"**{met}** (an extra number, not the goal's test: {extra} its bounds (prompts, calls), a test "
-                "that cannot fail: refill stops short of its bounds only once every prompt has contrast)"
+                f"- {task}, {pricing.name}{' (circular)' * (auto in pricing.circular)}: `{auto}` {value:.2f}× "
+                f"`{base}`, "
+                f"upper {high:.2f} (goal ≤ {goal}, ≤ {bound}): **{'met' if met else 'not met'}**; "
+                f"{ratio_text(found[auto], found[best])} `{best}` (goal ≤ 1.1): "
+                f"**{'met' if within <= 1.1 else 'not met'}**. The amendment's `{added}`: "
+                f"{ratio_text(found[added], found[SIZED_REFILL])} sized refill, "
+                f"{ratio_text(found[added], found[auto])} `{auto}`"
             )
+        records = [s for r in mine if r["arm"] == SIZED_REFILL for s in r["steps"]]
+        calls = statistics.fmean(s[FIELD["calls"]] for s in records)
+        contrast = 1 - statistics.fmean(s[FIELD["frac_zero_std"]] for s in records)
+        free = [1 - s[FIELD["frac_zero_std"]] for s in records if not bounded(s)]
+        extra = f"{statistics.fmean(free):.2f} over the {len(free)}" if free else "none of its"
+        verdict = "met" if calls <= 1.5 and contrast >= 0.95 else "not met"
+        lines.append(
+            f"- {task}, `{SIZED_REFILL}`: ≤ 1.5 calls a step and ≥ 0.95 of trained groups with contrast: {calls:.2f} "
+            f"calls, {contrast:.2f} over all {len(records)} steps: **{verdict}** ({extra} steps that stopped short of "
+            "its bounds, a number that cannot fail)"
+        )
     return "\n".join(lines)
 
 
-def planned_baseline(runs: list[dict], costs: dict) -> str | None:
-    """The baseline by the plan's rule, for the audit: the `trl.GRPOTrainer` arm with the lowest mean over its runs
-    among those all of whose planned runs reached the target."""
-    task = runs[0]["task"]
-    complete = [a for a in TRL_GROUP_SIZES if sum(r["arm"] == a and reached(r) for r in runs) == RACE.seeds(task)[a]]
-    found = minutes([r for r in runs if reached(r)], costs)
-    return min(complete, key=lambda a: statistics.mean(found[a]), default=None)
+def answer(runs: list[dict], pricings: list, tests: dict, gpu_tests: dict, differences: list) -> str:
+    """The page's answer, in numbers of the tables below."""
+    equal = [d for d in differences if d[1] == "CPU" and d[2] == 1.0 and d[3] not in TRL_GROUP_SIZES]
+    adjusted = holm([d[-1] for d in differences])
+    equal_p, most = min(zip(adjusted, differences, strict=True))
+    cpu = [v for k, v in tests.items() if k[1] == "CPU"]
+    lowest = min(tests.items(), key=lambda item: item[1][4])
+    refill = [tests[t, "CPU", SIZED_REFILL] for t in PLAN["tasks"]]
+    auto = [gpu_tests[t, "H200, trainers' costs", GOALS["H200-priced"][0]] for t in PLAN["tasks"]]
+    cell = "{0:.2f}× ({1:.2f}–{2:.2f})".format
+    return f"""- **On the vLLM CPU engine every trl_pods arm took fewer minutes to the target than the best
+  `trl.GRPOTrainer` setting** (tuned over `num_generations` alone) on both tasks:
+  {min(v[0] for v in cpu):.2f}–{max(v[0] for v in cpu):.2f}×
+  its restricted mean minutes; sized refill {cell(*refill[0])} on add2 and {cell(*refill[1])} on add2x1 (90% CIs over
+  seeds). **No single ratio is outside noise once the page's {len(tests)} comparisons are counted**: the lowest
+  Holm-adjusted p is {lowest[1][4]:.2f} (`{lowest[0][2]}`, {lowest[0][0]}, {lowest[0][1]}: {lowest[1][3]:.3f} before);
+  with 5 runs against 5 an exact permutation p cannot fall below {2 / 252:.3f}, with 5 against 8 below {2 / 1287:.4f}.
+- **Priced with an H200's costs, no arm is told apart from the best `trl.GRPOTrainer` setting**; with the trainers'
+  own H200 costs, auto planning with them took {cell(*auto[0])} and {cell(*auto[1])} its minutes (Holm over those
+  {len(gpu_tests)}: {auto[0][4]:.2f}, {auto[1][4]:.2f}).
+- **At equal CPU minutes** (the baseline's mean run), the trl_pods arms' held-out accuracy is
+  {min(d[4] for d in equal):+.3f} to {max(d[4] for d in equal):+.3f} against the baseline's; the lowest
+  Holm-adjusted p of the page's {len(differences)} equal-compute differences is {equal_p:.2f} (`{most[3]}`, {most[0]},
+  {most[1]}, at {most[2]:g} of the baseline's mean run: {most[4]:+.3f}). **What could be
+  seen**: 5 CPU runs against 8
+  find about {report.seen_words(runs, races(), pricings[0], 5, 8)} ([below](#what-the-race-could-see)).
+- **The plan's goal for auto** (≤ 0.5× the baseline on the CPU) is not met on either task ([goals](#goals)).
+- The baseline here was tuned over `num_generations` alone; the [reasoning-gym race](time-to-target-rg.md), whose
+  `trl.GRPOTrainer` was also tuned over `steps_per_generation` and the learning rate, told no trl_pods arm apart from
+  it."""
 
 
-def audit_text(runs: list[dict], cpu_costs: dict | None, gpu_costs: dict | None) -> str:
-    """`AUDIT`, then per task and pricing the baseline by the plan's rule and by the restricted mean, and where a
-    `trl.GRPOTrainer` arm has a run that did not reach the target, the headline arms restated against it."""
-    lines = [AUDIT[0] + "\n", *AUDIT[1:]]
-    if gpu_costs is not None:
-        times = gpu_costs["rollout"] / H200["rollout"]
-        lines[-1] += (f" Those price a rollout at {1000 * gpu_costs['rollout']:.2f} ms, {times:.1f}× the H200 "
-                      f"pricing's {1000 * H200['rollout']:.3f} ms.")  # fmt: skip
-    for late in [r for r in runs if unconfirmed(r)]:
-        lines.append(f"- Not reached: {late['task']}, `{late['arm']}` seed {late['seed']} first reached the target "
-                     f"at step {late['curve'][-1][0]} = max_steps, with no evaluation left to confirm it; it counts "
-                     "at the budget.")  # fmt: skip
-    for task in PLAN["tasks"]:
-        mine = [r for r in runs if r["task"] == task]
-        for pricing, _, _ in pricings(cpu_costs, gpu_costs):
-            if pricing.costs is None or lacking(mine, task, TRL_GROUP_SIZES, RACE):
-                continue
-            found = minutes(mine, pricing.costs)
-            now, was = baseline(found, TRL_GROUP_SIZES), planned_baseline(mine, pricing.costs)
-            change = f"by the plan's rule it was `{was}`" if was != now else "as by the plan's rule"
-            lines.append(f"- {task}, {pricing.name}: the baseline is `{now}` ({change}).")
-            for base in [a for a in TRL_GROUP_SIZES if a != now and misses(mine, task, a)]:
-                restated = "; ".join(f"`{arm}` {ratio_text(found[arm], found[base])}"
-                                     for arm in (*FIXED_PODS, GOALS["cpu"][0], GOALS["h200"][0]))  # fmt: skip
-                bound = "its miss counted at the budget: each ratio an upper bound"
-                lines.append(f"  Against `{base}` ({bound}): {restated}.")
-    return "\n".join(lines)
+def render(data: Path = DATA) -> str:
+    """The page, from the committed runs and timing runs alone."""
+    runs, races_, pricings = report_inputs(data)
+    tests = report.comparisons(runs, races_, pricings)
+    cpu_run, gpu_run = timing_runs(data)
+    gpu = report.Pricing("H200, trainers' costs", report.fit_costs(gpu_run))
+    gpu_tests = report.comparisons(runs, races_, [gpu])
+    ends = ("A run stopped one evaluation after it confirmed the target, so after its end it counts at its last "
+            "evaluation, at or above the target: an arm that stops early reads flat, its accuracy at equal minutes a "
+            "lower bound.")  # fmt: skip
+    prices = (f"CPU minutes: each step up to the endpoint priced with the costs fitted on the interleaved timing run "
+              f"([below](#interleaved-step-times)). H200-priced: with the costs measured on an H200 "
+              f"({report.costs_words(H200)}: `gpu_cost_curve.py`), a pricing, not a GPU run; circular for the arms "
+              f"that plan with these costs.")  # fmt: skip
+    shared, differences = report.sections(runs, races_, pricings, tests, NAME, ends, prices, [(5, 5), (5, 8), (8, 8)])
+    gpu_rows = "\n".join(f"| {arm} | " + " | ".join(report.comparison_cell(*gpu_tests[t, gpu.name, arm])
+                         for t in PLAN["tasks"]) + " |" for arm in ARMS if arm not in TRL_GROUP_SIZES)  # fmt: skip
+    arms = " ".join(f"'{a}'" for a in dict.fromkeys(r[0] for r in gpu_run["records"]))
+    body = f"""How many minutes each setting needs to reach a held-out accuracy, next to TRL's own `GRPOTrainer`, on
+the real SmolLM2-135M-Instruct with LoRA (the demo's arguments: r 16, lr 2e-4 constant, temperature 0.7, 16-token
+completions, the arithmetic reward: two-digit addition, add2, and two-digit plus one-digit, add2x1), generating on
+the real vLLM CPU engine, 4 prompts per optimizer step for every arm, every arm the same training problems, order and
+LoRA initialisation for a seed. The plan was fixed before the runs; all {len(runs)} of its runs are in.
 
+## The answer
 
-def added_text(runs: list[dict], cpu_costs: dict | None, gpu_costs: dict | None = None) -> str:
-    """The amendment's question (`PLAN` ``added``), per task and pricing: the `ADDED` arm of that pricing against
-    sized refill and against the goal's auto 16->4, as ratios of restricted mean minutes with their CIs, once every
-    arm compared has all its planned runs, pending (naming those lacking) until then."""
-    lines = []
-    for task in PLAN["tasks"]:
-        mine = [r for r in runs if r["task"] == task]
-        for pricing, (auto, _, _), added in pricings(cpu_costs, gpu_costs):
-            found, parts = minutes(mine, pricing.costs), []
-            for other in (SIZED_REFILL, auto):
-                if waiting := lacking(mine, task, [added, other], RACE):
-                    parts.append(f"against `{other}`: pending (waiting for {', '.join(waiting)})")
-                else:
-                    parts.append(f"against `{other}`: {ratio_text(found[added], found[other])}")
-            lines.append(f"- {task}, {pricing.name}, `{added}` " + "; ".join(parts))
-    return "\n".join(lines)
+{answer(runs, pricings, tests, gpu_tests, differences)}
 
-
-def decomposition_text(runs: list[dict], cpu_costs: dict | None, gpu_costs: dict | None = None) -> str:
-    """Per task and pricing, each trl_pods arm's restricted mean minutes over sized refill's split into its mean steps
-    to target over refill's times its minutes a step (mean minutes over mean steps) over refill's, for arms all of
-    whose planned runs are in: whether an arm trails by the steps it needs or by what a step costs."""
-    lines = []
-    for task in PLAN["tasks"]:
-        mine = [r for r in runs if r["task"] == task]
-        steps: dict[str, list[float]] = {}
-        for run in mine:
-            steps.setdefault(run["arm"], []).append(stop_step(run))
-        for pricing, (auto, _, _), added in pricings(cpu_costs, gpu_costs):
-            found = minutes(mine, pricing.costs)
-            if lacking(mine, task, [SIZED_REFILL], RACE) or not found:
-                continue
-            refill_steps, refill_minutes = statistics.mean(steps[SIZED_REFILL]), statistics.mean(found[SIZED_REFILL])
-            for arm in [a for a in (*FIXED_PODS, auto, added) if a != SIZED_REFILL]:
-                if lacking(mine, task, [arm], RACE):
-                    continue
-                by_steps = statistics.mean(steps[arm]) / refill_steps
-                by_minutes = statistics.mean(found[arm]) / refill_minutes
-                split = f"{by_steps:.2f}× the steps × {by_minutes / by_steps:.2f}× the minutes a step"
-                lines.append(f"- {task}, {pricing.name}, `{arm}`: {by_minutes:.2f}× the minutes = {split}")
-    return "\n".join(lines) or "- No arm and sized refill have all their runs in yet."
-
-
-def render() -> str:
-    """The study's page, a function of the committed runs and timing runs alone (`check_against_plan`)."""
-    runs = store(RACE).runs()
-    check_against_plan(runs, planned_runs(), RACE)
-    timing_file, gpu_file = DATA / f"{NAME}_timing.json", DATA / f"{NAME}_timing_gpu.json"
-    timing_run = json.loads(timing_file.read_text()) if timing_file.exists() else None
-    gpu_run = json.loads(gpu_file.read_text()) if gpu_file.exists() else None
-    cpu_costs = fit_costs(timing_run) if timing_run else None
-    gpu_costs = fit_costs(gpu_run) if gpu_run else None
-    timing_links = "".join(
-        f"; {what}: [data/{path.name}](data/{path.name})"
-        for what, path in (("timing run", timing_file), ("GPU timing run", gpu_file))
-        if path.exists()
-    )
-    table_pricings = [pricing for pricing, _, _ in pricings(cpu_costs, None)]
-    tables = "\n\n".join(
-        f"**{task}** (target {target}):\n\n{task_table(runs, task, RACE, table_pricings)}"
-        for task, target in PLAN["tasks"].items()
-    )
-    waiting = "; ".join(
-        f"{task}: {', '.join(arms)}" for task in PLAN["tasks"] if (arms := lacking(runs, task, TRL_GROUP_SIZES, RACE))
-    )
-    provisional = waiting and (
-        f" While trl.GRPOTrainer arms lack runs ({waiting}), the baseline is the best of those in so far and "
-        "every ratio is provisional."
-    )
-    h200 = table_pricings[1]
-    return f"""# Time to target against trl.GRPOTrainer
-
-<!-- Written by `python benchmarks/time_to_target.py --report` from docs/benchmarks/data/{NAME}*; do not edit. -->
-
-How many minutes each setting needs to reach a held-out accuracy, next to TRL's own `GRPOTrainer`, on the real
-SmolLM2-135M-Instruct with LoRA (the demo's arguments: r 16, lr 2e-4 constant, temperature 0.7, 16-token completions,
-the arithmetic reward), generating on the real vLLM CPU engine, 4 prompts per optimizer step for every arm. Every
-arm sees the same training problems, order and LoRA initialisation for a seed. The measurement follows a plan fixed
-before its runs; runs the plan does not ask for are refused.
-
-**The plan** (`PLAN` in `benchmarks/time_to_target_plan.py`):
-
-{plan_text(RACE)}
-
-**Runs so far**: {len(runs)} of the {len(planned_runs())} planned.
-
-**Changed after the runs** (the audit):
-
-{audit_text(runs, cpu_costs, gpu_costs)}
-
-## Minutes to target
-
-Steps, rollouts and minutes to the endpoint: mean (min–max) over all the arm's runs. {RESTRICTED}
-
-CPU minutes: each of the run's steps up to the endpoint priced with the costs fitted on the interleaved timing run on
-an idle machine (below, with the plan's check against steps × the arm's seconds per step). H200-priced minutes: each
-step priced with the costs measured on an H200 ({H200["call"]} s a generation call, {1000 * H200["rollout"]:.3f} ms
-a rollout, {1000 * H200["row"]:.2f} ms a trained row, {H200["update"]} s an update: `gpu_cost_curve.py`), a pricing,
-not a GPU run: steps, calls, rollouts and rows do not depend on the machine. For the arms that plan with these costs
-({", ".join(f"`{arm}`" for arm in h200.circular)}) that pricing is circular; the honest pricing of them is the
-trainers' own H200 costs ([on a GPU](#on-a-gpu-the-trainers-own-step-times)). ÷ baseline: the ratio of restricted mean
-minutes to the baseline's (the `trl.GRPOTrainer` arm with the lowest restricted mean in that pricing), its bootstrap
-90% CI over seeds and the exact permutation p.{provisional} Generation calls per step and trained groups with
-contrast: over all the arm's steps.
-
-{NOISE}
-
-{tables}
-
-![held-out accuracy against steps]({"data/" + NAME + ".png"})
+{shared}
 
 ## Goals
 
-{goals_text(runs, cpu_costs, gpu_costs)}
-
-## The added arms: auto without down-sampling
-
-Minutes to target of auto held to natural groups of 4 (`ADDED`, the plan's amendment) over sized refill's and over
-auto 16->4's, in each pricing: ratio of restricted means, bootstrap 90% CI over seeds, exact permutation p.
-
-{added_text(runs, cpu_costs, gpu_costs)}
-
-## Steps or cost per step
-
-An arm's mean minutes to target are its mean steps to target times its minutes a step (mean minutes over mean steps),
-so its ratio to sized refill's splits into the two: whether it trails (or leads) by the steps it needs or by what a
-step costs, in each pricing (restricted means: a miss at the budget).
-
-{decomposition_text(runs, cpu_costs, gpu_costs)}
+{goals_text(runs, pricings)}
 
 ## Interleaved step times
 
-{timing_text(timing_run, runs, RACE)}
+{cpu_run["device"]}, {cpu_run["engine"]}; task {cpu_run["task"]}, {cpu_run["rounds"]} round of
+{cpu_run["steps_per_run"]} steps per arm (the first left out), one torch thread. Fitted over its
+{len(cpu_run["records"])} steps: a step costs {report.costs_words(pricings[0].costs)}, the CPU pricing:
+
+{report.costs_table(cpu_run, {"CPU": pricings[0].costs}, TRL_GROUP_SIZES)}
 
 ## On a GPU: the trainers' own step times
 
-The H200 pricing above prices each step with costs measured outside the trainers (`gpu_cost_curve.py`). Here the
-trainers themselves run on a GPU, with HF `generate` in bf16 as that measurement did, a few steps of each arm in turn:
-what a step really costs there, and whether auto, measuring the GPU's costs, plans as it did when given them. The
-costs fitted here ("{TRAINERS_H200}" in the goals) are the honest pricing of the arms that plan with the H200's.
+`python benchmarks/time_to_target.py --phase timing --engine hf --timing_rounds 2 --timing_steps 7 --arms {arms}` on
+{gpu_run["device"]} ({gpu_run["engine"]}), task {gpu_run["task"]}: what a step costs in the trainers there, against
+the H200 pricing of the same steps. Fitted over its {len(gpu_run["records"])} steps: {report.costs_words(gpu.costs)}
+("H200, trainers' costs", the honest pricing of the arms that plan with the H200's):
 
-{gpu_timing_text(gpu_run, runs, RACE, h200)}
+{report.costs_table(gpu_run, {"H200-priced": H200, "trainers' costs": gpu.costs}, TRL_GROUP_SIZES)}
+
+The plan's runs priced with the trainers' costs, ÷ the baseline so priced (Holm over these {len(gpu_tests)}):
+
+| arm | {" | ".join(PLAN["tasks"])} |
+|---|---|---|
+{gpu_rows}
+
+## The plan and its corrections
+
+{report.plan_text({k: v for k, v in PLAN.items() if k != "seeds"})}
+- **seeds per arm**: 5, but 8 of `trl.GRPOTrainer` 4 and 8 and of auto 16->4 on add2
+
+{AUDIT}
 
 ## Data and commands
 
 Runs: [data/{NAME}.jsonl](data/{NAME}.jsonl) (curve: step, accuracy, cumulative rollouts, rows and calls; per step:
-{", ".join(FIELD)}){timing_links}.
+{", ".join(report.STEP_FIELDS)}); timing runs: [CPU](data/{NAME}_timing.json), [GPU](data/{NAME}_timing_gpu.json).
 
 ```bash
-python benchmarks/time_to_target.py            # the vLLM environment: take the plan's runs (resumes; many processes)
-python benchmarks/time_to_target.py --timing   # on an idle machine
-python benchmarks/time_to_target.py --timing --engine hf   # on a CUDA GPU (the exact command: above)
-python benchmarks/time_to_target.py --report   # this page
+python benchmarks/time_to_target.py --phase evaluate   # the plan's runs, in the vLLM environment (resumes)
+python benchmarks/time_to_target.py --phase timing     # on an idle machine (--engine hf on a CUDA GPU)
+python benchmarks/time_to_target.py --report           # this page and its figure
+python benchmarks/time_to_target.py --report --costs FILE   # the tables with the H200 column priced by FILE
 ```
 
-{provenance(runs)}
-"""
+{report.provenance(runs)}"""
+    return generated("Time to target against trl.GRPOTrainer", "time_to_target.py", NAME, body)
 
 
-def write_report() -> None:
-    """docs/benchmarks/time-to-target.md (`render`) and its figure."""
-    PAGE.write_text(render())
-    plot(store(RACE).runs(), DATA / f"{NAME}.png", RACE)
-    print(f"wrote {PAGE} and its figure")
+def figure(data: Path = DATA) -> None:
+    """The page's figure, ``data/time_to_target.png`` (`race_report.plot`)."""
+    report.plot(*report_inputs(data), data / f"{NAME}.png")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
-    parser.add_argument("--tasks", nargs="+", default=list(PLAN["tasks"]), choices=list(PLAN["tasks"]))
-    parser.add_argument("--timing", action="store_true", help="interleaved step times of --arms (idle machine!)")
-    parser.add_argument("--timing_rounds", type=int, default=3)
-    parser.add_argument("--timing_steps", type=int, default=5, help="steps per arm and round (the first unused)")
-    parser.add_argument("--engine", choices=list(ENGINES), default="vllm-cpu", help="where runs generate (ENGINES)")
-    parser.add_argument("--report", action="store_true", help="docs/benchmarks/time-to-target.md from the saved runs")
-    parser.add_argument("--smoke", action="store_true", help="train a few steps per arm on seed 0; write nothing")
-    parser.add_argument("--steps", type=int, default=2, help="--smoke: steps per run")
-    parser.add_argument("--eval_every", type=int, default=1, help="--smoke: steps between evaluations")
-    args = parser.parse_args()
-    if args.report:
-        write_report()
-        return
-    if args.engine == "vllm-cpu":
-        torch.set_num_threads(1)  # one run per core; vLLM's CPU engine keeps it
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM-CPU's default would take much more
-        os.environ.setdefault("MASTER_PORT", str(free_port()))  # TRL tries 29500 first: processes side by side collide
-        if not check_cpu_vllm():
-            raise SystemExit("time_to_target.py measures on vLLM's CPU build: run it in the vLLM test environment.")
-    elif not args.timing or not (args.smoke or torch.cuda.is_available()):
-        raise SystemExit("--engine hf is for --timing on a CUDA GPU (on a CPU, with --smoke only): the plan's runs "
-                         "and the CPU's timing generate on vLLM's CPU engine (--engine vllm-cpu).")  # fmt: skip
-    model = fetch_smollm2()
-    if args.timing:
-        timing_file = DATA / f"{NAME}_timing{'_gpu' * (args.engine == 'hf')}.json"
-        for timing_run in timing(RACE, model, args):
-            if not args.smoke:  # after every run
-                timing_file.write_text(json.dumps(timing_run) + "\n")
-        return
-    for _ in measure(RACE, planned_runs(), model, args):
-        pass
-    if args.smoke:
-        print("smoke run: nothing written")
-
+PAGES = {"time-to-target": render}
 
 if __name__ == "__main__":
-    main()
+    race.main(sys.modules[__name__])

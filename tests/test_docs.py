@@ -147,16 +147,17 @@ def test_readme_demo_paragraph_states_what_the_demo_does():
 def test_benchmarks_front_page_opens_with_what_to_choose():
     """docs/benchmarks.md was 107k characters: 24 sections in the order they were measured, the What-to-choose table
     buried above them. It is a front page of at most 15,000 characters: the table first, one question a row, each row
-    linking to a study page (time to target to the page its measurement under way writes), then the headline
-    results; every study page is linked from it."""
+    linking to a study page, then the races' figures (issue 92: a picture per race, shown on its page and here); every
+    study page is linked from it."""
     page = BENCHMARKS.read_text()
     assert len(page) <= 15_000
-    assert _headings(BENCHMARKS)[:3] == ["Benchmarks", "What to choose", "Headline results"]
+    assert _headings(BENCHMARKS)[:3] == ["Benchmarks", "What to choose", "The races in pictures"]
     table = page.split("## What to choose\n", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| question")]
     assert len(rows) >= 15 and all(re.search(r"\]\(benchmarks/[\w-]+\.md(#[\w-]+)?\)", row) for row in rows)
-    fastest = next(row for row in rows if row.startswith("| Fastest to a target in minutes? |"))
-    assert "](benchmarks/time-to-target.md)" in fastest
+    assert any("](benchmarks/time-to-target-rg.md" in row and "Holm" in row for row in rows)
+    for figure in ("race_rg.png", "time_to_target.png"):
+        assert f"](benchmarks/data/{figure})" in page
     for study in STUDIES:
         assert f"](benchmarks/{study.name}" in page, study.name
 
@@ -165,23 +166,37 @@ def test_benchmarks_front_page_opens_with_what_to_choose():
 def test_each_study_page_says_which_script_writes_it_or_where_its_retired_script_lives(page):
     """A study page opens with its title and one marker: written by a script of benchmarks/ that exists, from data
     files that exist; or retired, its script gone from benchmarks/ (or its name taken by a new study, which writes
-    another page) and, in a checkout with the history, present at the commit the page names."""
-    lines = page.read_text().splitlines()
+    another page) and, in a checkout with the history, present at the commit the page names; a generated page that
+    names a retired measuring script names one present at its commit too."""
+    text = page.read_text()
+    lines = text.splitlines()
     assert lines[0].startswith("# ") and lines[1] == ""
     generated, retired = GENERATED.fullmatch(lines[2]), RETIRED.fullmatch(lines[2])
     assert generated or retired, lines[2]
+    kept = re.findall(r"`benchmarks/(\w+\.py)`, retired: it last lived at commit ([0-9a-f]{7,40})", text)
     if generated:
         script, data = generated.groups()
         assert (ROOT / "benchmarks" / script).exists() and list((ROOT / "docs" / "benchmarks" / "data").glob(data))
-        return
-    script, commit = retired.groups()
-    assert not (ROOT / "benchmarks" / script).exists() or script in _writers()
+    else:
+        kept.append(retired.groups())
     shallow = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=ROOT, capture_output=True, text=True)
-    if shallow.stdout.strip() == "false":
-        kept = subprocess.run(
-            ["git", "cat-file", "-e", f"{commit}:benchmarks/{script}"], cwd=ROOT, capture_output=True
-        )
-        assert kept.returncode == 0, f"commit {commit} holds no benchmarks/{script}"
+    for script, commit in kept:
+        assert not (ROOT / "benchmarks" / script).exists() or script in _writers()
+        if shallow.stdout.strip() == "false":
+            found = subprocess.run(["git", "cat-file", "-e", f"{commit}:benchmarks/{script}"], cwd=ROOT,
+                                   capture_output=True)  # fmt: skip
+            assert found.returncode == 0, f"commit {commit} holds no benchmarks/{script}"
+
+
+@pytest.mark.parametrize("page", STUDIES, ids=lambda page: page.name)
+def test_a_study_page_is_short_and_a_written_one_leads_with_the_answer(page):
+    """A study page is at most 25,000 characters (issue 92: the reasoning-gym race's page was 70k, dynamic sampling's
+    65k, mostly the history of their runs, which lives in the notes and the git log); a page its script writes opens
+    with the answer, before any table."""
+    text = page.read_text()
+    assert len(text) <= 25_000
+    if GENERATED.search(text):
+        assert _headings(page)[1] == "The answer", _headings(page)[:2]
 
 
 def _writers() -> set[str]:
@@ -190,13 +205,10 @@ def _writers() -> set[str]:
 
 
 def test_every_study_script_writes_a_page():
-    """Every script of benchmarks/ writes a study page, but the shared harness, the modules races to a target share
-    (``race_*.py``: runs, analysis, report) and a race's plan (``<script>_plan.py``, read by the script that
-    writes its page)."""
-    scripts = {path.name for path in (ROOT / "benchmarks").glob("*.py")} - {"harness.py"}
-    plans = {name for name in scripts if name.endswith("_plan.py")}
-    assert {name.replace("_plan.py", ".py") for name in plans} <= _writers()
-    assert {name for name in scripts - plans if not name.startswith("race_")} == _writers()
+    """Every script of benchmarks/ writes a study page, but the shared harness and the race harness (``race.py``
+    runs a race's plan, ``race_report.py`` reports it); each race is a plan module that writes its page."""
+    scripts = {path.name for path in (ROOT / "benchmarks").glob("*.py")} - {"harness.py", "race.py", "race_report.py"}
+    assert scripts == _writers()
 
 
 @pytest.mark.parametrize(
