@@ -24,6 +24,7 @@ from trl_pods.flags import precheck
 from trl_pods.hub import hub_reachable, in_cache
 from trl_pods.inputs import check_output_dir
 from trl_pods.no_signal import FLAT_STEPS
+from trl_pods.resume import saved_settings
 from trl_pods.train import device_defaults, main, parse_arguments, parser
 
 DATA = Path(__file__).parent / "data"
@@ -183,6 +184,43 @@ def test_last_skips_an_incomplete_checkpoint_and_a_finished_run_trains_nothing(t
         "(a larger --max_steps trains on from it)."
     ]
     assert not (out / "checkpoint-4").exists() and _logged_steps(out) == [1, 2, 3]
+
+
+def test_resuming_a_refill_checkpoint_with_other_draw_settings_warns(tiny_model_path, tmp_path, caplog):
+    """Refill's default became sized draws (``pods_draw_coverage`` 0.9, where unset had meant exactly the missing
+    groups), so the same command resumed an older refill checkpoint drawing differently, without a word. The
+    checkpoint's ``training_args.bin`` (here made as an older version saved it) says what it drew with, and the resume
+    warns in one line naming the settings that changed; resumed as saved, it says nothing."""
+    out = tmp_path / "run"
+    refill = ["--pods_generation", "refill", "--task_train_size", "64", "--save_steps", "1"]
+    main(_flags(tiny_model_path, out, "--max_steps", "1", *refill, "--pods_draw_coverage", "0"))
+    saved = out / "checkpoint-1" / "training_args.bin"
+    assert saved_settings(str(out / "checkpoint-1"))["pods_draw_coverage"] == 0.0
+    older = torch.load(saved, weights_only=False)  # the test's own file
+    older.pods_draw_coverage = older.pods_max_prompt_ratio = None  # refill's exact draws before 0.2.0
+    torch.save(older, saved)
+    resume = ["--resume_from_checkpoint", str(out / "checkpoint-1")]
+    main(_flags(tiny_model_path, out, "--max_steps", "2", *refill, "--pods_draw_coverage", "0", *resume))
+    assert not [r for r in caplog.records if r.name == "trl_pods.resume"]
+    main(_flags(tiny_model_path, out, "--max_steps", "2", *refill, *resume))
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == "trl_pods.resume"]
+    assert warning.startswith(
+        "Resuming with other draw settings than the checkpoint was saved with (pods_draw_coverage 0.0 -> 0.9, "
+        "pods_max_prompt_ratio None -> 4; "
+    ), warning
+
+
+def test_the_saved_settings_are_read_without_running_the_files_code(tmp_path):
+    """A checkpoint's ``training_args.bin`` is a pickle, which loading would run; its settings are read as plain
+    records, so a file that would run a command runs nothing."""
+
+    class Runs:
+        def __reduce__(self):
+            return (os.system, (f"touch {tmp_path / 'ran'}",))
+
+    (tmp_path / "checkpoint-1").mkdir()
+    torch.save({"pods_n": Runs()}, tmp_path / "checkpoint-1" / "training_args.bin")
+    assert saved_settings(str(tmp_path / "checkpoint-1")) == {} and not (tmp_path / "ran").exists()
 
 
 def test_a_renamed_flag_works_for_one_more_release_and_says_its_new_name(tmp_path, monkeypatch, capsys):
