@@ -13,8 +13,8 @@ from matplotlib.figure import Figure
 
 from trl_pods import PODSGRPOTrainer, demo, smollm2
 from trl_pods.demo import verdict
-from trl_pods.smollm2 import HUB_NAME
 from trl_pods.inputs import fresh_folder
+from trl_pods.smollm2 import HUB_NAME
 
 
 def test_verdict_says_plainly_when_training_ended_worse_and_names_the_best_checkpoint():

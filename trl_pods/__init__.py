@@ -20,6 +20,7 @@ _MODULES = {
     "get_down_sampler": ".down_sampling",
     "list_down_samplers": ".down_sampling",
     "register_down_sampler": ".down_sampling",
+    "set_cpu_threads": ".cpu",  # without a GPU, the threads the commands take (a program's own choice otherwise)
 }
 """The module of each public name, imported when the name is first used."""
 

@@ -7,14 +7,17 @@ Arguments are those of `ScriptArguments` (data and rewards), `trl_pods.PODSConfi
 `trl.GRPOConfig` field) and `trl.ModelConfig` (model, dtype, LoRA). A YAML ``--config`` sets defaults; flags override.
 ``--help`` lists the PODS, script and common flags, ``--help-all`` every flag. Every name (task, reward functions,
 down-sampler, allocation rule, arithmetic difficulty), the model folder and the other user inputs are checked before
-any download or model load; a user error prints one ``error:`` line. The task chooses the reward functions and the
-completion length the user does not set (`trl_pods.tasks.TASK_REWARDS`, ``TASK_COMPLETION_LENGTHS``). Without a GPU
-the run trains in float32 on the CPU, on the threads `trl_pods.cpu.cpu_threads` chooses, and the command says so in
-one line. The run saves the model, ``run_args.json`` (all arguments, and the device and precision that really ran),
-``train_results.json`` and ``trainer_state.json`` (every logged metric) in ``output_dir``, and ends with a few lines:
-what it trained, where it saved it, and the `trl-pods eval` command to run next. ``--resume_from_checkpoint PATH`` (or
-``last``) continues a run; an ``output_dir`` that already holds files is refused unless the run resumes or
-``--overwrite_output_dir true`` empties it first, so that two runs never mix in one folder.
+any download or model load, most of them before the heavy imports (`trl_pods.flags`, `trl_pods.inputs`); a user
+error prints one ``error:`` line. The task chooses the reward functions and the completion length the user does not
+set (`trl_pods.tasks.TASK_REWARDS`, ``TASK_COMPLETION_LENGTHS``). Without a GPU the run trains in float32 on the CPU,
+on the threads `trl_pods.cpu.set_cpu_threads` chooses, and the command says so in one line. The run saves the model,
+``run_args.json`` (all arguments, and the device and precision that really ran), ``train_results.json`` and
+``trainer_state.json`` (every logged metric) in ``output_dir``, and ends with a few lines: what it trained, where it
+saved it, the `trl-pods eval` command to run next (sized for a CPU), and a warning if no trained group had contrast
+(`trl_pods.no_signal`). ``--resume_from_checkpoint PATH`` (or ``last``: the newest complete checkpoint) continues a
+run, and says so and trains nothing when the checkpoint is at ``--max_steps``; an ``output_dir`` that already holds
+files is refused unless the run resumes or ``--overwrite_output_dir true`` empties it first (never a folder that is,
+holds or lies inside one of the run's inputs), so that two runs never mix in one folder.
 """
 
 from __future__ import annotations
