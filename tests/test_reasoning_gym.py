@@ -144,7 +144,7 @@ def test_a_completion_that_would_run_code_runs_nothing_in_the_reward_or_eval(
     scores = get_reward_func("reasoning_gym")(hostile, **{k: v * len(hostile) for k, v in _columns(rows).items()})
     assert scores == [0.0] * len(hostile) and not marker.exists()
 
-    def generate(model, tokenizer, prompts, args, device):
+    def generate(model, tokenizer, prompts, args, device, label=None):
         return [hostile for _ in prompts], 0
 
     monkeypatch.setattr("trl_pods.evaluate._generate_hf", generate)

@@ -714,6 +714,17 @@ def test_overwrite_output_dir_refuses_to_empty_the_working_folder_its_parents_or
     check_output_dir(str(work / "runs"), resuming=False, overwrite=True, inputs={})  # a folder below it: allowed
 
 
+def test_the_default_output_folder_is_checked_too(tmp_path, monkeypatch, capsys):
+    """Without ``--output_dir`` a run writes to transformers' default (``trainer_output``): an earlier run there is
+    refused as in a folder given, before anything loads."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "trainer_output" / "checkpoint-5").mkdir(parents=True)
+    with pytest.raises(SystemExit):
+        main(["--model_name_or_path", "Qwen/Qwen2.5-0.5B-Instruct", "--task", "arithmetic"])
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("trl-pods train: error: --output_dir trainer_output already holds files"), line
+
+
 @pytest.mark.parametrize("given", ["model", "data file", "config", "inside the model"])
 def test_overwrite_output_dir_never_empties_the_runs_own_inputs(given, tiny_model_path, tmp_path, capsys):
     """``--overwrite_output_dir true`` emptied ``--output_dir`` before anything loaded: given the model's folder as

@@ -366,10 +366,15 @@ def _use_vllm(args: EvalArguments, model: str, device: torch.device) -> bool:
 
 @torch.no_grad()
 def _generate_hf(
-    model_path: str, tokenizer, prompts: list[list[int]], args: EvalArguments, device: torch.device, label: str
+    model_path: str,
+    tokenizer,
+    prompts: list[list[int]],
+    args: EvalArguments,
+    device: torch.device,
+    label: str | None = None,
 ) -> tuple[list[list[str]], int]:
-    """``num_samples`` completions per prompt (token ids) with transformers' ``generate``; also tokens generated. A
-    progress bar of the problems done, named ``label``, goes to stderr."""
+    """``num_samples`` completions per prompt (token ids) with transformers' ``generate``; also tokens generated. With
+    a ``label``, a progress bar of the problems done, named so, goes to stderr."""
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=args.dtype).to(device).eval()
     eos = model.generation_config.eos_token_id
     eos = tokenizer.eos_token_id if eos is None else eos
@@ -385,7 +390,7 @@ def _generate_hf(
     )
     per_call = max(1, args.batch_size // k)
     texts, tokens = [], 0
-    bar = tqdm(total=len(prompts), desc=label, unit="problem", file=sys.stderr, dynamic_ncols=True)
+    bar = tqdm(total=len(prompts), desc=label, unit="problem", file=sys.stderr, disable=label is None)
     with bar, torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(args.seed)
         for start in range(0, len(prompts), per_call):

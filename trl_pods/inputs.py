@@ -29,6 +29,7 @@ __all__ = [
     "check_loggers",
     "check_model",
     "check_output_dir",
+    "check_run_folder",
     "checkpoint_step",
     "closest",
     "fresh_folder",
@@ -261,6 +262,16 @@ def check_output_dir(output_dir: str, resuming: bool, overwrite: bool, inputs: M
     )
 
 
+def check_run_folder(values: Mapping[str, Any]) -> None:
+    """`check_output_dir` for the values of a `trl-pods train` command line (``output_dir``, ``overwrite_output_dir``,
+    ``resume_from_checkpoint``), whose inputs are its model, data files, checkpoint and YAML ``config`` (each may be
+    missing or None)."""
+    resume = values["resume_from_checkpoint"]
+    read = ("model_name_or_path", "dataset_path", "eval_dataset_path", "resume_from_checkpoint", "config")
+    inputs = {f"--{flag}": values.get(flag) for flag in read if values.get(flag) not in LAST}
+    check_output_dir(values["output_dir"], resume is not None, values["overwrite_output_dir"], inputs)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # A command's inputs
 # ----------------------------------------------------------------------------------------------------------------
@@ -283,16 +294,13 @@ def _train_inputs(values: Mapping[str, Any], given: Sequence[str], names: Mappin
     check_name("pods_generation", "generation mode", values["pods_generation"], names.get("pods_generation"), True)
     check_lora(values, given)
     check_loggers(values["report_to"], names.get("report_to"))
-    resume = values["resume_from_checkpoint"]
-    if values["output_dir"] is not None:
-        read = ("model_name_or_path", "dataset_path", "eval_dataset_path", "resume_from_checkpoint", "config")
-        inputs = {f"--{flag}": values[flag] for flag in read if values[flag] not in LAST}
-        check_output_dir(values["output_dir"], resume is not None, values["overwrite_output_dir"], inputs)
+    if values["output_dir"] is not None:  # else transformers' default, which `trl_pods.train` checks
+        check_run_folder(values)
     if values["model_name_or_path"] is not None:
         check_model("model_name_or_path", values["model_name_or_path"])
     for flag in ("dataset_path", "eval_dataset_path"):
         check_data_file(flag, values[flag], values["task"], generated)
-    resume_checkpoint(resume, values["output_dir"])
+    resume_checkpoint(values["resume_from_checkpoint"], values["output_dir"])
 
 
 def _eval_inputs(values: Mapping[str, Any], given: Sequence[str], names: Mapping[str, list[str]]) -> None:

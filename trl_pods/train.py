@@ -43,7 +43,7 @@ from .cpu import leave_distributed_run, quiet_trl_deprecations, set_cpu_threads,
 from .down_sampling import list_down_samplers
 from .generation_modes import GENERATION_MODES
 from .hub import check_on_hub
-from .inputs import check_data_file, check_model, resume_checkpoint, unknown_value
+from .inputs import check_data_file, check_model, check_run_folder, resume_checkpoint, unknown_value
 from .no_signal import NoSignalWarning, no_signal_line
 from .parsing import CommandParser
 from .reasoning_gym_tasks import check_reasoning_gym_task, dataset_name, is_reasoning_gym, parse_task_config
@@ -289,6 +289,14 @@ def _model_init_kwargs(model_args: ModelConfig, training_args: PODSConfig) -> di
     return {**kwargs, **(training_args.model_init_kwargs or {})}
 
 
+def check_command(script_args: ScriptArguments, training_args: PODSConfig, model_args: ModelConfig) -> None:
+    """The output folder as the run will use it (transformers' default where none was given: `check_run_folder`),
+    then `check_arguments`."""
+    run = {"output_dir": training_args.output_dir, "resume_from_checkpoint": training_args.resume_from_checkpoint}
+    check_run_folder({**vars(script_args), **vars(model_args), **run})
+    check_arguments(script_args, training_args, model_args)
+
+
 def empty_folder(folder: Path) -> None:
     """Remove what ``folder`` holds (``--overwrite_output_dir``), on the main process while the others wait."""
     state = PartialState()
@@ -438,7 +446,7 @@ def parse_arguments(command: CommandParser, argv: Sequence[str] | None) -> tuple
     length = TASK_COMPLETION_LENGTHS[parsed[0].task]
     if command.get_default("max_completion_length") != length:  # a YAML value is the default now: it stays
         command.set_defaults(max_completion_length=length)
-    return command.parse_checked(argv, check_arguments)
+    return command.parse_checked(argv, check_command)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
