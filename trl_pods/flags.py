@@ -30,6 +30,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, NoReturn
 
+import yaml
+
 from .inputs import check_inputs, closest
 
 __all__ = [
@@ -82,19 +84,25 @@ def did_you_mean(known: Iterable[str], message: str) -> str:
 # The manifest
 # ----------------------------------------------------------------------------------------------------------------
 
-_BOOL_TYPE = "string_to_bool"  # transformers.hf_argparser's type of a bool field
+_BOOL_TYPE = "string_to_bool"  # the type of a bool field in TRL's parser (a copy of transformers')
+_KINDS = {
+    argparse._StoreAction: "store",
+    argparse._StoreTrueAction: "store_true",
+    argparse._StoreFalseAction: "store_false",
+}
 
 
-def _kind(action: argparse.Action) -> str | None:
-    """How `check` rebuilds ``action``: "store", "store_true" or "store_false"; "help"; None: it cannot."""
+def _kind(action: argparse.Action) -> str:
+    """How `check` rebuilds ``action``: "store", "store_true" or "store_false", or "help" (not rebuilt).
+
+    Raises:
+        TypeError: an action it cannot rebuild (a parser that adds one must teach `check` to read it first).
+    """
     if action.dest == argparse.SUPPRESS or isinstance(action, argparse._HelpAction):
         return "help"
-    kinds = {
-        argparse._StoreAction: "store",
-        argparse._StoreTrueAction: "store_true",
-        argparse._StoreFalseAction: "store_false",
-    }
-    return kinds.get(type(action))
+    if type(action) not in _KINDS:
+        raise TypeError(f"trl_pods.flags cannot check --{action.dest}, a {type(action).__name__}")
+    return _KINDS[type(action)]
 
 
 def _type_name(action: argparse.Action) -> str:
@@ -138,12 +146,9 @@ def manifest_of(
     constant, choices and default (taken before any ``set_defaults``), and ``names``: the names the values of some
     flags may take (``{"task": [...], ...}``; `trl_pods.inputs` reads them). ``config``: the parser reads a YAML
     ``--config`` (`trl.TrlParser`) and reports unknown flags as `UNKNOWN_FLAGS` rather than as argparse does."""
-    flags, opaque = [], []
+    flags = []
     for action in parser._actions:
         kind = _kind(action)
-        if kind is None:
-            opaque.append(action.dest)
-            continue
         flags.append(
             {
                 "options": list(action.option_strings),
@@ -163,7 +168,6 @@ def manifest_of(
         "prog": parser.prog,
         "config": config,
         "flags": flags,
-        "opaque": opaque,
         "names": {flag: list(values) for flag, values in (names or {}).items()},
     }
 
@@ -304,8 +308,6 @@ def _read_config(argv: list[str]) -> tuple[list[str], str | None, dict[str, Any]
     if index + 1 == len(argv):
         raise ValueError("--config needs a file: --config FILE.yaml.")
     path = argv[index + 1]
-    import yaml
-
     try:
         config = yaml.safe_load(Path(path).read_text())
     except FileNotFoundError:
