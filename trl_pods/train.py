@@ -43,7 +43,7 @@ from .cpu import leave_distributed_run, quiet_trl_deprecations, set_cpu_threads,
 from .down_sampling import list_down_samplers
 from .generation_modes import GENERATION_MODES
 from .hub import check_on_hub
-from .inputs import check_data_file, check_model, check_run_folder, resume_checkpoint, unknown_value
+from .inputs import check_data_file, check_model, check_run_folder, is_complete, resume_checkpoint, unknown_value
 from .no_signal import NoSignalWarning, no_signal_line
 from .parsing import CommandParser
 from .reasoning_gym_tasks import check_reasoning_gym_task, dataset_name, is_reasoning_gym, parse_task_config
@@ -457,8 +457,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def finished_at(checkpoint: str | None, max_steps: int) -> int | None:
     """The step of ``checkpoint`` when a run resumed from it has nothing left to train (at or past a positive
-    ``max_steps``; transformers would still train one step past it), else None."""
-    if checkpoint is None or max_steps <= 0:
+    ``max_steps``; transformers would still train one step past it), else None (also for a folder without Trainer's
+    state, which resumes at step 0)."""
+    if checkpoint is None or max_steps <= 0 or not is_complete(Path(checkpoint)):
         return None
     step = json.loads((Path(checkpoint) / "trainer_state.json").read_text())["global_step"]
     return step if step >= max_steps else None
