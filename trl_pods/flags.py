@@ -19,6 +19,7 @@ still work, with a warning naming the new flag (`RENAMED`).
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -172,8 +173,10 @@ def manifest_of(
     }
 
 
+@functools.cache
 def manifest_key() -> str:
-    """This installation, in a few characters: the trl_pods sources, the versions of `DECLARING` and Python's."""
+    """This installation, in a few characters: the trl_pods sources, the versions of `DECLARING` and Python's (once
+    a process: its sources do not change under it)."""
     digest = hashlib.sha256(f"{sys.version_info[:2]}".encode())
     for package in DECLARING:
         try:

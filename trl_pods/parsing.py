@@ -138,6 +138,7 @@ class CommandParser(TrlParser):
         self._brief.append(helps)
         self.manifest = manifest_of(self, prog.removeprefix("trl-pods "), value_names)
         """What `trl_pods.flags.check` needs of this parser, taken before any ``set_defaults``."""
+        self._checked: list[str] | None = None  # the command line `check_command_line` returned last
 
     def format_help(self, full: bool = False) -> str:
         """The help text: the command's own sections, or (``full``) every section."""
@@ -154,12 +155,17 @@ class CommandParser(TrlParser):
 
     def check_command_line(self, argv: Sequence[str] | None) -> list[str]:
         """`trl_pods.flags.check` on this parser's manifest (a user error: one `error` line), after saving the
-        manifest for the next run; returns ``argv`` with renamed flags under their new names."""
+        manifest for the next run; returns ``argv`` with renamed flags under their new names. The command line it
+        returned last is not checked again."""
+        argv = list(sys.argv[1:] if argv is None else argv)
+        if argv == self._checked:
+            return argv
         flags.save(self.manifest)
         try:
-            return flags.check(self.manifest, list(sys.argv[1:] if argv is None else argv))[0]
+            self._checked = flags.check(self.manifest, argv)[0]
         except ValueError as err:
             self.error(flags.did_you_mean(_flag_names(self), one_line(err)))
+        return self._checked
 
     def parse_checked(self, argv: Sequence[str] | None, check: Callable[..., None] | None = None) -> tuple:
         """`check_command_line`, `parse_args_and_config`, then ``check(*parsed)``; a user error of any ends in one
