@@ -100,9 +100,7 @@ def test_set_up_cpu_spares_deepspeed_under_accelerate_the_build_of_an_op_trainin
 
 PROGRAM_THREADS = """
 import os, sys, torch
-CHOSEN = int(sys.argv[1])
-if CHOSEN:
-    torch.set_num_threads(CHOSEN)  # the program's first line, before trl_pods is imported
+torch.set_num_threads(int(sys.argv[1]))  # the program's first line, before trl_pods is imported
 before = torch.get_num_threads()
 from peft import LoraConfig
 from trl_pods import PODSConfig, PODSGRPOTrainer
@@ -119,20 +117,19 @@ print("threads", before, torch.get_num_threads())
 """
 
 
-@pytest.mark.parametrize("chosen", ["cores", "none"])
-def test_a_program_keeps_its_own_threads_through_the_trainer(chosen, tiny_model_path, tmp_path):
+def test_a_program_keeps_its_own_threads_through_the_trainer(tiny_model_path, tmp_path):
     """`PODSGRPOTrainer` set `cpu_threads` (cores - 1) unless the count looked chosen: a script whose first line was
     ``torch.set_num_threads(1)`` (set before importing trl_pods, so taken for torch's default) went to 7 threads on 8
     cores, and so did any count equal to torch's default. The threads are now the process owner's: a program that
-    chose a count (here every core, which the old rule overrode) and one that chose none (torch's own default) both
-    train on what they had; only the commands set `cpu_threads`. Real processes, as a user runs them."""
+    set every core before importing trl_pods (both cases the old rule overrode, to cores - 1) trains on them; only the
+    commands set `cpu_threads`. A real process, as a user runs it."""
     if torch.accelerator.is_available():
         pytest.skip("this machine has an accelerator")
     cores = len(os.sched_getaffinity(0))
     if cores < 2:
         pytest.skip("one core: every rule gives 1 thread")
     env = {key: value for key, value in os.environ.items() if key != "OMP_NUM_THREADS"}
-    argv = [sys.executable, "-c", PROGRAM_THREADS, str(cores if chosen == "cores" else 0), str(tiny_model_path)]
+    argv = [sys.executable, "-c", PROGRAM_THREADS, str(cores), str(tiny_model_path)]
     result = subprocess.run(argv, cwd=tmp_path, env={**env, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True,
                             timeout=600)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
