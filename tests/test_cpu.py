@@ -99,7 +99,7 @@ def test_set_up_cpu_spares_deepspeed_under_accelerate_the_build_of_an_op_trainin
 
 
 PROGRAM_THREADS = """
-import os, sys, torch
+import sys, torch
 torch.set_num_threads(int(sys.argv[1]))  # the program's first line, before trl_pods is imported
 before = torch.get_num_threads()
 from peft import LoraConfig
