@@ -35,6 +35,7 @@ from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 from trl.chat_template_utils import qwen3_chat_template
 
 from trl_pods import PODSConfig, PODSGRPOTrainer
+from trl_pods.cpu import set_cpu_threads
 
 SPECIAL_TOKENS = [
     "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>", "<tool_call>", "</tool_call>", "<tool_response>",
@@ -189,4 +190,5 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    set_cpu_threads()  # the process is the script's: the threads `trl-pods train` takes
     main()

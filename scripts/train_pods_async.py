@@ -19,6 +19,7 @@ from transformers import AutoTokenizer
 from trl import TrlParser
 
 from trl_pods.async_grpo import PODSAsyncGRPOConfig, PODSAsyncGRPOTrainer
+from trl_pods.cpu import set_cpu_threads
 from trl_pods.tasks import get_reward_func
 from trl_pods.train import ScriptArguments, load_datasets
 
@@ -71,4 +72,5 @@ def main(argv: Sequence[str] | None = None) -> PODSAsyncGRPOTrainer:
 
 
 if __name__ == "__main__":  # the rollout worker is a spawned process, which re-imports this file
+    set_cpu_threads()  # the process is the script's: the threads `trl-pods train` takes
     main()

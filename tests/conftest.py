@@ -13,6 +13,10 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from tiny_model import build_tiny_model  # noqa: E402
 
+from trl_pods.cpu import set_cpu_threads  # noqa: E402
+
+set_cpu_threads()  # a test process takes the commands' threads (the trainer keeps a process's own): 1 on 2 cores
+
 
 @pytest.fixture(scope="session")
 def tiny_model_path(tmp_path_factory):

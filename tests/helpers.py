@@ -165,6 +165,11 @@ def paused_token_sum_reward(completion_ids, **kwargs) -> list[float]:
     return token_sum_reward(completion_ids)
 
 
+def never_solved_reward(completion_ids, **kwargs) -> list[float]:
+    """0 for every rollout: a task the model never solves, whose groups never have contrast."""
+    return [0.0] * len(completion_ids)
+
+
 def rare_reward(completion_ids, **kwargs) -> list[float]:
     """1 when the token ids sum to a multiple of 10, else 0: groups are often constant (adaptive generation)."""
     return [float(sum(ids) % 10 == 0) for ids in completion_ids]

@@ -316,3 +316,18 @@ def test_auto_refuses_the_exact_form_whose_draws_have_no_sized_refill_floor():
     hold it to (it took the setting and planned without a floor), so the config refuses it in one line."""
     with pytest.raises(ValueError, match="auto, which never plans below sized refill, takes no 0"):
         make(pods_m=4, pods_generation="auto", pods_draw_coverage=0.0)
+
+
+def test_a_coverage_out_of_range_and_one_its_mode_does_not_use_get_different_messages():
+    """``--pods_draw_coverage 1.5`` and ``--pods_draw_coverage 0.5`` with fixed generation got the same 281-character
+    message, which read as if 0.5 were out of range. Out of range, it says the range and the value; in range but
+    given to a mode that draws nothing, it names the mode and the modes that use it, and says nothing of a range."""
+    with pytest.raises(ValueError) as out_of_range:
+        make(pods_m=4, pods_generation="refill", pods_draw_coverage=1.5)
+    assert "a probability in (0, 1)" in str(out_of_range.value) and "1.5" in str(out_of_range.value)
+    assert "pods_generation=" not in str(out_of_range.value)
+    with pytest.raises(ValueError) as unused:
+        make(pods_m=4, pods_draw_coverage=0.5)
+    message = str(unused.value)
+    assert "pods_generation='fixed'" in message and "'refill', 'auto' or 'screened'" in message
+    assert "probability" not in message and "(0, 1)" not in message

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from trl_pods import PODSConfig
-from trl_pods.cpu import cpu_threads, set_up_cpu
+from trl_pods.cpu import cpu_threads, set_cpu_threads, set_up_cpu
 
 
 def test_podsconfig_trains_in_float32_where_bf16_cannot_run(tmp_path):
@@ -52,10 +52,11 @@ def test_cpu_threads_leave_a_core_free_unless_the_user_chose(monkeypatch, env, c
     assert cpu_threads() == expected
 
 
-def test_set_up_cpu_chooses_threads_and_tells_deepspeed(monkeypatch):
+def test_set_up_cpu_tells_deepspeed_and_the_commands_choose_the_threads(monkeypatch):
     """`trl-pods train` took torch's default threads: 98.5 s per step of the README's CPU run on the shared 2-core box
-    (2 threads) against 4.8 s with one. Without an accelerator it now uses `cpu_threads`, and sets DS_ACCELERATOR=cpu
-    (unless set) so that DeepSpeed does not warn on every run that it found no GPU."""
+    (2 threads) against 4.8 s with one. The commands now set `cpu_threads` (`set_cpu_threads`); `set_up_cpu`, which
+    `PODSGRPOTrainer` calls too, sets DS_ACCELERATOR=cpu (unless set) so that DeepSpeed does not warn on every run that
+    it found no GPU, and leaves the threads alone."""
     if torch.accelerator.is_available():
         pytest.skip("this machine has an accelerator")
     threads = torch.get_num_threads()
@@ -64,10 +65,11 @@ def test_set_up_cpu_chooses_threads_and_tells_deepspeed(monkeypatch):
     monkeypatch.setenv("DS_ACCELERATOR", "unset")  # so that the value set_up_cpu sets is undone after the test
     monkeypatch.delenv("DS_ACCELERATOR")
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2})
-    monkeypatch.setattr("trl_pods.cpu.TORCH_DEFAULT_THREADS", threads)  # torch's count as the program found it
     try:
+        torch.set_num_threads(5)
         set_up_cpu()
-        assert torch.get_num_threads() == 2 and os.environ["DS_ACCELERATOR"] == "cpu"
+        assert torch.get_num_threads() == 5 and os.environ["DS_ACCELERATOR"] == "cpu"
+        assert set_cpu_threads() == 2 and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(threads)
 
@@ -96,31 +98,43 @@ def test_set_up_cpu_spares_deepspeed_under_accelerate_the_build_of_an_op_trainin
     assert not compatible["deepspeed_shm_comm"] and build_shm_op() is None
 
 
-def test_set_up_cpu_keeps_threads_the_program_chose(monkeypatch):
-    """Building a `PODSGRPOTrainer` reset an explicit `torch.set_num_threads` to `cpu_threads` (cores - 1 without
-    OMP_NUM_THREADS), so a benchmark that gave every arm one thread trained its PODS arms on more threads than its
-    `trl.GRPOTrainer` arms. A count that is neither torch's own (as at import) nor the one trl_pods set is the
-    program's choice, and stays; the count trl_pods set is still adjusted by a later call."""
+PROGRAM_THREADS = """
+import sys, torch
+torch.set_num_threads(int(sys.argv[1]))  # the program's first line, before trl_pods is imported
+before = torch.get_num_threads()
+from peft import LoraConfig
+from trl_pods import PODSConfig, PODSGRPOTrainer
+from trl_pods.arithmetic import arithmetic_reward
+from trl_pods.tasks import load_task
+
+config = PODSConfig(output_dir="run", pods_n=4, pods_m=2, per_device_train_batch_size=2, max_completion_length=4,
+                    max_steps=1, report_to=[], disable_tqdm=True, save_strategy="no")
+trainer = PODSGRPOTrainer(model=sys.argv[2], reward_funcs=arithmetic_reward, args=config,
+                          train_dataset=load_task("arithmetic", n_train=8),
+                          peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+trainer.train()
+print("threads", before, torch.get_num_threads())
+"""
+
+
+def test_a_program_keeps_its_own_threads_through_the_trainer(tiny_model_path, tmp_path):
+    """`PODSGRPOTrainer` set `cpu_threads` (cores - 1) unless the count looked chosen: a script whose first line was
+    ``torch.set_num_threads(1)`` (set before importing trl_pods, so taken for torch's default) went to 7 threads on 8
+    cores, and so did any count equal to torch's default. The threads are now the process owner's: a program that
+    set every core before importing trl_pods (both cases the old rule overrode, to cores - 1) trains on them; only the
+    commands set `cpu_threads`. A real process, as a user runs it."""
     if torch.accelerator.is_available():
         pytest.skip("this machine has an accelerator")
-    threads = torch.get_num_threads()
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
-    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
-    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2})
-    monkeypatch.setattr("trl_pods.cpu.TORCH_DEFAULT_THREADS", 7)
-    try:
-        torch.set_num_threads(3)
-        set_up_cpu()
-        assert torch.get_num_threads() == 3, "the program's choice was overridden"
-        torch.set_num_threads(7)  # torch's default, untouched
-        set_up_cpu()
-        assert torch.get_num_threads() == 2
-        monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2, 3, 4})
-        set_up_cpu()
-        assert torch.get_num_threads() == 4, "the count trl_pods set is its own to change"
-    finally:
-        torch.set_num_threads(threads)
+    cores = len(os.sched_getaffinity(0))
+    if cores < 2:
+        pytest.skip("one core: every rule gives 1 thread")
+    env = {key: value for key, value in os.environ.items() if key != "OMP_NUM_THREADS"}
+    argv = [sys.executable, "-c", PROGRAM_THREADS, str(cores), str(tiny_model_path)]
+    result = subprocess.run(argv, cwd=tmp_path, env={**env, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True,
+                            timeout=600)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    before, after = result.stdout.split("threads ")[1].split()[:2]
+    assert after == before == str(cores), (before, after)
 
 
 QUICK_START = """
@@ -128,9 +142,10 @@ import torch
 from peft import LoraConfig
 from trl_pods import PODSConfig, PODSGRPOTrainer
 from trl_pods.arithmetic import arithmetic_reward
-from trl_pods.cpu import cpu_threads
+from trl_pods.cpu import cpu_threads, set_cpu_threads
 from trl_pods.tasks import load_task
 
+set_cpu_threads()  # as the README's quick start: the program chooses the commands' threads
 config = PODSConfig(output_dir="run", pods_n=4, pods_m=2, per_device_train_batch_size=2, max_completion_length=8,
                     max_steps=1, report_to=[], disable_tqdm=True)
 trainer = PODSGRPOTrainer(model=MODEL, reward_funcs=arithmetic_reward, args=config,
@@ -144,8 +159,9 @@ print("threads", torch.get_num_threads(), cpu_threads())
 def test_python_api_on_a_cpu_behaves_as_the_command_line(tiny_model_path, tmp_path):
     """The README's Python quick start ran on torch's default threads (61 s a step beside another process, against
     8.4 s on one thread) and printed 7 library warnings; `trl-pods train` chose its threads and printed none of them.
-    `PODSGRPOTrainer` now sets up a CPU run as the command does: `cpu_threads` threads (OMP_NUM_THREADS unset here),
-    DeepSpeed told it runs on the CPU, and none of TRL's deprecation warnings nor torch's pin-memory warning."""
+    `PODSGRPOTrainer` now sets up a CPU run as the command does (DeepSpeed told it runs on the CPU, none of TRL's
+    deprecation warnings nor torch's pin-memory warning), and the quick start takes the command's threads with
+    `set_cpu_threads` (`cpu_threads`, OMP_NUM_THREADS unset here), which the trainer keeps."""
     if torch.accelerator.is_available():
         pytest.skip("this machine has an accelerator")
     env = {key: value for key, value in os.environ.items() if key not in ("OMP_NUM_THREADS", "DS_ACCELERATOR")}

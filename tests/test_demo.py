@@ -13,8 +13,8 @@ from matplotlib.figure import Figure
 
 from trl_pods import PODSGRPOTrainer, demo, smollm2
 from trl_pods.demo import verdict
+from trl_pods.inputs import fresh_folder
 from trl_pods.smollm2 import HUB_NAME
-from trl_pods.train import fresh_folder
 
 
 def test_verdict_says_plainly_when_training_ended_worse_and_names_the_best_checkpoint():
@@ -164,3 +164,13 @@ def test_a_mistyped_demo_flag_is_one_line_with_a_suggestion(capsys):
     assert capsys.readouterr().err.strip().splitlines() == [
         "trl-pods demo: error: unrecognized arguments: --max_stepz 3 (did you mean --max_steps?)"
     ]
+
+
+def test_the_demo_ends_saying_what_to_try_next(smollm2_cache, tmp_path, monkeypatch, capfd):
+    """The demo's last line said where the run was saved, and nothing of what to do next; it now points to the same
+    run from the command line and from Python, and to the PODS flags. The whole demo, on the tiny stand-in model."""
+    monkeypatch.setenv("TRL_PODS_CACHE", str(smollm2_cache))
+    demo.main(["--max_steps", "2", "--output_dir", str(tmp_path / "demo")])
+    lines = capfd.readouterr().out.strip().splitlines()
+    assert lines[-1] == f"[demo] {demo.NEXT}" and lines[-2].startswith(f"[demo] saved in {tmp_path / 'demo'}/")
+    assert "trl-pods train --help" in demo.NEXT and "Quick start" in demo.NEXT

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from trl_pods.evaluate import EvalArguments, evaluate, main, pass_at_k
+from trl_pods.evaluate import EvalArguments, accuracy, evaluate, main, pass_at_k
+from trl_pods.flags import precheck
 
 DATA = Path(__file__).parent / "data"
 SEEN: list[list[str]] = []  # completions scored by `length_parity_reward`, one list per call
@@ -207,19 +208,27 @@ def test_bad_arguments_fail_early():
         (["--model_name_or_path", "m", "--task", "arithmetic", "--dataset_path", "x.jsonl"], "task is generated"),
     ],
 )
-def test_cli_user_errors_are_one_line_before_any_model_load(flags, message, monkeypatch, capsys):
+def test_cli_user_errors_are_one_line_before_any_model_load(flags, message, tmp_path, monkeypatch, capsys):
     """A mistyped reward surfaced only after every model had generated; user mistakes printed tracebacks. Each now
-    ends in one `trl-pods eval: error:` line, exit status 2, before any data or model is loaded."""
+    ends in one `trl-pods eval: error:` line, exit status 2, before any data or model is loaded; all but the one the
+    arguments' dataclass refuses in the same line before the heavy imports (`trl_pods.flags.precheck`)."""
 
     def must_not_run(*args, **kwargs):
         raise AssertionError("evaluated before checking the arguments")
 
     monkeypatch.setattr("trl_pods.evaluate.evaluate", must_not_run)
+    monkeypatch.setenv("TRL_PODS_CACHE", str(tmp_path))
     with pytest.raises(SystemExit) as exit_:
         main(flags)
     assert exit_.value.code == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("trl-pods eval: error: ") and message in line, line
+    if message == "greedy":  # EvalArguments' own check, after the imports
+        assert precheck("eval", flags) == flags
+        return
+    with pytest.raises(SystemExit):
+        precheck("eval", flags)
+    assert capsys.readouterr().err.strip() == line
 
 
 def test_cli_help_names_the_command_and_says_what_it_does(capsys):
@@ -287,3 +296,30 @@ def test_the_command_says_how_it_sampled_and_where_it_wrote_and_drops_a_stale_pl
     assert out[-1] == f"trl-pods eval: wrote {json_path}"
     assert not png.exists(), "the plot of the earlier evaluation, which the new JSON contradicts"
     assert [r["step"] for r in json.loads(json_path.read_text())["results"]] == [None]
+
+
+def test_each_model_gets_a_progress_bar_and_an_incomplete_checkpoint_is_left_out(tiny_model_path, tmp_path, capsys):
+    """An evaluation showed only the weight-loading bars for minutes (9 of them on a CPU for a reasoning-gym task) and
+    looked hung: each model now has a bar of the problems done, named by its place in the list and its folder. A
+    checkpoint folder without its ``trainer_state.json`` (a run stopped while saving it) is not evaluated."""
+    run = tmp_path / "run"
+    _fake_checkpoint(tiny_model_path, run / "checkpoint-1", 1, [])
+    shutil.copytree(tiny_model_path, run / "checkpoint-2")  # stopped before Trainer wrote its trainer_state.json
+    flags = ["--task", "arithmetic", "--max_problems", "3", "--max_new_tokens", "4", "--device", "cpu"]
+    main(["--run_dir", str(run), "--base_model", str(tiny_model_path), *flags, "--batch_size", "1"])
+    err = capsys.readouterr().err
+    assert [r["step"] for r in json.loads((run / "eval_arithmetic.json").read_text())["results"]] == [0, 1]
+    assert f"model 1 of 2: {tiny_model_path}: 100%" in err and f"model 2 of 2: {run / 'checkpoint-1'}: 100%" in err
+    assert "3/3" in err
+
+
+def test_accuracy_from_python_writes_nothing(tiny_model_path, tmp_path, monkeypatch):
+    """The Python quick start had no way to evaluate: `accuracy` gives what `trl-pods eval` measures for one model,
+    with the same arguments, and writes no file."""
+    monkeypatch.chdir(tmp_path)
+    options = dict(task="arithmetic", max_problems=4, max_new_tokens=4, device="cpu")
+    written = tmp_path / "e.json"
+    expected = evaluate(EvalArguments(model_name_or_path=str(tiny_model_path), output=str(written), **options))
+    written.unlink()
+    assert accuracy(tiny_model_path, **options) == expected["results"][0]["accuracy"]
+    assert list(tmp_path.iterdir()) == []

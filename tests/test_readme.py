@@ -39,13 +39,17 @@ def test_python_quick_start_runs_as_written(readme_env, tmp_path):
     """The quick start was a GPU script (Qwen2.5-3B, GSM8K from the Hub): on a laptop `PODSConfig(...)` failed, and
     neither its model nor its data could load offline. It now trains the demo's model on the offline arithmetic task
     with LoRA, and saves the adapter and the PODS model card. The card of its output folder pointed at a folder
-    without the adapter (the snippet never saved it): its usage example now runs as pasted."""
+    without the adapter (the snippet never saved it): its usage example now runs as pasted. It showed no learning (one
+    metrics dict at step 10) and no way to evaluate from Python: it prints the held-out accuracy before and after
+    (`trl_pods.evaluate.accuracy`)."""
     code = _block("Quick start", "python")
     assert "fetch_smollm2()" in code and 'load_task("arithmetic")' in code
     result = subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, env=readme_env, capture_output=True, text=True, timeout=600
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    accuracies = re.findall(r"^(before|after): ([0-9.]+)$", result.stdout, re.MULTILINE)  # it shows the learning
+    assert [name for name, _ in accuracies] == ["before", "after"] and all(0 <= float(a) <= 1 for _, a in accuracies)
     run = tmp_path / "smollm2-pods"
     state = json.loads((run / "checkpoint-10" / "trainer_state.json").read_text())
     assert state["global_step"] == 10

@@ -144,7 +144,7 @@ def test_a_completion_that_would_run_code_runs_nothing_in_the_reward_or_eval(
     scores = get_reward_func("reasoning_gym")(hostile, **{k: v * len(hostile) for k, v in _columns(rows).items()})
     assert scores == [0.0] * len(hostile) and not marker.exists()
 
-    def generate(model, tokenizer, prompts, args, device):
+    def generate(model, tokenizer, prompts, args, device, label=None):
         return [hostile for _ in prompts], 0
 
     monkeypatch.setattr("trl_pods.evaluate._generate_hf", generate)
@@ -204,7 +204,10 @@ def test_a_scorer_that_hangs_or_raises_scores_0_and_the_next_answer_is_scored(mo
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--task", "reasoning_gym:chain_summ"], "Unknown reasoning-gym dataset 'chain_summ'; known: ab, acre,"),
+        (
+            ["--task", "reasoning_gym:chain_summ"],
+            "Unknown reasoning-gym dataset 'chain_summ' (did you mean 'chain_sum'?)",
+        ),
         (
             ["--task", "reasoning_gym:chain_sum", "--task_config", '{"min_term": 2}'],
             "is not a setting of chain_sum (ChainSumConfig.__init__() got an unexpected keyword argument 'min_term'); "
@@ -217,13 +220,13 @@ def test_a_scorer_that_hangs_or_raises_scores_0_and_the_next_answer_is_scored(mo
         (["--task", "reasoning_gym:chain_sum", "--task_config", "{min_terms: 2}"], "--task_config is not JSON"),
         (["--task", "reasoning_gym:chain_sum", "--task_config", '{"seed": 2}'], "trl_pods sets itself: use --seed"),
         (["--task", "arithmetic", "--task_config", "{}"], "--task_config sets a reasoning_gym:<name> task's dataset"),
-        (["--task", "gsm9k"], "Unknown task 'gsm9k'; known tasks: gsm8k, math, arithmetic, reasoning_gym:<name>"),
+        (["--task", "gsm9k"], "Unknown task 'gsm9k' (did you mean 'gsm8k'?); known: gsm8k, math, arithmetic,"),
     ],
 )
 @pytest.mark.parametrize("command", ["train", "eval"])
 def test_unknown_names_and_bad_settings_are_one_line_listing_what_is_known(command, flags, message, tmp_path, capsys):
-    """An unknown dataset lists the known ones, a bad setting the dataset's settings with their defaults; both in
-    one `error:` line, exit status 2, before any model load."""
+    """An unknown dataset names the closest one (not the 106 reasoning-gym has), a bad setting the dataset's settings
+    with their defaults; both in one `error:` line, exit status 2, before any model load."""
     with pytest.raises(SystemExit) as exit_:
         if command == "train":
             train_main(["--model_name_or_path", "Qwen/Qwen2.5-0.5B-Instruct", "--output_dir", str(tmp_path), *flags])

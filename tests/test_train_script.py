@@ -3,8 +3,10 @@ without a GPU; the task's own reward and completion length; its help; and its on
 raised before any download or model load."""
 
 import http.server
+import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -17,7 +19,12 @@ from helpers import free_port
 from transformers.utils import is_torch_bf16_gpu_available
 
 from trl_pods import train as train_module
+from trl_pods.cpu import cpu_threads
+from trl_pods.flags import precheck
 from trl_pods.hub import hub_reachable, in_cache
+from trl_pods.inputs import check_output_dir
+from trl_pods.no_signal import FLAT_STEPS
+from trl_pods.resume import saved_settings
 from trl_pods.train import device_defaults, main, parse_arguments, parser
 
 DATA = Path(__file__).parent / "data"
@@ -149,10 +156,129 @@ def test_resume_continues_at_the_right_step(tiny_model_path, tmp_path):
     assert json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())["global_step"] == 4
 
 
+def test_last_skips_an_incomplete_checkpoint_and_a_finished_run_trains_nothing(tiny_model_path, tmp_path, capsys):
+    """A kill while a checkpoint was being saved left a partial ``checkpoint-N``, and ``--resume_from_checkpoint last``
+    took it (the highest number) and crashed on every rank on its missing ``trainer_state.json``, the file Trainer
+    writes last; the user had to find and delete it by hand. ``last`` now resumes from the newest complete checkpoint
+    and says in one line which it skipped; the run then saves that step again, whole. Resumed from its final
+    checkpoint, a run trained one step past ``--max_steps`` (at learning rate 0, a new checkpoint, "for 15 steps" of
+    14); it now says the run is complete and trains nothing."""
+    out = tmp_path / "run"
+    flags = _flags(tiny_model_path, out, "--max_steps", "3", "--save_steps", "1")
+    main(flags)
+    state = out / "checkpoint-3" / "trainer_state.json"  # as a kill halfway through writing it leaves it
+    state.write_text(state.read_text()[: len(state.read_text()) // 2])
+    (out / "checkpoint-2" / "trainer_state.json").unlink()  # and one killed before writing it
+    capsys.readouterr()
+    main([*flags, "--resume_from_checkpoint", "last"])
+    said = capsys.readouterr().out.splitlines()
+    assert said[0] == (
+        "trl-pods train: resuming from checkpoint-1: checkpoint-3, checkpoint-2 are incomplete (the run stopped while "
+        "saving), skipped"
+    ), said
+    assert _logged_steps(out) == [1, 2, 3]
+    assert json.loads(state.read_text())["global_step"] == 3  # saved again, whole
+    main([*flags, "--resume_from_checkpoint", "last"])
+    assert capsys.readouterr().out.splitlines() == [
+        f"trl-pods train: {out / 'checkpoint-3'} is at step 3 of --max_steps 3: the run is complete, nothing to train "
+        "(a larger --max_steps trains on from it)."
+    ]
+    assert not (out / "checkpoint-4").exists() and _logged_steps(out) == [1, 2, 3]
+
+
+def test_resuming_a_refill_checkpoint_with_other_draw_settings_warns(tiny_model_path, tmp_path, caplog):
+    """Refill's default became sized draws (``pods_draw_coverage`` 0.9, where unset had meant exactly the missing
+    groups), so the same command resumed an older refill checkpoint drawing differently, without a word. The
+    checkpoint's ``training_args.bin`` (here made as an older version saved it) says what it drew with, and the resume
+    warns in one line naming the settings that changed; resumed as saved, it says nothing."""
+    out = tmp_path / "run"
+    refill = ["--pods_generation", "refill", "--task_train_size", "64", "--save_steps", "1"]
+    main(_flags(tiny_model_path, out, "--max_steps", "1", *refill, "--pods_draw_coverage", "0"))
+    saved = out / "checkpoint-1" / "training_args.bin"
+    assert saved_settings(str(out / "checkpoint-1"))["pods_draw_coverage"] == 0.0
+    older = torch.load(saved, weights_only=False)  # the test's own file
+    older.pods_draw_coverage = older.pods_max_prompt_ratio = None  # refill's exact draws before 0.2.0
+    torch.save(older, saved)
+    resume = ["--resume_from_checkpoint", str(out / "checkpoint-1")]
+    main(_flags(tiny_model_path, out, "--max_steps", "2", *refill, "--pods_draw_coverage", "0", *resume))
+    assert not [r for r in caplog.records if r.name == "trl_pods.resume"]
+    main(_flags(tiny_model_path, out, "--max_steps", "2", *refill, *resume))
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == "trl_pods.resume"]
+    assert warning.startswith(
+        "Resuming with other draw settings than the checkpoint was saved with (pods_draw_coverage 0.0 -> 0.9, "
+        "pods_max_prompt_ratio None -> 4; "
+    ), warning
+
+
+def test_the_saved_settings_are_read_without_running_the_files_code(tmp_path):
+    """A checkpoint's ``training_args.bin`` is a pickle, which loading would run; its settings are read as plain
+    records, so a file that would run a command runs nothing."""
+
+    class Runs:
+        def __reduce__(self):
+            return (os.system, (f"touch {tmp_path / 'ran'}",))
+
+    (tmp_path / "checkpoint-1").mkdir()
+    torch.save({"pods_n": Runs()}, tmp_path / "checkpoint-1" / "training_args.bin")
+    assert saved_settings(str(tmp_path / "checkpoint-1")) == {} and not (tmp_path / "ran").exists()
+
+
+def test_a_renamed_flag_works_for_one_more_release_and_says_its_new_name(tmp_path, monkeypatch, capsys):
+    """``--arithmetic_train_size`` became ``--task_train_size`` (and the test size likewise), and old commands stopped
+    with an error. The old names work until the next release, each with one warning line naming the new flag."""
+    monkeypatch.setattr(train_module, "check_on_hub", lambda *args: None)
+    argv = ["--model_name_or_path", "Qwen/Qwen2.5-0.5B-Instruct", "--output_dir", str(tmp_path / "run"), "--task",
+            "arithmetic", "--arithmetic_train_size", "30", "--arithmetic_test_size=7"]  # fmt: skip
+    script_args, _, _ = parse_arguments(parser(), argv)
+    assert (script_args.task_train_size, script_args.task_test_size) == (30, 7)
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "trl-pods train: warning: --arithmetic_train_size is now --task_train_size; the old name goes in the next "
+        "release.",
+        "trl-pods train: warning: --arithmetic_test_size is now --task_test_size; the old name goes in the next "
+        "release.",
+    ]
+
+
+def test_a_run_in_which_no_trained_group_had_contrast_says_so(tiny_model_path, tmp_path, capsys, caplog):
+    """A run whose every rollout scored alike (``reasoning_gym:count_bits``: reward 0 everywhere, loss 0 on every step)
+    ended like a healthy one. After `FLAT_STEPS` such steps it warns, and it ends with one line saying that nothing was
+    learned and where to look (the task's settings, the base model's accuracy)."""
+    out = tmp_path / "run"
+    never = ["--reward_funcs", "helpers.never_solved_reward", "--save_strategy", "no"]
+    main(_flags(tiny_model_path, out, "--max_steps", str(FLAT_STEPS), *never))
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert (
+        last.startswith("trl-pods train: warning: no trained group had contrast") and "reasoning-gym-base.md" in last
+    )
+    warnings = [r.getMessage() for r in caplog.records if r.name == "trl_pods.no_signal"]
+    assert len(warnings) == 1 and warnings[0].startswith(f"Steps 1-{FLAT_STEPS} trained no group with contrast")
+
+
+def test_the_closing_eval_command_is_sized_for_a_cpu(monkeypatch):
+    """The evaluation command a run printed took 9 minutes on a CPU for a reasoning-gym task (200 problems, two
+    models), against 2 of training, silently. Without a GPU it now asks for `CPU_EVAL_PROBLEMS` problems and says so;
+    a held-out set that small already, or a GPU, keeps the whole set."""
+    from trl import ModelConfig
+
+    from trl_pods import PODSConfig
+    from trl_pods.train import CPU_EVAL_PROBLEMS, ScriptArguments, eval_command
+
+    training, model = PODSConfig(output_dir="runs/x", pods_n=4, pods_m=2), ModelConfig("m")
+    monkeypatch.setattr("torch.accelerator.is_available", lambda: False)
+    rg = eval_command(ScriptArguments(task="reasoning_gym:chain_sum"), training, model)
+    assert rg.endswith(f"--max_problems {CPU_EVAL_PROBLEMS} (the first {CPU_EVAL_PROBLEMS} of its 200 held-out "
+                       "problems, for a CPU)")  # fmt: skip
+    assert "--max_problems" in eval_command(ScriptArguments(task="gsm8k"), training, model)
+    assert "--max_problems" not in eval_command(ScriptArguments(task="arithmetic"), training, model)  # 50 already
+    monkeypatch.setattr("torch.accelerator.is_available", lambda: True)
+    assert "--max_problems" not in eval_command(ScriptArguments(task="reasoning_gym:chain_sum"), training, model)
+
+
 def test_without_a_gpu_trains_in_float32_on_the_cpu_and_says_so(tiny_model_path, tmp_path, capsys):
     """On a CPU machine TRL's default bf16=True made transformers refuse to start ("assign use_cpu"), and with
-    --use_cpu alone run_args.json claimed bf16. Without --use_cpu/--bf16 the run trains on the CPU in float32, prints
-    one line saying so, and run_args.json records the device and precision that really ran."""
+    --use_cpu alone run_args.json claimed bf16. Without --use_cpu/--bf16 the run trains on the CPU in float32, on the
+    threads the command chooses (`cpu_threads`), prints one line saying so, and run_args.json records the device and
+    precision that really ran."""
     if torch.accelerator.is_available():
         pytest.skip("this machine has an accelerator")
     out = tmp_path / "run"
@@ -160,6 +286,7 @@ def test_without_a_gpu_trains_in_float32_on_the_cpu_and_says_so(tiny_model_path,
     cpu_flags = {i for i, flag in enumerate(flags) if flag in ("--use_cpu", "--bf16")}
     main([flag for i, flag in enumerate(flags) if not (i in cpu_flags or i - 1 in cpu_flags)])
     said = [line for line in capsys.readouterr().out.splitlines() if "no GPU" in line]
+    assert torch.get_num_threads() == cpu_threads()  # the command chose them: it owns the process
     threads = f"{torch.get_num_threads()} thread(s) (OMP_NUM_THREADS to choose)"
     assert said == [
         f"trl-pods train: no GPU: training on the CPU, {threads}, with float32 weights and no mixed precision "
@@ -244,7 +371,16 @@ BAD_FLAGS = {
         ["--pods_generation", "budgeted", "--pods_budget", "12", "--pods_allocation", "nope"],
         "'nope'",
     ),
-    "task": (["--task", "gsm9k"], "Unknown task 'gsm9k'; known tasks: gsm8k, math, arithmetic, reasoning_gym:<name>"),
+    "task": (
+        ["--task", "gsm9k"],
+        "Unknown task 'gsm9k' (did you mean 'gsm8k'?); known: gsm8k, math, arithmetic, reasoning_gym:<name>.",
+    ),
+    "reasoning-gym dataset": (
+        ["--task", "reasoning_gym:cont_bits"],
+        "Unknown reasoning-gym dataset 'cont_bits' (did you mean 'count_bits'?); ",
+    ),
+    "generation mode": (["--pods_generation", "refil"], "Unknown generation mode 'refil' (did you mean 'refill'?)"),
+    "down-sampler name": (["--pods_down_sampler", "max_varience"], "(did you mean 'max_variance'?)"),
     "difficulty": (["--task", "arithmetic", "--arithmetic_difficulty", "add9"], "--arithmetic_difficulty 'add9'"),
     "reward weights": (["--reward_weights", "1", "2"], "--reward_weights has 2 value(s) for 1 --reward_funcs"),
     "group sizes": (["--pods_n", "3", "--pods_m", "4"], "pods_n (3) is smaller than pods_m (4)"),
@@ -262,16 +398,32 @@ BAD_FLAGS = {
     ),
     "bf16 without a GPU": (["--bf16", "true"], "--bf16 true needs a GPU with bf16"),
     "data file": (["--dataset_path", "missing.jsonl"], "--dataset_path missing.jsonl: no such file"),
-    "config file": (["--config", "missing.yaml"], "No such file or directory: missing.yaml"),
-    "resume": (["--resume_from_checkpoint", "last"], "no checkpoint in"),
+    "config file": (["--config", "missing.yaml"], "--config missing.yaml: no such file."),
+    "resume": (["--resume_from_checkpoint", "last"], "--resume_from_checkpoint last: no complete checkpoint in"),
     "max_steps 0": (["--max_steps", "0"], "max_steps=0 would still train one step"),
     "flag typo behind a config error": (
         ["--per_device_train_batch_size", "4", "--pods_mm", "4"],
         "unknown flags (--help-all lists all): ['--pods_mm', '4'] (did you mean --pods_m?)",
     ),
-    "flag of an earlier version": (
-        ["--task", "arithmetic", "--arithmetic_train_size", "100"],
-        "unknown flags (--help-all lists all): ['--arithmetic_train_size', '100'] (did you mean --task_train_size?)",
+    "LoRA without --use_peft": (
+        ["--lora_r", "16", "--lora_alpha", "32", "--lora_target_modules", "all-linear"],
+        "--lora_r 16, --lora_alpha 32, --lora_target_modules all-linear set up a LoRA adapter, which trains only with "
+        "--use_peft true",
+    ),
+    "logger not installed": (
+        ["--report_to", "trackio"],
+        "--report_to trackio: the trackio logger needs the package trackio, which is not installed: pip install "
+        "trackio",
+    ),
+    "unknown logger": (["--report_to", "tensorbord"], "Unknown logger 'tensorbord' (did you mean 'tensorboard'?)"),
+    "coverage out of range": (
+        ["--pods_generation", "refill", "--pods_draw_coverage", "1.5"],
+        "pods_draw_coverage is a probability in (0, 1); got 1.5",
+    ),
+    "coverage its mode does not use": (
+        ["--pods_draw_coverage", "0.5"],
+        "pods_draw_coverage sizes the draws of pods_generation='refill', 'auto' or 'screened', and "
+        "pods_generation='fixed' draws no prompts",
     ),
     "missing checkpoint folder": (
         ["--resume_from_checkpoint", "/tmp/no-such-dir/checkpoint-10"],
@@ -285,30 +437,48 @@ BAD_FLAGS = {
 }
 
 
+HEAVY = {"allocation rule", "reasoning-gym dataset", "reward weights", "group sizes", "bf16 without a GPU",
+         "max_steps 0", "coverage out of range", "coverage its mode does not use"}  # fmt: skip
+"""The mistakes only the full parser finds (the config's checks, an installed package's names); every other one
+`trl_pods.flags.precheck` answers before the heavy imports, in the same line."""
+
+
 @pytest.mark.parametrize("mistake", BAD_FLAGS)
 def test_user_errors_print_one_line_before_any_download_or_model_load(mistake, tmp_path, monkeypatch, capsys):
     """A user mistake printed a 7-18 frame traceback, and with the default GSM8K task a mistyped reward function
     surfaced only after the dataset download (or behind a Hub error offline). Each mistake now ends in one
-    `trl-pods train: error:` line on stderr, exit status 2, before any dataset or model is loaded."""
+    `trl-pods train: error:` line on stderr, exit status 2, before any dataset or model is loaded. Each one that needs
+    no heavy import is answered the same by the check before them (`trl_pods.flags.precheck`, from the manifest the
+    run saved), which passes the others on."""
 
     def must_not_run(*args, **kwargs):
         raise AssertionError("loaded data before checking the arguments")
 
     if mistake == "bf16 without a GPU" and is_torch_bf16_gpu_available():
         pytest.skip("this machine has a GPU with bf16")
+    if mistake == "logger not installed" and importlib.util.find_spec("trackio") is not None:
+        pytest.skip("trackio is installed here")
     monkeypatch.setattr(train_module, "load_datasets", must_not_run)
     monkeypatch.setattr(train_module, "PODSGRPOTrainer", must_not_run)
+    monkeypatch.setenv("TRL_PODS_CACHE", str(tmp_path / "cache"))
     flags, message = BAD_FLAGS[mistake]
     earlier = tmp_path / "earlier"
     (earlier / "checkpoint-10").mkdir(parents=True)
     (tmp_path / "run").mkdir()
     flags = [str(earlier) if flag == "EARLIER" else flag for flag in flags]
     message = message.replace("EARLIER", str(earlier))
+    argv = ["--model_name_or_path", "Qwen/Qwen2.5-0.5B-Instruct", "--output_dir", str(tmp_path / "run"), *flags]
     with pytest.raises(SystemExit) as exit_:
-        main(["--model_name_or_path", "Qwen/Qwen2.5-0.5B-Instruct", "--output_dir", str(tmp_path / "run"), *flags])
+        main(argv)
     assert exit_.value.code == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("trl-pods train: error: ") and message in line, line
+    if mistake in HEAVY:
+        assert precheck("train", argv) == argv
+        return
+    with pytest.raises(SystemExit) as exit_:
+        precheck("train", argv)
+    assert exit_.value.code == 2 and capsys.readouterr().err.strip() == line
 
 
 def test_user_error_through_the_console_script_has_no_traceback(tmp_path):
@@ -351,7 +521,9 @@ def test_overwrite_empties_an_earlier_run_and_the_run_ends_saying_what_it_did(ti
     out = tmp_path / "run"
     (out / "checkpoint-40").mkdir(parents=True)
     (out / "pods_selections.jsonl").write_text('{"an earlier run": 1}\n')
-    main(_flags(tiny_model_path, out, "--max_steps", "1", "--save_strategy", "no", "--overwrite_output_dir", "true"))
+    contrast = ["--reward_funcs", "helpers.token_sum_reward"]  # a run that learns: no warning that it cannot
+    main(_flags(tiny_model_path, out, "--max_steps", "1", "--save_strategy", "no", "--overwrite_output_dir", "true",
+                *contrast))  # fmt: skip
     assert not (out / "checkpoint-40").exists() and (out / "model.safetensors").exists()
     assert "an earlier run" not in (out / "pods_selections.jsonl").read_text()
     assert "train_loss" in json.loads((out / "train_results.json").read_text())
@@ -537,9 +709,52 @@ def test_overwrite_output_dir_refuses_to_empty_the_working_folder_its_parents_or
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.chdir(work)
     with pytest.raises(ValueError, match="--overwrite_output_dir would empty"):
-        train_module.check_output_dir(str(home) if where == "HOME" else where, resuming=False, overwrite=True)
+        check_output_dir(str(home) if where == "HOME" else where, resuming=False, overwrite=True, inputs={})
     assert (work / "notes.txt").read_text() == "mine"
-    train_module.check_output_dir(str(work / "runs"), resuming=False, overwrite=True)  # a folder below it: allowed
+    check_output_dir(str(work / "runs"), resuming=False, overwrite=True, inputs={})  # a folder below it: allowed
+
+
+def test_the_default_output_folder_is_checked_too(tmp_path, monkeypatch, capsys):
+    """Without ``--output_dir`` a run writes to transformers' default (``trainer_output``): an earlier run there is
+    refused as in a folder given, before anything loads."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "trainer_output" / "checkpoint-5").mkdir(parents=True)
+    with pytest.raises(SystemExit):
+        main(["--model_name_or_path", "Qwen/Qwen2.5-0.5B-Instruct", "--task", "arithmetic"])
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("trl-pods train: error: --output_dir trainer_output already holds files"), line
+
+
+@pytest.mark.parametrize("given", ["model", "data file", "config", "inside the model"])
+def test_overwrite_output_dir_never_empties_the_runs_own_inputs(given, tiny_model_path, tmp_path, capsys):
+    """``--overwrite_output_dir true`` emptied ``--output_dir`` before anything loaded: given the model's folder as
+    the output folder, the weights were deleted and the run failed on a missing tokenizer; a data file or a config
+    file inside it went the same way. A folder that is, holds or lies inside an input is refused in one line naming
+    the input, and nothing is touched."""
+    model, run = tmp_path / "model", tmp_path / "run"
+    shutil.copytree(tiny_model_path, model)
+    (model / "onnx").mkdir()
+    (model / "onnx" / "model.onnx").write_text("part of the model")
+    run.mkdir()
+    (run / "data.jsonl").write_text('{"question": "1 + 1?", "answer": "#### 2"}\n')
+    (run / "recipe.yaml").write_text("pods_n: 8\n")
+    out, flags, message = {  # the output folder, the flags that give the input, how the two overlap
+        "model": (model, [], f"which is --model_name_or_path {model}, an input of the run"),
+        "data file": (
+            run,
+            ["--task", "gsm8k", "--dataset_path", str(run / "data.jsonl")],
+            "which holds --dataset_path",
+        ),
+        "config": (run, ["--config", str(run / "recipe.yaml")], f"which holds --config {run / 'recipe.yaml'}"),
+        "inside the model": (model / "onnx", [], f"which is inside --model_name_or_path {model}"),
+    }[given]
+    before = sorted(path.relative_to(tmp_path) for path in tmp_path.rglob("*"))
+    with pytest.raises(SystemExit):
+        main(_flags(model, out, "--overwrite_output_dir", "true", *flags))
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"trl-pods train: error: --overwrite_output_dir would empty --output_dir {out}, "), line
+    assert message in line, line
+    assert sorted(path.relative_to(tmp_path) for path in tmp_path.rglob("*")) == before
 
 
 def test_one_pair_of_size_flags_serves_every_generated_task():

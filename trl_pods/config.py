@@ -410,14 +410,15 @@ def _check_draw_sizing(config: PODSConfig) -> None:
     if coverage is None and generation in DRAWING:
         config.pods_draw_coverage = coverage = DEFAULT_DRAW_COVERAGE
     exact = 0.0 if generation == "refill" else None  # refill takes 0: exactly the missing groups
-    if coverage is not None and (
-        generation not in (*DRAWING, "screened") or not (0.0 < coverage < 1.0 or coverage == exact)
-    ):
+    if coverage is not None and generation not in (*DRAWING, "screened"):
         raise ValueError(
-            f"pods_draw_coverage is a probability in (0, 1) that sizes the draws of pods_generation='refill', "
-            f"'auto' or 'screened' (refill: 0 draws exactly the missing groups; auto, which never plans below sized "
-            f"refill, takes no 0); got {coverage!r} with "
-            f"pods_generation={generation!r}."
+            f"pods_draw_coverage sizes the draws of pods_generation='refill', 'auto' or 'screened', and "
+            f"pods_generation={generation!r} draws no prompts: unset pods_draw_coverage, or choose one of those."
+        )
+    if coverage is not None and not (0.0 < coverage < 1.0 or coverage == exact):
+        raise ValueError(
+            f"pods_draw_coverage is a probability in (0, 1); got {coverage!r} (refill: 0 draws exactly the missing "
+            "groups; auto, which never plans below sized refill, takes no 0)."
         )
     sized = sized_draws(generation, coverage)
     ratio = config.pods_max_prompt_ratio

@@ -1,10 +1,16 @@
 """Training without a GPU: the CPU threads, DeepSpeed told it runs on the CPU (and spared a build it does not use), and
 the library warnings nobody can act on. `trl-pods train`, `eval` and `demo` set up a CPU run here, and so does
-`PODSGRPOTrainer` itself, so that a run from Python behaves as one from the command line.
+`PODSGRPOTrainer` itself, so that a run from Python behaves as one from the command line, with one exception: the
+threads. They are the choice of whoever owns the process: the commands choose them (`set_cpu_threads`), a program
+keeps its own (torch's default, or what it set with `torch.set_num_threads`, before or after importing trl_pods).
 
 Threads matter most: beside a busy process on 2 cores, torch's default of one thread per core made the README's
 Python quick start (SmolLM2-135M) take 61 s a step against 8.4 s with one thread, and 694 s against 12.8 s beside two
-(README, Quick start; docs/benchmarks/cpu-threads.md, for the demo).
+(README, Quick start; docs/benchmarks/cpu-threads.md, for the demo). A program gets the commands' choice with
+``set_cpu_threads()``.
+
+This module imports torch only inside the functions that need it: ``import trl_pods`` reads it for its warnings
+filter, and must stay light (`trl_pods.flags`).
 """
 
 from __future__ import annotations
@@ -16,20 +22,20 @@ import sys
 import threading
 import warnings
 
-import torch
-
-__all__ = ["TRL_DEPRECATIONS", "cpu_threads", "leave_distributed_run", "quiet_trl_deprecations", "set_up_cpu"]
+__all__ = [
+    "TRL_DEPRECATIONS",
+    "cpu_threads",
+    "leave_distributed_run",
+    "quiet_trl_deprecations",
+    "set_cpu_threads",
+    "set_up_cpu",
+]
 
 logger = logging.getLogger(__name__)
 
 TRL_DEPRECATIONS = r"`(is_)?gradient_checkpointing(_enable|_disable)?` is deprecated"
 """transformers' FutureWarnings about names that TRL 1.16 uses on every run (`GRPOConfig.gradient_checkpointing`, and
 the checkpointing switches around each generation): nothing a user of `trl_pods` can change."""
-
-TORCH_DEFAULT_THREADS = torch.get_num_threads()
-"""torch's intra-op threads when `trl_pods` was imported: its own default, unless the program had chosen before."""
-
-_threads_set: int | None = None  # the count `set_up_cpu` last set
 
 PIN_MEMORY_WITHOUT_ACCELERATOR = r"'pin_memory' argument is set as true but no accelerator is found"
 """torch's UserWarning for TrainingArguments' default ``dataloader_pin_memory=True`` on a CPU, where pinning does
@@ -55,20 +61,25 @@ def cpu_threads() -> int:
     return max(1, (len(os.sched_getaffinity(0)) - 1) // processes)
 
 
+def set_cpu_threads() -> int:
+    """Without an accelerator, run torch's intra-op work on `cpu_threads` threads; return the count torch uses. For the
+    owner of the process: the `trl-pods` commands call it, `PODSGRPOTrainer` never does."""
+    import torch
+
+    if not torch.accelerator.is_available():
+        torch.set_num_threads(cpu_threads())
+    return torch.get_num_threads()
+
+
 def set_up_cpu() -> None:
-    """Without an accelerator: `cpu_threads` intra-op threads, unless the program chose its own count with
-    `torch.set_num_threads` (a count that is neither torch's default, `TORCH_DEFAULT_THREADS`, nor the one this
-    function set last: it stays); DeepSpeed told that it runs on the CPU (``DS_ACCELERATOR=cpu`` unless set), which
-    it would otherwise find out with a warning on every run; under ``accelerate launch`` with a DeepSpeed config,
-    `skip_deepspeed_shm_build`; and no warning that pinned memory does nothing here. With an accelerator: nothing."""
-    global _threads_set
+    """Without an accelerator: DeepSpeed told that it runs on the CPU (``DS_ACCELERATOR=cpu`` unless set), which it
+    would otherwise find out with a warning on every run; under ``accelerate launch`` with a DeepSpeed config,
+    `skip_deepspeed_shm_build`; and no warning that pinned memory does nothing here. The threads are left as they are
+    (`set_cpu_threads`). With an accelerator: nothing."""
+    import torch
+
     if torch.accelerator.is_available():
         return
-    threads, current = cpu_threads(), torch.get_num_threads()
-    if current != threads and current in (TORCH_DEFAULT_THREADS, _threads_set):
-        logger.info("No GPU: training on the CPU with %d thread(s) (set OMP_NUM_THREADS to choose).", threads)
-        torch.set_num_threads(threads)
-        _threads_set = threads
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
     if os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true":
         skip_deepspeed_shm_build()
@@ -99,6 +110,8 @@ def leave_distributed_run() -> None:
     native thread of the CPU backend aborted a rank ("terminate called without an active exception", exit -6) after
     the run had trained and saved everything: 2 of 16 two-process ZeRO-3 LoRA runs beside one or two busy processes
     on 2 cores, after `main` had returned on both ranks (0 of 16 since)."""
+    import torch
+
     if not torch.distributed.is_initialized():
         return
     torch.distributed.barrier()

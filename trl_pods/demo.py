@@ -20,8 +20,8 @@ The console shows a progress bar, the accuracy lines and where the run was saved
 print (warnings, per-step metrics, loading bars) goes to ``demo_log.txt`` in the output folder, or to the console
 with ``--verbose``.
 
-CPU threads: all the cores this process may use but one (`trl_pods.cpu.cpu_threads`, as `trl-pods train` on a
-CPU), unless ``OMP_NUM_THREADS`` is set.
+CPU threads: all the cores this process may use but one (`trl_pods.cpu.set_cpu_threads`, as `trl-pods train` on a
+CPU), unless ``OMP_NUM_THREADS`` is set. The last line says what to try next.
 """
 
 from __future__ import annotations
@@ -42,11 +42,12 @@ from transformers import TrainerCallback
 from trl import ModelConfig
 
 from .config import PODSConfig
-from .cpu import cpu_threads
+from .cpu import set_cpu_threads
 from .evaluate import EvalArguments, evaluate, plot_results
+from .inputs import fresh_folder
 from .parsing import OneLineErrors
 from .smollm2 import HUB_NAME, fetch_smollm2, is_built
-from .train import ScriptArguments, fresh_folder, train
+from .train import ScriptArguments, train
 
 SEED = 42
 HELD_OUT = 50
@@ -55,6 +56,13 @@ MAX_TRAIN_MINUTES = 15.0
 """The time guard: 4.4x the 3.4 minutes of training measured on an idle 2-core machine (one thread), so that a loaded
 machine still draws the whole curve and only a much slower one stops. Beside other jobs (load average 5-11 on 2
 cores) training took 10.4 minutes; the former 6-minute guard would have stopped that run at about step 26 of 40."""
+
+
+NEXT = (
+    "next: the same run from the command line or from Python, then your own task, as in the README (Command line, "
+    "Quick start); `trl-pods train --help` lists the PODS flags"
+)
+"""The demo's last line: what to try next."""
 
 
 class TimeLimit(TrainerCallback):
@@ -263,10 +271,11 @@ def run(options: argparse.Namespace, output_dir: Path, stream: TextIO) -> None:
     log = "" if options.verbose else ", demo_log.txt (everything else the run printed)"
     say(f"saved in {output_dir}/: the LoRA adapter and checkpoints, {card.name} (model card), {plot.name} and "
         f"eval_arithmetic.png (curves), the metrics{log}")  # fmt: skip
+    say(NEXT)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = OneLineErrors(prog="trl-pods demo", description=__doc__.split("\n\n")[0])
+    parser = OneLineErrors("demo", prog="trl-pods demo", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--output_dir", default="pods-demo",
         help="Where the run is saved (default: ./pods-demo); if it holds files, the first free NAME-2, NAME-3, ...",
@@ -283,7 +292,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     options = parser.parse_args(argv)
     if options.max_steps < 1:  # transformers would still train one step
         parser.error(f"--max_steps {options.max_steps}: give the steps to train (at least 1).")
-    torch.set_num_threads(cpu_threads())
+    set_cpu_threads()
     output_dir = fresh_folder(Path(options.output_dir))
     output_dir.mkdir(parents=True, exist_ok=True)
     with console(None if options.verbose else output_dir / "demo_log.txt") as say:

@@ -21,8 +21,9 @@ minutes; a rerun that draws no plot removes the earlier one, which its results w
 from __future__ import annotations
 
 import json
+import logging
 import math
-import re
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
@@ -32,9 +33,11 @@ from typing import Any
 
 import torch
 from datasets import Dataset
+from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from .cpu import set_up_cpu
+from .cpu import set_cpu_threads, set_up_cpu
+from .inputs import check_data_file, check_model, checkpoint_step, is_complete
 from .parsing import CommandParser
 from .reasoning_gym_tasks import is_reasoning_gym
 from .tasks import (
@@ -46,10 +49,11 @@ from .tasks import (
     is_generated,
     load_task,
 )
-from .train import check_data_file, check_hub_inputs, check_model, check_task
+from .train import check_hub_inputs, check_task, value_names
 
 __all__ = [
     "EvalArguments",
+    "accuracy",
     "check_arguments",
     "describe",
     "evaluate",
@@ -60,7 +64,8 @@ __all__ = [
     "plot_results",
 ]
 
-_CHECKPOINT = re.compile(r"checkpoint-(\d+)")
+logger = logging.getLogger(__name__)
+
 _MODEL_FILES = ("config.json", "adapter_config.json")
 DESCRIPTION = (
     "Accuracy and pass@k of a model (--model_name_or_path) or of every checkpoint of a training run (--run_dir, "
@@ -221,7 +226,7 @@ def check_arguments(args: EvalArguments) -> None:
             check_model(flag, getattr(args, flag))
     if args.run_dir is not None and not Path(args.run_dir).is_dir():
         raise ValueError(f"--run_dir {args.run_dir}: no such folder.")
-    check_data_file("dataset_path", args.dataset_path, args.task)
+    check_data_file("dataset_path", args.dataset_path, args.task, is_generated(args.task))
     models = {flag: getattr(args, flag) for flag in ("model_name_or_path", "base_model")}
     check_hub_inputs(models, args.task, [(args.split, args.dataset_path)], None)
 
@@ -318,11 +323,10 @@ def _models(args: EvalArguments) -> list[dict]:
     if args.run_dir is None:
         return [{"model": args.model_name_or_path, "step": None, "train_time_s": None}]
     run = Path(args.run_dir)
-    checkpoints = sorted(
-        (int(match.group(1)), path)
-        for path in run.iterdir()
-        if path.is_dir() and (match := _CHECKPOINT.fullmatch(path.name))
-    )
+    found = [(checkpoint_step(path), path) for path in run.iterdir() if path.is_dir() and checkpoint_step(path)]
+    checkpoints = sorted((step, path) for step, path in found if is_complete(path))
+    for _, path in sorted(set(found) - set(checkpoints)):  # a run stopped while saving it
+        logger.warning("%s is incomplete (the run stopped while saving it): not evaluated.", path)
     models = [
         {"model": str(path), "step": step, "train_time_s": _train_time(_trainer_state(path), step)}
         for step, path in checkpoints
@@ -362,9 +366,15 @@ def _use_vllm(args: EvalArguments, model: str, device: torch.device) -> bool:
 
 @torch.no_grad()
 def _generate_hf(
-    model_path: str, tokenizer, prompts: list[list[int]], args: EvalArguments, device: torch.device
+    model_path: str,
+    tokenizer,
+    prompts: list[list[int]],
+    args: EvalArguments,
+    device: torch.device,
+    label: str | None = None,
 ) -> tuple[list[list[str]], int]:
-    """``num_samples`` completions per prompt (token ids) with transformers' ``generate``; also tokens generated."""
+    """``num_samples`` completions per prompt (token ids) with transformers' ``generate``; also tokens generated. With
+    a ``label``, a progress bar of the problems done, named so, goes to stderr."""
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=args.dtype).to(device).eval()
     eos = model.generation_config.eos_token_id
     eos = tokenizer.eos_token_id if eos is None else eos
@@ -380,7 +390,8 @@ def _generate_hf(
     )
     per_call = max(1, args.batch_size // k)
     texts, tokens = [], 0
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+    bar = tqdm(total=len(prompts), desc=label, unit="problem", file=sys.stderr, disable=label is None)
+    with bar, torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(args.seed)
         for start in range(0, len(prompts), per_call):
             batch = tokenizer.pad({"input_ids": prompts[start : start + per_call]}, return_tensors="pt").to(device)
@@ -389,6 +400,7 @@ def _generate_hf(
             tokens += int(torch.where(is_eos.any(1), is_eos.int().argmax(1) + 1, new.shape[1]).sum())
             decoded = tokenizer.batch_decode(new, skip_special_tokens=True)
             texts += [decoded[i : i + k] for i in range(0, len(decoded), k)]
+            bar.update(len(new) // k)
     return texts, tokens
 
 
@@ -425,15 +437,15 @@ def chat_prompts(model_path: str, conversations: Sequence[list[dict]]) -> tuple[
     return tokenizer, [tokenizer.apply_chat_template(c, **chat)["input_ids"] for c in conversations]
 
 
-def _evaluate_model(model_path: str, dataset: Dataset, args: EvalArguments) -> dict:
-    """Generate, score and summarize one model on ``dataset``."""
+def _evaluate_model(model_path: str, dataset: Dataset, args: EvalArguments, label: str | None = None) -> dict:
+    """Generate, score and summarize one model on ``dataset``; ``label`` names its progress bar (else the model)."""
     start = time.perf_counter()
     device = _resolve_device(args.device)
     tokenizer, prompts = chat_prompts(model_path, dataset["prompt"])
-    if _use_vllm(args, model_path, device):
+    if _use_vllm(args, model_path, device):  # vLLM shows its own progress
         texts, tokens = _generate_vllm(model_path, prompts, args)
     else:
-        texts, tokens = _generate_hf(model_path, tokenizer, prompts, args, device)
+        texts, tokens = _generate_hf(model_path, tokenizer, prompts, args, device, label or model_path)
 
     k = args.num_samples
     gold = {name: [value for value in dataset[name] for _ in range(k)] for name in dataset.column_names}
@@ -504,8 +516,11 @@ def evaluate(args: EvalArguments) -> dict:
         ``train_time_s`` (training seconds to reach the checkpoint, evaluation excluded) is None when the
         checkpoint's ``trainer_state.json`` logs no ``step_time``.
     """
-    dataset = _load_problems(args)
-    results = [{**entry, **_evaluate_model(entry["model"], dataset, args)} for entry in _models(args)]
+    dataset, models = _load_problems(args), _models(args)
+    results = [
+        {**entry, **_evaluate_model(entry["model"], dataset, args, f"model {i} of {len(models)}: {entry['model']}")}
+        for i, entry in enumerate(models, 1)
+    ]
     report = {
         "task": args.task,
         "split": args.split,
@@ -522,6 +537,15 @@ def evaluate(args: EvalArguments) -> dict:
     elif plot.exists():  # an earlier evaluation's curve, which this one's JSON would contradict
         plot.unlink()
     return report
+
+
+def accuracy(model: str | Path, **options: Any) -> float:
+    """The accuracy of one ``model`` (a folder, a LoRA adapter folder or a Hub name) as `trl-pods eval` measures it,
+    with `EvalArguments` ``options`` (such as ``task="arithmetic"``), writing no file: e.g. before and after training,
+    ``accuracy(path, task="arithmetic", arithmetic_seed=0)``, on the problems ``load_task("arithmetic")`` holds out."""
+    args = EvalArguments(model_name_or_path=str(model), **options)
+    check_arguments(args)
+    return _evaluate_model(args.model_name_or_path, _load_problems(args), args)["accuracy"]
 
 
 def output_paths(args: EvalArguments) -> tuple[Path, Path]:
@@ -549,10 +573,13 @@ def describe(args: EvalArguments) -> str:
 def main(argv: Sequence[str] | None = None) -> None:
     """Parse and check `EvalArguments` from ``argv`` (and a YAML ``--config``; a user error: one line, exit status
     2), evaluate, print the table."""
-    names = [f.name for f in fields(EvalArguments)]
-    parser = CommandParser((EvalArguments,), "trl-pods eval", DESCRIPTION, [("evaluation", names, True)])
+    flags = [f.name for f in fields(EvalArguments)]
+    checked = ("task", "hub_tasks", "arithmetic_difficulty", "reward_funcs")  # `trl_pods.inputs` checks --reward
+    names = {key: value for key, value in value_names().items() if key in checked}
+    parser = CommandParser((EvalArguments,), "trl-pods eval", DESCRIPTION, [("evaluation", flags, True)], names)
     (args,) = parser.parse_checked(argv, check_arguments)
     set_up_cpu()
+    set_cpu_threads()  # the command owns the process
     print(f"trl-pods eval: {describe(args)}", flush=True)
     print(format_table(evaluate(args)))
     output, plot = output_paths(args)

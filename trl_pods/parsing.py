@@ -6,33 +6,34 @@ errors fit on one line.
   flag, TRL's and transformers' included.
 * A user error (a bad flag value, an unknown name, a missing or malformed ``--config`` file, a value a dataclass's
   ``__post_init__`` refuses) prints one line ``<command>: error: <message>`` and exits with status 2; an unknown flag
-  close to a known one gets a "did you mean". Unknown flags are reported first: a typo (``--pods_mm 4``) otherwise
-  surfaced as whatever the config refused without it. Only errors raised while the arguments are parsed and checked
-  count as user errors: a crash later keeps its traceback.
+  close to a known one gets a "did you mean". The command line is first checked as `trl_pods.flags.check` checks it
+  before the heavy imports, on this parser's manifest (saved for the next run, `trl_pods.flags.save`): unknown flags,
+  values, names, folders and files, so that both checks answer alike, and a typo (``--pods_mm 4``) is reported before
+  whatever the config would refuse without it. Only errors raised while the arguments are parsed and checked count as
+  user errors: a crash later keeps its traceback.
 * The ``--no_FLAG`` of a boolean flag that defaults to true says that it turns the flag off.
 """
 
 from __future__ import annotations
 
 import argparse
-import difflib
-import re
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NoReturn
 
 import yaml
 from trl import TrlParser
 
-__all__ = ["CommandParser", "OneLineErrors", "Section", "did_you_mean", "one_line"]
+from . import flags
+from .flags import manifest_of
+
+__all__ = ["CommandParser", "OneLineErrors", "Section", "one_line"]
 
 Section = tuple[str, Iterable[str], bool]
 """An argument group of the help: ``(title, flag names (dataclass fields), shown by --help)``."""
 
 USER_ERRORS = (ValueError, OSError, yaml.YAMLError)
 """What parsing and checking raise for input the user can fix."""
-
-UNKNOWN_FLAGS = "Some specified arguments are not used by the HfArgumentParser: "
 
 _REWRITES = {
     # transformers.TrainingArguments on a machine without a bf16-capable GPU; its advice (use_cpu) alone does not
@@ -42,7 +43,7 @@ _REWRITES = {
         "float32, on the CPU when there is no GPU), or add --use_cpu true for bf16 autocast on the CPU."
     ),
     # HfArgumentParser's words for flags no dataclass has
-    UNKNOWN_FLAGS: "unknown flags (--help-all lists all): {rest}",
+    "Some specified arguments are not used by the HfArgumentParser: ": flags.UNKNOWN_FLAGS,
 }
 """Messages reworded: ``{key found in the message: new message}``; ``{rest}`` is the text after the key."""
 
@@ -58,32 +59,27 @@ def one_line(error: BaseException) -> str:
     return message
 
 
-RENAMED = {"arithmetic_train_size": "task_train_size", "arithmetic_test_size": "task_test_size"}
-"""Flags of earlier versions and the flag that now does what each did (one flag for every generated task)."""
-
-
-def did_you_mean(parser: argparse.ArgumentParser, message: str) -> str:
-    """``message`` followed by "did you mean --FLAG?" for each ``--name`` in it that is no flag of ``parser`` but
-    close to one, or was renamed to one (`RENAMED`)."""
-    known = [option[2:] for action in parser._actions for option in action.option_strings if option[:2] == "--"]
-
-    def guess(name: str) -> list[str]:
-        return [RENAMED[name]] if RENAMED.get(name) in known else difflib.get_close_matches(name, known, 1, 0.8)
-
-    guesses = [
-        f"--{match[0]}"
-        for name in re.findall(r"(?<![\w-])--([\w-]+)", message)
-        if name not in known and (match := guess(name))
-    ]
-    return f"{message} (did you mean {' or '.join(guesses)}?)" if guesses else message
+def _flag_names(parser: argparse.ArgumentParser) -> list[str]:
+    """The ``--`` flags of ``parser``, without the dashes."""
+    return [option[2:] for action in parser._actions for option in action.option_strings if option[:2] == "--"]
 
 
 class OneLineErrors(argparse.ArgumentParser):
     """A plain `argparse` parser (`trl-pods demo`'s) whose errors are one line, as `CommandParser`'s: ``<command>:
-    error: <message>`` with a "did you mean" for a flag close to a known one, exit status 2, and no usage block."""
+    error: <message>`` with a "did you mean" for a flag close to a known one, exit status 2, and no usage block.
+    ``command`` names it for `trl_pods.flags`, which checks a later run's flags before the heavy imports with its
+    `manifest` (saved by `parse_args`)."""
+
+    def __init__(self, command: str, **kwargs):
+        super().__init__(**kwargs)
+        self.command = command
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {did_you_mean(self, message)}\n")
+        self.exit(2, f"{self.prog}: error: {flags.did_you_mean(_flag_names(self), message)}\n")
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace=None):  # noqa: D102 (argparse's)
+        flags.save(flags.manifest_of(self, self.command, config=False))
+        return super().parse_args(args, namespace)
 
 
 class _Help(argparse.Action):
@@ -107,10 +103,18 @@ class CommandParser(TrlParser):
         description: What the command does, printed first by ``--help``.
         sections: Help groups in the order shown. Flags named by no section go to a last group, ``other flags``,
             shown by ``--help-all`` only.
+        names: The names some flags' values may take, checked with the command line (`trl_pods.flags.manifest_of`).
     """
 
-    def __init__(self, dataclass_types: Sequence[type], prog: str, description: str, sections: Sequence[Section]):
-        usage = f"{prog} [--config FILE.yaml] [--FLAG VALUE ...]"
+    def __init__(
+        self,
+        dataclass_types: Sequence[type],
+        prog: str,
+        description: str,
+        sections: Sequence[Section],
+        names: Mapping[str, Sequence[str]] | None = None,
+    ):
+        value_names, usage = names, f"{prog} [--config FILE.yaml] [--FLAG VALUE ...]"
         super().__init__(dataclass_types, prog=prog, description=description, usage=usage, add_help=False)
         flags = list(self._optionals._group_actions)
         for action in flags:
@@ -132,6 +136,9 @@ class CommandParser(TrlParser):
         helps.add_argument("-h", "--help", action=_Help, help=f"show the {shown} flags above and exit")
         helps.add_argument("--help-all", action=_Help, full=True, help=f"show all {len(flags)} flags and exit")
         self._brief.append(helps)
+        self.manifest = manifest_of(self, prog.removeprefix("trl-pods "), value_names)
+        """What `trl_pods.flags.check` needs of this parser, taken before any ``set_defaults``."""
+        self._checked: list[str] | None = None  # the command line `check_command_line` returned last
 
     def format_help(self, full: bool = False) -> str:
         """The help text: the command's own sections, or (``full``) every section."""
@@ -142,34 +149,32 @@ class CommandParser(TrlParser):
         finally:
             self._action_groups = groups
 
-    def did_you_mean(self, message: str) -> str:
-        """`did_you_mean` with this parser's flags."""
-        return did_you_mean(self, message)
-
     def error(self, message: str) -> NoReturn:
         """One line on stderr, ``<command>: error: <message>``, and exit status 2 (argparse's status)."""
         self.exit(2, f"{self.prog}: error: {message}\n")
 
-    def check_known_flags(self, argv: Sequence[str]) -> None:
-        """Raise ValueError for flags of ``argv`` that no dataclass has (``--config FILE`` aside), before any dataclass
-        is built: `HfArgumentParser` builds them first, so that a typo hid behind what a dataclass then refused."""
-        args = list(argv)
-        if "--config" in args:
-            start = args.index("--config")
-            del args[start : start + 2]
-        _, unknown = self.parse_known_args(args)
-        if unknown:
-            raise ValueError(_REWRITES[UNKNOWN_FLAGS].format(rest=unknown))
+    def check_command_line(self, argv: Sequence[str] | None) -> list[str]:
+        """`trl_pods.flags.check` on this parser's manifest (a user error: one `error` line), after saving the
+        manifest for the next run; returns ``argv`` with renamed flags under their new names. The command line it
+        returned last is not checked again."""
+        argv = list(sys.argv[1:] if argv is None else argv)
+        if argv == self._checked:
+            return argv
+        flags.save(self.manifest)
+        try:
+            self._checked = flags.check(self.manifest, argv)[0]
+        except ValueError as err:
+            self.error(flags.did_you_mean(_flag_names(self), one_line(err)))
+        return self._checked
 
     def parse_checked(self, argv: Sequence[str] | None, check: Callable[..., None] | None = None) -> tuple:
-        """`parse_args_and_config` then ``check(*parsed)``; a user error of either ends in one `error` line, unknown
-        flags first (`check_known_flags`)."""
-        argv = list(sys.argv[1:] if argv is None else argv)
+        """`check_command_line`, `parse_args_and_config`, then ``check(*parsed)``; a user error of any ends in one
+        `error` line."""
+        argv = self.check_command_line(argv)
         try:
-            self.check_known_flags(argv)
             parsed = self.parse_args_and_config(args=argv)
             if check is not None:
                 check(*parsed)
         except USER_ERRORS as err:
-            self.error(self.did_you_mean(one_line(err)))
+            self.error(flags.did_you_mean(_flag_names(self), one_line(err)))
         return parsed

@@ -21,17 +21,24 @@ differs between processes; a run resumed with more processes than saved it gives
 
 A run that resumes at a later epoch also needs that epoch's prompt order (`prompt_order.EpochReplay`); a refill run
 also the prompts its epoch has drawn and where the epoch began, since its epochs end when their prompts run out
-(`refill_position`, `prompt_order.DrawingSampler`).
+(`refill_position`, `prompt_order.DrawingSampler`). A run that resumes with other draw settings than the checkpoint
+was saved with (read from its ``training_args.bin`` without running any of its code: `saved_settings`) says so in
+one warning (`changed_draws`): refill's default became sized draws in 0.2.0, so the same command resumed an older
+refill checkpoint drawing differently.
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import os
+import pickle
+import zipfile
 from typing import Any
 
 import torch
 from accelerate.utils import gather_object
+from transformers.trainer import TRAINING_ARGS_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from .prompt_order import DrawingSampler
@@ -125,10 +132,73 @@ def _load(trainer: Any, checkpoint: str, process: int) -> dict[str, Any]:
     return torch.load(path, map_location="cpu" if device.type == "cpu" else device, weights_only=True)
 
 
+DRAW_SETTINGS = ("pods_generation", "pods_draw_coverage", "pods_max_prompt_ratio", "pods_max_draws")
+"""The settings that decide which prompts a generation mode draws."""
+
+
+class _Record:
+    """Any object of a pickle `saved_settings` reads: its constructor's arguments and its state, nothing run."""
+
+    def __init__(self, *args, **kwargs):
+        self.args = args
+
+    def __setstate__(self, state):
+        if isinstance(state, dict):
+            self.__dict__.update(state)
+
+
+class _Records(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> type:
+        return _Record  # never the class named: nothing of the file runs
+
+    def persistent_load(self, pid: Any) -> None:
+        return None  # tensors: none wanted
+
+
+def saved_settings(checkpoint: str) -> dict[str, Any]:
+    """The fields of the training config that ``checkpoint``'s ``training_args.bin`` holds (a `torch.save` of it),
+    read as plain records so that none of the file's code runs; {} where there is none or it cannot be read."""
+    try:
+        with zipfile.ZipFile(os.path.join(checkpoint, TRAINING_ARGS_NAME)) as archive:
+            data = next(name for name in archive.namelist() if name.endswith("/data.pkl"))
+            record = _Records(io.BytesIO(archive.read(data))).load()
+    except (OSError, StopIteration, zipfile.BadZipFile, pickle.UnpicklingError, EOFError, ValueError, TypeError):
+        return {}
+    return {key: value for key, value in vars(record).items() if key != "args"} if isinstance(record, _Record) else {}
+
+
+def _draws(settings: dict[str, Any]) -> dict[str, Any]:
+    """`DRAW_SETTINGS` as a config holds them; a refill config with ``pods_draw_coverage`` unset was saved before
+    0.2.0, when unset meant exactly the missing groups (0 now)."""
+    draws = {name: settings.get(name) for name in DRAW_SETTINGS}
+    if draws["pods_generation"] == "refill" and draws["pods_draw_coverage"] is None:
+        draws["pods_draw_coverage"] = 0.0
+    return draws
+
+
+def changed_draws(saved: dict[str, Any], now: dict[str, Any]) -> str | None:
+    """The warning for a run of a drawing mode (refill, auto, screened) resumed with other draw settings than the
+    checkpoint's (``saved``, as `saved_settings` reads them; ``now``: the run's), or None."""
+    before, after = _draws(saved), _draws(now)
+    drawing = {"refill", "auto", "screened"} & {before["pods_generation"], after["pods_generation"]}
+    changed = [f"{name} {before[name]!r} -> {after[name]!r}" for name in DRAW_SETTINGS if before[name] != after[name]]
+    if not saved or not drawing or not changed:
+        return None
+    return (
+        f"Resuming with other draw settings than the checkpoint was saved with ({', '.join(changed)}; refill drew "
+        "exactly the missing groups by default before trl_pods 0.2.0): this run draws its prompts differently from "
+        "the run it continues; give the saved settings to draw as it did."
+    )
+
+
 def load_state(trainer: Any, checkpoint: str) -> None:
-    """Restore what `save_state` saved in ``checkpoint``. A checkpoint without it (e.g. GRPOTrainer's) or saved
-    with another cycle layout starts a new generation, as TRL does; the token count and the mode's state are
-    restored in the latter."""
+    """Restore what `save_state` saved in ``checkpoint``, after a warning where the draw settings changed
+    (`changed_draws`). A checkpoint without it (e.g. GRPOTrainer's) or saved with another cycle layout starts a new
+    generation, as TRL does; the token count and the mode's state are restored in the latter."""
+    if trainer.accelerator.is_main_process:
+        warning = changed_draws(saved_settings(checkpoint), vars(trainer.args))
+        if warning is not None:
+            logger.warning(warning)
     state = _read(trainer, checkpoint)
     if state is None:
         return

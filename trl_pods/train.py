@@ -7,14 +7,17 @@ Arguments are those of `ScriptArguments` (data and rewards), `trl_pods.PODSConfi
 `trl.GRPOConfig` field) and `trl.ModelConfig` (model, dtype, LoRA). A YAML ``--config`` sets defaults; flags override.
 ``--help`` lists the PODS, script and common flags, ``--help-all`` every flag. Every name (task, reward functions,
 down-sampler, allocation rule, arithmetic difficulty), the model folder and the other user inputs are checked before
-any download or model load; a user error prints one ``error:`` line. The task chooses the reward functions and the
-completion length the user does not set (`trl_pods.tasks.TASK_REWARDS`, ``TASK_COMPLETION_LENGTHS``). Without a GPU
-the run trains in float32 on the CPU, on the threads `trl_pods.cpu.cpu_threads` chooses, and the command says so in
-one line. The run saves the model, ``run_args.json`` (all arguments, and the device and precision that really ran),
-``train_results.json`` and ``trainer_state.json`` (every logged metric) in ``output_dir``, and ends with a few lines:
-what it trained, where it saved it, and the `trl-pods eval` command to run next. ``--resume_from_checkpoint PATH`` (or
-``last``) continues a run; an ``output_dir`` that already holds files is refused unless the run resumes or
-``--overwrite_output_dir true`` empties it first, so that two runs never mix in one folder.
+any download or model load, most of them before the heavy imports (`trl_pods.flags`, `trl_pods.inputs`); a user
+error prints one ``error:`` line. The task chooses the reward functions and the completion length the user does not
+set (`trl_pods.tasks.TASK_REWARDS`, ``TASK_COMPLETION_LENGTHS``). Without a GPU the run trains in float32 on the CPU,
+on the threads `trl_pods.cpu.set_cpu_threads` chooses, and the command says so in one line. The run saves the model,
+``run_args.json`` (all arguments, and the device and precision that really ran), ``train_results.json`` and
+``trainer_state.json`` (every logged metric) in ``output_dir``, and ends with a few lines: what it trained, where it
+saved it, the `trl-pods eval` command to run next (sized for a CPU), and a warning if no trained group had contrast
+(`trl_pods.no_signal`). ``--resume_from_checkpoint PATH`` (or ``last``: the newest complete checkpoint) continues a
+run, and says so and trains nothing when the checkpoint is at ``--max_steps``; an ``output_dir`` that already holds
+files is refused unless the run resumes or ``--overwrite_output_dir true`` empties it first (never a folder that is,
+holds or lies inside one of the run's inputs), so that two runs never mix in one folder.
 """
 
 from __future__ import annotations
@@ -30,20 +33,27 @@ from pathlib import Path
 
 import torch
 from accelerate import PartialState
-from huggingface_hub.utils import HFValidationError, validate_repo_id
-from transformers import AutoTokenizer
-from transformers.trainer_utils import get_last_checkpoint
+from transformers import AutoTokenizer, TrainerState
+from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, get_peft_config, get_quantization_config
 
+from .arithmetic import DIFFICULTIES
 from .config import PODSConfig
-from .cpu import leave_distributed_run, quiet_trl_deprecations, set_up_cpu
+from .cpu import leave_distributed_run, quiet_trl_deprecations, set_cpu_threads, set_up_cpu
+from .down_sampling import list_down_samplers
+from .generation_modes import GENERATION_MODES
 from .hub import check_on_hub
+from .inputs import check_data_file, check_model, check_run_folder, is_complete, resume_checkpoint, unknown_value
+from .no_signal import NoSignalWarning, no_signal_line
 from .parsing import CommandParser
-from .reasoning_gym_tasks import check_reasoning_gym_task, is_reasoning_gym, parse_task_config
+from .reasoning_gym_tasks import check_reasoning_gym_task, dataset_name, is_reasoning_gym, parse_task_config
+from .rewards import REWARD_FUNCS
 from .tasks import (
     TASK_COMPLETION_LENGTHS,
+    TASK_REWARD_FUNCS,
     TASK_REWARDS,
     TASK_TEST_SIZES,
+    TASKS,
     check_task_name,
     get_reward_func,
     hub_dataset,
@@ -146,43 +156,49 @@ class ScriptArguments:
 def check_task(task: str, arithmetic_difficulty: str, task_config: str | dict | None = None) -> str | None:
     """Raise ValueError for an unknown ``--task``, an unknown ``--arithmetic_difficulty`` of the arithmetic task, or
     (a reasoning-gym task) reasoning-gym not installed, an unknown dataset or a bad ``--task_config``; return the
-    task config as canonical JSON (None when not given).
+    task config as canonical JSON (None when not given). An unknown name says the closest known one.
 
     Raises:
         ValueError: also for a ``--task_config`` given to a task other than reasoning-gym's.
     """
     check_task_name(task)
-    from .arithmetic import DIFFICULTIES
-
     if task == "arithmetic" and arithmetic_difficulty not in DIFFICULTIES:
-        raise ValueError(
-            f"Unknown --arithmetic_difficulty {arithmetic_difficulty!r}; use one of {', '.join(DIFFICULTIES)}."
-        )
+        raise ValueError(unknown_value("--arithmetic_difficulty", arithmetic_difficulty, list(DIFFICULTIES)))
     if not is_reasoning_gym(task):
         if task_config is not None:
             raise ValueError(f"--task_config sets a reasoning_gym:<name> task's dataset, not --task {task}.")
         return None
     config = parse_task_config(task_config)
+    _check_reasoning_gym_name(task)
     check_reasoning_gym_task(task, config)
     return json.dumps(config, sort_keys=True) if task_config is not None else None
 
 
-def check_model(flag: str, name: str) -> None:
-    """Raise ValueError when ``name`` is neither a local folder nor a name the Hub could hold (a mistyped path)."""
-    if Path(name).is_dir():  # as transformers reads it: "~" unexpanded
-        return
+def _check_reasoning_gym_name(task: str) -> None:
+    """Raise ValueError for a reasoning-gym dataset that reasoning-gym does not have, naming the closest rather than
+    its 106 datasets (nothing without reasoning-gym: `check_reasoning_gym_task` says how to install it)."""
     try:
-        validate_repo_id(name)
-    except HFValidationError:
-        raise ValueError(f"--{flag} {name}: no such folder (nor a Hub model name, 'owner/name').") from None
+        from reasoning_gym.factory import DATASETS
+    except ImportError:
+        return
+    if dataset_name(task) not in DATASETS:
+        message = unknown_value("reasoning-gym dataset", dataset_name(task), sorted(DATASETS))
+        raise ValueError(f"{message[:-1]} (reasoning_gym.factory.DATASETS).")
 
 
-def check_data_file(flag: str, path: str | None, task: str) -> None:
-    """Raise ValueError for a data path given to a generated task, or a missing local data file."""
-    if path and is_generated(task):
-        raise ValueError(f"--{flag}: the {task} task is generated, not read from a file; drop --{flag}.")
-    if path and Path(path).suffix.lower() in (".jsonl", ".json", ".parquet") and not Path(path).is_file():
-        raise ValueError(f"--{flag} {path}: no such file.")
+def value_names() -> dict[str, list[str]]:
+    """The names the values of some flags may take, for the checks of `trl_pods.inputs` (a dotted import path aside):
+    tasks, Hub tasks (the others are generated), arithmetic difficulties, reward functions, down-samplers, generation
+    modes and loggers."""
+    return {
+        "task": list(TASKS),
+        "hub_tasks": [task for task in TASKS if not is_generated(task)],
+        "arithmetic_difficulty": list(DIFFICULTIES),
+        "reward_funcs": sorted({**REWARD_FUNCS, **TASK_REWARD_FUNCS}),
+        "pods_down_sampler": list_down_samplers(),
+        "pods_generation": sorted(GENERATION_MODES),
+        "report_to": [*INTEGRATION_TO_CALLBACK, "all", "none"],
+    }
 
 
 def check_hub_inputs(
@@ -213,8 +229,8 @@ def check_arguments(script_args: ScriptArguments, training_args: PODSConfig, mod
     """Refuse what the user can fix before any download or model load: the model folder, every name (reward
     functions; `ScriptArguments` checks the task and arithmetic difficulty, `PODSConfig` its down-sampler and
     allocation rule; ``--max_steps 0`` too), the reward weights, a local data file, the ``--resume_from_checkpoint``
-    folder (or ``last``: a checkpoint in ``output_dir``), and last a model or dataset that needs the Hub where it
-    cannot be reached (`check_hub_inputs`).
+    folder (or ``last``: the newest complete checkpoint in ``output_dir``), and last a model or dataset that needs the
+    Hub where it cannot be reached (`check_hub_inputs`).
 
     Raises:
         ValueError: what is wrong and which flag to change.
@@ -231,8 +247,8 @@ def check_arguments(script_args: ScriptArguments, training_args: PODSConfig, mod
             "one weight per reward function."
         )
     for flag in ("dataset_path", "eval_dataset_path"):
-        check_data_file(flag, getattr(script_args, flag), script_args.task)
-    _resume_checkpoint(training_args)
+        check_data_file(flag, getattr(script_args, flag), script_args.task, is_generated(script_args.task))
+    resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
     data = [("train", script_args.dataset_path)]
     if script_args.eval_dataset_path or script_args.eval_split:
         data.append((script_args.eval_split or "test", script_args.eval_dataset_path))
@@ -273,53 +289,11 @@ def _model_init_kwargs(model_args: ModelConfig, training_args: PODSConfig) -> di
     return {**kwargs, **(training_args.model_init_kwargs or {})}
 
 
-def _resume_checkpoint(training_args: PODSConfig) -> str | None:
-    """The checkpoint folder to resume from (None: none); ValueError for a folder that is not there."""
-    checkpoint = training_args.resume_from_checkpoint
-    if checkpoint in ("last", "latest", "true", "True"):
-        output_dir = training_args.output_dir
-        checkpoint = get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
-        if checkpoint is None:
-            raise ValueError(f"--resume_from_checkpoint last: no checkpoint in {output_dir}.")
-    elif checkpoint is not None and not Path(checkpoint).is_dir():
-        raise ValueError(f"--resume_from_checkpoint {checkpoint}: no such folder.")
-    return checkpoint
-
-
-def fresh_folder(wanted: Path) -> Path:
-    """``wanted`` if it is missing or empty, else the first of ``wanted-2``, ``wanted-3``, ... that is."""
-    folder, number = wanted, 1
-    while folder.exists() and any(folder.iterdir()):
-        number += 1
-        folder = wanted.with_name(f"{wanted.name}-{number}")
-    return folder
-
-
-def check_output_dir(output_dir: str, resuming: bool, overwrite: bool) -> None:
-    """Raise ValueError for an ``output_dir`` that already holds files, unless the run resumes (``resuming``) or
-    ``overwrite`` (``--overwrite_output_dir``) empties it first: two runs in one folder mixed their
-    ``pods_selections.jsonl`` and left one's evaluations beside the other's weights. ``overwrite`` never empties
-    the working folder, a folder above it or the home folder."""
-    folder = Path(output_dir)
-    if overwrite and not resuming:
-        resolved, here = folder.resolve(), Path.cwd().resolve()
-        if resolved in (here, *here.parents, Path.home().resolve()):
-            raise ValueError(
-                f"--overwrite_output_dir would empty --output_dir {output_dir}, which is the working folder, a folder "
-                "above it or the home folder: give a folder of its own for the run."
-            )
-    if resuming or overwrite or folder == fresh_folder(folder):
-        return
-    raise ValueError(
-        f"--output_dir {output_dir} already holds files (an earlier run?): give a new folder ({fresh_folder(folder)} "
-        "is free), --resume_from_checkpoint to continue that run, or --overwrite_output_dir true to empty it first."
-    )
-
-
 def check_command(script_args: ScriptArguments, training_args: PODSConfig, model_args: ModelConfig) -> None:
-    """The output folder (`trl-pods train` only: `check_output_dir`), then `check_arguments`."""
-    resuming = training_args.resume_from_checkpoint is not None
-    check_output_dir(training_args.output_dir, resuming, script_args.overwrite_output_dir)
+    """The output folder as the run will use it (transformers' default where none was given: `check_run_folder`),
+    then `check_arguments`."""
+    run = {"output_dir": training_args.output_dir, "resume_from_checkpoint": training_args.resume_from_checkpoint}
+    check_run_folder({**vars(script_args), **vars(model_args), **run})
     check_arguments(script_args, training_args, model_args)
 
 
@@ -335,20 +309,42 @@ def empty_folder(folder: Path) -> None:
     state.wait_for_everyone()
 
 
-def summary(script_args: ScriptArguments, training_args: PODSConfig, model_args: ModelConfig, steps: int) -> list[str]:
-    """The lines a `trl-pods train` run ends with: what it trained, where it saved it, the command to run next."""
-    model, out = model_args.model_name_or_path, training_args.output_dir
+CPU_EVAL_PROBLEMS = 50
+"""Held-out problems the closing `trl-pods eval` command asks for on a machine without a GPU: on a reasoning-gym task
+200 problems took 9 minutes a model there (64 tokens, greedy), against 2 of training."""
+
+
+def eval_command(script_args: ScriptArguments, training_args: PODSConfig, model_args: ModelConfig) -> str:
+    """The `trl-pods eval` command of the run's accuracy, base model against checkpoints; sized with
+    ``--max_problems`` for a machine without a GPU, where the run's held-out set (or a Hub task's test split) would
+    take long."""
+    model, out, task = model_args.model_name_or_path, training_args.output_dir, script_args.task
+    command = f"trl-pods eval --run_dir {shlex.quote(out)} --base_model {shlex.quote(model)} --task {task}"
+    held_out = script_args.task_test_size
+    if torch.accelerator.is_available() or (held_out is not None and held_out <= CPU_EVAL_PROBLEMS):
+        return command
+    problems = "problems" if held_out is None else f"{held_out} held-out problems"
+    return f"{command} --max_problems {CPU_EVAL_PROBLEMS} (the first {CPU_EVAL_PROBLEMS} of its {problems}, for a CPU)"
+
+
+def summary(
+    script_args: ScriptArguments, training_args: PODSConfig, model_args: ModelConfig, state: TrainerState
+) -> list[str]:
+    """The lines a `trl-pods train` run ends with: what it trained, where it saved it, the command to run next, and
+    whether it could learn at all (`trl_pods.no_signal`)."""
+    model, out, steps = model_args.model_name_or_path, training_args.output_dir, state.global_step
     method = f"PODS {training_args.pods_n} -> {training_args.pods_m}, {training_args.pods_down_sampler}"
     if training_args.pods_generation != "fixed":
         method += f", {training_args.pods_generation} generation"
     saved = "the LoRA adapter" if model_args.use_peft else "the model"
+    no_signal = no_signal_line(state.log_history)
     return [
         f"trl-pods train: trained {model} on the {script_args.task} task for {steps} step{'s' * (steps != 1)} "
         f"({method})",
         f"saved in {out}: {saved}, its card (README.md), run_args.json, and the metrics (train_results.json, "
         "trainer_state.json)",
-        f"next, its accuracy: trl-pods eval --run_dir {shlex.quote(out)} --base_model {shlex.quote(model)} --task "
-        f"{script_args.task}",
+        f"next, its accuracy: {eval_command(script_args, training_args, model_args)}",
+        *([f"trl-pods train: warning: {no_signal}"] if no_signal else []),
     ]
 
 
@@ -359,9 +355,11 @@ def train(
     callbacks: list | None = None,
     trainer_class: type[GRPOTrainer] = PODSGRPOTrainer,
 ) -> GRPOTrainer:
-    """Check the arguments (`check_arguments`), build the trainer, train (resuming if asked), save model, arguments
-    and metrics; return the trainer. ``trainer_class`` builds it: `PODSGRPOTrainer`, or `trl.GRPOTrainer` itself
-    (with a `trl.GRPOConfig`) to compare against TRL's trainer on the same data, rewards and model."""
+    """Check the arguments (`check_arguments`), build the trainer, train (resuming if asked: ``last`` is the newest
+    complete checkpoint), save model, arguments and metrics; return the trainer. A run that trains no group with
+    contrast for a while warns (`trl_pods.no_signal`). ``trainer_class`` builds the trainer: `PODSGRPOTrainer`, or
+    `trl.GRPOTrainer` itself (with a `trl.GRPOConfig`) to compare against TRL's trainer on the same data, rewards and
+    model."""
     check_arguments(script_args, training_args, model_args)
     train_dataset, eval_dataset = load_datasets(script_args, training_args.seed)
     training_args.model_init_kwargs = _model_init_kwargs(model_args, training_args)
@@ -378,9 +376,10 @@ def train(
         eval_dataset=eval_dataset,
         processing_class=tokenizer,
         peft_config=get_peft_config(model_args),
-        callbacks=callbacks,
+        callbacks=[*(callbacks or []), NoSignalWarning()],
     )
-    result = trainer.train(resume_from_checkpoint=_resume_checkpoint(training_args))
+    checkpoint, _ = resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
+    result = trainer.train(resume_from_checkpoint=checkpoint)
     trainer.save_model(training_args.output_dir)
     trainer.save_state()
     trainer.save_metrics("train", result.metrics)
@@ -411,6 +410,7 @@ def parser() -> CommandParser:
     pods = [f.name for f in dataclasses.fields(PODSConfig) if f.name not in grpo]
     return CommandParser(
         (ScriptArguments, PODSConfig, ModelConfig),
+        names=value_names(),
         prog="trl-pods train",
         description=DESCRIPTION,
         sections=[
@@ -441,6 +441,7 @@ def device_line(training_args: PODSConfig, model_args: ModelConfig) -> str:
 def parse_arguments(command: CommandParser, argv: Sequence[str] | None) -> tuple:
     """`CommandParser.parse_checked`, with the task's completion length (`TASK_COMPLETION_LENGTHS`) as the default
     of ``--max_completion_length``: flags and the YAML ``--config`` still override it."""
+    argv = command.check_command_line(argv)  # once: a renamed flag is said once
     parsed = command.parse_checked(argv)
     length = TASK_COMPLETION_LENGTHS[parsed[0].task]
     if command.get_default("max_completion_length") != length:  # a YAML value is the default now: it stays
@@ -454,21 +455,46 @@ def main(argv: Sequence[str] | None = None) -> None:
     leave_distributed_run()
 
 
-def run(argv: Sequence[str] | None = None) -> GRPOTrainer:
+def finished_at(checkpoint: str | None, max_steps: int) -> int | None:
+    """The step of ``checkpoint`` when a run resumed from it has nothing left to train (at or past a positive
+    ``max_steps``; transformers would still train one step past it), else None (also for a folder without Trainer's
+    state, which resumes at step 0)."""
+    if checkpoint is None or max_steps <= 0 or not is_complete(Path(checkpoint)):
+        return None
+    step = json.loads((Path(checkpoint) / "trainer_state.json").read_text())["global_step"]
+    return step if step >= max_steps else None
+
+
+def run(argv: Sequence[str] | None = None) -> GRPOTrainer | None:
     """Parse and check the arguments (a user error: one line, exit status 2), `train`, and print the run's summary.
-    The process stays as it is, so one process can make several runs (tests/train_runs.py)."""
+    A run resumed from a checkpoint at ``--max_steps`` says so and trains nothing (returns None). The process stays as
+    it is, so one process can make several runs (tests/train_runs.py)."""
     quiet_trl_deprecations()
     set_up_cpu()
+    set_cpu_threads()  # the command owns the process
     command = parser()
     command.set_defaults(**device_defaults())
     script_args, training_args, model_args = parse_arguments(command, argv)
-    if not torch.accelerator.is_available() and os.environ.get("RANK", "0") == "0":
+    main_process = os.environ.get("RANK", "0") == "0"
+    checkpoint, skipped = resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
+    if skipped and main_process:
+        print(f"trl-pods train: {skipped}", flush=True)
+    step = finished_at(checkpoint, training_args.max_steps)
+    if step is not None:
+        if main_process:
+            print(
+                f"trl-pods train: {checkpoint} is at step {step} of --max_steps {training_args.max_steps}: the run is "
+                "complete, nothing to train (a larger --max_steps trains on from it).",
+                flush=True,
+            )
+        return None
+    if not torch.accelerator.is_available() and main_process:
         print(device_line(training_args, model_args), flush=True)
     if script_args.overwrite_output_dir and training_args.resume_from_checkpoint is None:
         empty_folder(Path(training_args.output_dir))
     trainer = train(script_args, training_args, model_args)
     if trainer.accelerator.is_main_process:
-        print("\n".join(summary(script_args, training_args, model_args, trainer.state.global_step)), flush=True)
+        print("\n".join(summary(script_args, training_args, model_args, trainer.state)), flush=True)
     return trainer
 
 

@@ -83,7 +83,7 @@ class PODSGRPOTrainer(PODSModelCard, GRPOTrainer):  # PODSModelCard: the model c
                 f"PODSGRPOTrainer needs `args=trl_pods.PODSConfig(...)`, got {type(args).__name__}. PODSConfig takes "
                 "every GRPOConfig parameter plus pods_n, pods_m, pods_down_sampler and pods_advantage_scope."
             )
-        set_up_cpu()  # without a GPU, as `trl-pods train` does: threads, DeepSpeed on the CPU, no pin-memory warning
+        set_up_cpu()  # without a GPU: DeepSpeed on the CPU, no pin-memory warning; the threads stay the program's
         with colocate_engine(args, grpo_trainer_module):
             super().__init__(model, reward_funcs, args, *trainer_args, **trainer_kwargs)
         columns = self.train_dataset.column_names if isinstance(self.train_dataset, Dataset) else []
