@@ -6,7 +6,8 @@
 Every model answers each test problem ``num_samples`` (k) times. A sample is correct when its reward (``--reward``)
 is at least 1.0, so the partial format credit of the ``gsm8k`` reward does not count; an unscorable sample (reward
 None) counts as wrong and is reported. Per model the evaluation reports ``accuracy``, the mean over problems of the
-fraction of correct samples, and ``pass@j`` for j = 1, 2, 4, ... and k, with the unbiased estimator of `pass_at_k`.
+fraction of correct samples, its standard error (``accuracy_stderr``, `standard_error`: over problems, so about 0.035
+for 200 problems near 0.5), and ``pass@j`` for j = 1, 2, 4, ... and k, with the unbiased estimator of `pass_at_k`.
 
 Sampling uses only the knobs given here (``temperature``, ``top_p``; no top-k, no repetition penalty), not the
 model's ``generation_config``, and is seeded, so the same arguments give the same completions on the same hardware.
@@ -58,6 +59,7 @@ __all__ = [
     "output_paths",
     "pass_at_k",
     "plot_results",
+    "standard_error",
 ]
 
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)")
@@ -116,8 +118,8 @@ class EvalArguments:
     arithmetic_seed: int | None = field(
         default=None,
         metadata={
-            "help": "Seed that draws the 'arithmetic' test set; pass the training run's --seed to get the run's "
-            "held-out problems (None: --seed)."
+            "help": "Seed that draws the 'arithmetic' test set; pass the training run's task seed (its --task_seed, "
+            "else its --seed) to get the run's held-out problems (None: --seed)."
         },
     )
     reward: str | None = field(
@@ -253,6 +255,20 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return float(1 - math.prod(Fraction(i - k, i) for i in range(n - c + 1, n + 1)))
 
 
+def standard_error(scores: Sequence[float]) -> float:
+    """Standard error of the mean of ``scores``, one per problem in [0, 1] (e.g. the fraction of its samples that are
+    correct): sqrt(mean squared deviation / n), which for 0/1 scores is the binomial sqrt(p (1 - p) / n). At p = 0.5,
+    200 problems give 0.035 and 1,000 give 0.016.
+
+    Raises:
+        ValueError: no scores.
+    """
+    if not scores:
+        raise ValueError("A standard error needs at least one score.")
+    mean = sum(scores) / len(scores)
+    return math.sqrt(sum((score - mean) ** 2 for score in scores) / len(scores) ** 2)
+
+
 def _pass_ks(k: int) -> list[int]:
     """1, 2, 4, ... up to ``k``, and ``k``."""
     return sorted({2**i for i in range(k.bit_length())} | {k})
@@ -270,12 +286,14 @@ def _run_arguments(run_dir: str | None) -> dict:
 
 
 def _reasoning_gym_problems(args: EvalArguments) -> Dataset:
-    """A reasoning-gym task's held-out problems: with ``--run_dir``, the run's (its seed, task config and held-out
-    size, from ``run_args.json``; ``--max_problems`` may only take fewer), else drawn with ``--seed``."""
+    """A reasoning-gym task's held-out problems: with ``--run_dir``, the run's (its task seed, else its seed; its task
+    config and held-out size, from ``run_args.json``; ``--max_problems`` may only take fewer), else drawn with
+    ``--seed``."""
     run = _run_arguments(args.run_dir)
     script = run.get("script", {}) if run.get("script", {}).get("task") == args.task else {}
     config = args.task_config if args.task_config is not None else script.get("task_config")
     seed = run.get("training", {}).get("seed", args.seed) if script else args.seed
+    seed = seed if script.get("task_seed") is None else script["task_seed"]
     n_test = script.get("task_test_size") or args.max_problems or TASK_TEST_SIZES[args.task]
     dataset = load_task(args.task, "test", config=config, seed=seed, n_test=n_test)
     return dataset.select(range(min(args.max_problems or n_test, n_test)))
@@ -444,6 +462,7 @@ def _evaluate_model(model_path: str, dataset: Dataset, args: EvalArguments) -> d
     n = len(correct)
     return {
         "accuracy": sum(c / k for c in correct) / n,
+        "accuracy_stderr": standard_error([c / k for c in correct]),
         **{f"pass@{j}": sum(pass_at_k(k, c, j) for c in correct) / n for j in _pass_ks(k)},
         "num_problems": n,
         "num_samples": k,
@@ -459,15 +478,17 @@ def _evaluate_model(model_path: str, dataset: Dataset, args: EvalArguments) -> d
 
 
 def format_table(report: dict) -> str:
-    """A plain-text table of ``evaluate``'s report: one line per model."""
+    """A plain-text table of ``evaluate``'s report: one line per model, its accuracy's standard error beside it."""
     k = report["num_samples"]
-    header = f"{'step':>6} {'train min':>9} {'accuracy':>8} {f'pass@{k}':>8} {'unscorable':>10} {'eval s':>7}  model"
+    columns = f"{'accuracy':>8} {'s.e.':>6} {f'pass@{k}':>8} {'unscorable':>10} {'eval s':>7}"
+    header = f"{'step':>6} {'train min':>9} {columns}  model"
     lines = [header]
     for r in report["results"]:
         minutes = "-" if r["train_time_s"] is None else f"{r['train_time_s'] / 60:.1f}"
         step = "-" if r["step"] is None else str(r["step"])
         lines.append(
-            f"{step:>6} {minutes:>9} {r['accuracy']:>8.4f} {r[f'pass@{k}']:>8.4f} {r['unscorable']:>10} "
+            f"{step:>6} {minutes:>9} {r['accuracy']:>8.4f} {r['accuracy_stderr']:>6.4f} {r[f'pass@{k}']:>8.4f} "
+            f"{r['unscorable']:>10} "
             f"{r['eval_seconds']:>7.1f}  {r['model']}"
         )
     return "\n".join(lines)
@@ -499,8 +520,9 @@ def evaluate(args: EvalArguments) -> dict:
 
     Returns:
         ``{"task", "split", "dataset_path", "num_samples", "temperature", "results": [...]}``, one result per
-        model: ``{"model", "step", "train_time_s", "accuracy", "pass@1", "pass@2", ..., "pass@<k>", "num_problems",
-        "num_samples", "unscorable", "tokens_generated", "eval_seconds"}``. ``step`` is None for a single model;
+        model: ``{"model", "step", "train_time_s", "accuracy", "accuracy_stderr", "pass@1", "pass@2", ...,
+        "pass@<k>", "num_problems", "num_samples", "unscorable", "tokens_generated", "eval_seconds"}``
+        (``accuracy_stderr``: `standard_error` of the per-problem accuracies). ``step`` is None for a single model;
         ``train_time_s`` (training seconds to reach the checkpoint, evaluation excluded) is None when the
         checkpoint's ``trainer_state.json`` logs no ``step_time``.
     """

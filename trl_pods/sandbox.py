@@ -6,7 +6,11 @@ the worker is then killed, a fresh one started, and the remaining items sent to 
 interpreter (``python -c``, the equivalent of a 'spawn' start: nothing of the trainer's threads, CUDA state or open
 files is inherited) that registers ``trl_pods`` as a bare package, so only the named module and what it imports are
 loaded, never ``trl_pods/__init__.py`` (torch, TRL). It lives as long as its `Sandbox`: starting one costs the
-module's imports once (about a second for reasoning-gym), an item then costs one pipe round trip.
+module's imports once (about a second for reasoning-gym), an item then costs one pipe round trip. Its string hashing
+is fixed (``PYTHONHASHSEED`` `HASH_SEED`), so what it computes from sets of strings (reasoning-gym's generators) is the
+same whichever process asks, on every machine and every resume; it works in an empty temporary folder of its own,
+removed with it, so files the work writes (reasoning-gym's codeio runs programs that write ``test_dir/``) never land
+in the user's folder.
 
 Safety nets: each item also caps the worker's own CPU time (``RLIMIT_CPU``, timeout + 2 s) so that the kernel ends a
 runaway worker even when its parent is gone; the worker's memory is capped at what its imports took plus
@@ -23,8 +27,10 @@ import logging
 import math
 import multiprocessing
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import weakref
@@ -32,7 +38,7 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
-__all__ = ["Sandbox"]
+__all__ = ["HASH_SEED", "Sandbox"]
 
 STARTUP_TIMEOUT_S = 120.0
 """Longest wait for a worker to import its module and say it is ready."""
@@ -48,6 +54,10 @@ _BOOT = (
     "sys.modules['trl_pods'] = package\n"
     "importlib.import_module('trl_pods.sandbox')._serve(*sys.argv[2:5], int(sys.argv[5]))\n"
 )
+
+HASH_SEED = "0"
+"""``PYTHONHASHSEED`` of every worker: the order of a set of strings, and so what a worker computes from one, is the
+same in every worker."""
 
 MEMORY_HEADROOM = 2 << 30
 """Bytes of data an item may allocate in a worker beyond what the worker held once it had imported its module: an
@@ -128,6 +138,7 @@ class Sandbox:
         self.module, self.function, self.prepare = module, function, prepare
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
+        self._folder: str | None = None  # the worker's working folder
         self._conn: Connection | None = None
         _SANDBOXES.add(self)
 
@@ -174,12 +185,15 @@ class Sandbox:
         self.close()
         parent_conn, child_conn = multiprocessing.Pipe()
         fd = child_conn.fileno()
+        self._folder = tempfile.mkdtemp(prefix="trl_pods-worker-")
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-c", _BOOT, _PACKAGE_DIR, self.module, self.function, self.prepare, str(fd)],
                 pass_fds=(fd,),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
+                cwd=self._folder,
+                env={**os.environ, "PYTHONHASHSEED": HASH_SEED},
             )
         finally:
             child_conn.close()
@@ -199,7 +213,8 @@ class Sandbox:
             )
 
     def close(self) -> None:
-        """Kill the worker process, if any (lock-free, so that it can run at interpreter exit)."""
+        """Kill the worker process, if any, and remove its folder (lock-free, so that it can run at interpreter
+        exit)."""
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -207,13 +222,16 @@ class Sandbox:
             self._proc.kill()
             self._proc.wait()
             self._proc = None
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder = None
 
     def _forget_after_fork(self) -> None:
         # A forked child must not talk to its parent's worker; closing its copy of the pipe keeps "parent gone =>
         # pipe closed => idle worker exits" true. The child starts its own worker when it needs one.
         if self._conn is not None:
             self._conn.close()
-        self._conn, self._proc, self._lock = None, None, threading.Lock()
+        self._conn, self._proc, self._folder, self._lock = None, None, None, threading.Lock()
 
 
 _SANDBOXES: weakref.WeakSet[Sandbox] = weakref.WeakSet()
