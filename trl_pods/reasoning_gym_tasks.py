@@ -112,7 +112,7 @@ _EXAMPLE = """'{"min_terms": 2, "max_terms": 2}'"""
 _COMPOSITE_EXAMPLE = json.dumps(
     {"datasets": [{"name": "chain_sum", "weight": 1, "config": {}}, {"name": "countdown", "weight": 1, "config": {}}]}
 )
-_RESERVED = ("seed", "size")  # settings trl_pods sets itself: the run's seed and the split sizes
+_RESERVED = ("seed", "size")  # settings trl_pods sets itself: from the task seed, and the split sizes
 
 _EVAL_LITERAL = "eval"  # the scorer calls Python's eval on the answer: only literals, or the gold's alphabet
 _SYMPY = "sympy"  # the scorer calls sympy's parse_expr on the answer: only the gold's alphabet and maths names
