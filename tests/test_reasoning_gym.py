@@ -45,10 +45,11 @@ def test_held_out_problems_are_distinct_fixed_by_the_seed_and_never_trained_on()
 def test_too_few_distinct_questions_for_the_held_out_set_is_a_clear_error():
     """Asking for more held-out problems than the setting has distinct questions says how many there are and the size
     to use, in one line, instead of holding out repeats or training on held-out questions."""
-    with pytest.raises(ValueError, match=r"only 74 distinct questions .*: use --task_test_size 73 or less"):
+    with pytest.raises(ValueError, match=r"only 74 distinct questions .*: use --task_test_size 37 or less"):
         rg.split_items("leg_counting", LEGS, 0, 10, 100)
-    with pytest.raises(ValueError, match=r"left only 0 training problems .*--task_test_size 73 or less"):
+    with pytest.raises(ValueError, match=r"left only 0 training problems .*: use --task_test_size 37 or less"):
         rg.split_items("leg_counting", LEGS, 0, 10, 74)
+    assert len(rg.split_items("leg_counting", LEGS, 0, 300, 37)[0]) == 300
 
 
 @pytest.mark.parametrize(
@@ -175,6 +176,7 @@ def test_a_completion_that_would_run_code_runs_nothing_in_the_reward_or_eval(
         ("simple_integration", "-34*x**8/15 - 5*x/4 + C", True),
         ("intermediate_integration", "-4*(-2*x - 8)**(3/2)/3 + sin(x) + C", True),
         ("intermediate_integration", "exec(chr(49))", False),
+        ("intermediate_integration", "-Integral(x**3*sin(3*x), x) + C", False),  # a gold that restates the question
         ("polynomial_multiplication", "S(x).func", False),
         ("polynomial_multiplication", "exec(x)", False),
         ("chain_sum", "__import__('os')", True),  # its scorer does not evaluate text
@@ -531,15 +533,15 @@ def test_items_reasoning_gym_fails_to_make_are_left_out(tmp_path, monkeypatch):
     assert len({question for question, _, _ in rg.split_rows("codeio", {}, 2, 0, 200)[1]}) == 200
 
 
-def test_the_worker_writes_in_a_folder_of_its_own(tmp_path, monkeypatch):
-    """codeio's third held-out item of seed 0 runs a program that writes ``test_dir/`` where it runs: in the user's
-    folder when it ran in the trainer, or in a worker started there. The worker now works in an empty temporary
-    folder of its own, removed with it."""
-    rg._worker().close()  # the next load starts a worker here
+def test_a_build_writes_in_a_folder_of_its_own_and_leaves_out_items_that_hold_it(tmp_path, monkeypatch):
+    """codeio's third held-out item of seed 0 runs a program that writes ``test_dir/`` where it runs, and its question
+    holds that folder's path: it wrote into the user's folder, and its problem differed with the folder the trainer
+    ran in. A build now runs in an empty temporary folder, removed after, and leaves such items out."""
     monkeypatch.chdir(tmp_path)
-    load_task("reasoning_gym:codeio", "test", seed=0, n_test=3)
-    assert not list(tmp_path.iterdir())
-    folder = rg._worker()._folder
-    assert folder is not None and Path(folder).is_dir() and (Path(folder) / "test_dir").is_dir()
-    rg._worker().close()
-    assert not Path(folder).exists()
+    held_out = rg.split_items("codeio", {}, 0, 0, 3)[1]
+    assert not list(tmp_path.iterdir()) and Path.cwd() == tmp_path
+    assert not any("test_dir" in repr(item) for item in held_out)
+    failures = []
+    assert len(list(rg._stream("codeio", {}, 0, "test", 3, failures))) == 2
+    assert failures == ["an item that holds the folder it was made in"]
+    assert (tmp_path / "test_dir").is_dir()  # _stream alone runs where it is

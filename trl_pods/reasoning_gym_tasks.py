@@ -46,8 +46,10 @@ import hashlib
 import itertools
 import json
 import math
+import os
 import random
 import re
+import tempfile
 from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
@@ -92,8 +94,8 @@ SCORE_TIMEOUT_S = 5.0
 scorer could not parse."""
 
 BUILD_TIMEOUT_S = 3600.0
-"""Wall-clock seconds the scoring worker may spend building one split of a dataset (the slowest at the default sizes,
-knight_swap, takes about 8 minutes on one busy core)."""
+"""Wall-clock seconds the worker may spend building the splits of a dataset: at the default sizes the slowest,
+futoshiki and knight_swap, took 15 and 9 minutes (both splits, on a shared core), most others a second or less."""
 
 STREAM_CHUNK = 500
 """Items of each dataset object a stream is read from (reasoning-gym's default size): the same whatever the split
@@ -304,10 +306,11 @@ def _stream(
     """The items of the first ``draws`` of the ``split`` stream of data seed ``seed`` (`stream_seed`). Python's and
     numpy's global random generators are seeded before each item (with the item's own seed): list_functions draws
     from Python's, so its items would differ from one build to the next. An item reasoning-gym fails to make (codeio:
-    an output its own code cannot write as JSON; word_ladder: no path found) is left out, its error appended to
-    ``failures``."""
+    an output its own code cannot write as JSON; word_ladder: no path found), or one that holds the working folder
+    (codeio's programs that list files), is left out, its error appended to ``failures``."""
     import numpy as np
 
+    folder = os.getcwd()
     for chunk in range(math.ceil(draws / STREAM_CHUNK)):
         dataset_seed = stream_seed(seed, split, chunk)
         dataset = make_dataset(name, config, dataset_seed, STREAM_CHUNK)
@@ -318,6 +321,9 @@ def _stream(
                 item = dataset[i]
             except Exception as err:  # the dataset's own failure on this item
                 failures.append(f"{type(err).__name__}: {' '.join(str(err).split())}"[:200])
+                continue
+            if folder in repr(item):
+                failures.append("an item that holds the folder it was made in")
                 continue
             yield item
 
@@ -332,13 +338,28 @@ def split_items(
 ) -> tuple[list[dict], list[dict]]:
     """``(train, held_out)`` items as reasoning-gym makes them in this process: the first ``n_test`` distinct
     questions of the ``"test"`` stream, then the first ``n_train`` items of the ``"train"`` stream whose question is
-    not held out (repeats allowed; items reasoning-gym fails to make left out, `_stream`). `load_reasoning_gym` runs
-    this in the scoring worker, whose hashing is fixed.
+    not held out (repeats allowed; items reasoning-gym fails to make left out, `_stream`). They are made in an empty
+    temporary folder, removed after: codeio's programs write files where they run, and an item that holds that
+    folder's path is left out, since it would differ with the folder. `load_reasoning_gym` runs this in the
+    reasoning-gym worker, whose hashing is fixed.
 
     Raises:
         ValueError: the setting has too few distinct questions for ``n_test``, or none left to train on; the message
             names the size to use.
     """
+    previous = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="trl_pods-reasoning-gym-") as folder:
+        os.chdir(folder)
+        try:
+            return _split_here(name, config, seed, n_train, n_test)
+        finally:
+            os.chdir(previous)
+
+
+def _split_here(
+    name: str, config: dict[str, Any], seed: int, n_train: int, n_test: int
+) -> tuple[list[dict], list[dict]]:
+    """`split_items` in the working folder."""
     held_out: list[dict] = []
     questions: set[str] = set()
     failures: list[str] = []
@@ -349,11 +370,11 @@ def split_items(
             if len(held_out) == n_test:
                 break
     setting = f"{name} with --task_config {json.dumps(config)}"
-    fewer = f"use --task_test_size {n_test - 1 if len(held_out) == n_test else len(held_out) - 1} or less"
+    fewer = f"use --task_test_size {min(len(held_out), n_test) // 2} or less"
     if len(held_out) < n_test:
         raise ValueError(
             f"{setting} gave only {len(held_out)} distinct questions in {_draws(n_test)} draws{_failed(failures)}: "
-            f"{fewer} (training needs questions of its own) or widen the setting."
+            f"{fewer} (training needs questions of their own) or widen the setting."
         )
     stream = _stream(name, config, seed, "train", _draws(n_train) if n_train else 0, failures)
     train = list(itertools.islice((item for item in stream if item["question"] not in questions), n_train))

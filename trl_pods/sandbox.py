@@ -8,9 +8,7 @@ files is inherited) that registers ``trl_pods`` as a bare package, so only the n
 loaded, never ``trl_pods/__init__.py`` (torch, TRL). It lives as long as its `Sandbox`: starting one costs the
 module's imports once (about a second for reasoning-gym), an item then costs one pipe round trip. Its string hashing
 is fixed (``PYTHONHASHSEED`` `HASH_SEED`), so what it computes from sets of strings (reasoning-gym's generators) is the
-same whichever process asks, on every machine and every resume; it works in an empty temporary folder of its own,
-removed with it, so files the work writes (reasoning-gym's codeio runs programs that write ``test_dir/``) never land
-in the user's folder.
+same whichever process asks, on every machine and every resume.
 
 Safety nets: each item also caps the worker's own CPU time (``RLIMIT_CPU``, timeout + 2 s) so that the kernel ends a
 runaway worker even when its parent is gone; the worker's memory is capped at what its imports took plus
@@ -27,10 +25,8 @@ import logging
 import math
 import multiprocessing
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import weakref
@@ -138,7 +134,6 @@ class Sandbox:
         self.module, self.function, self.prepare = module, function, prepare
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
-        self._folder: str | None = None  # the worker's working folder
         self._conn: Connection | None = None
         _SANDBOXES.add(self)
 
@@ -185,14 +180,12 @@ class Sandbox:
         self.close()
         parent_conn, child_conn = multiprocessing.Pipe()
         fd = child_conn.fileno()
-        self._folder = tempfile.mkdtemp(prefix="trl_pods-worker-")
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-c", _BOOT, _PACKAGE_DIR, self.module, self.function, self.prepare, str(fd)],
                 pass_fds=(fd,),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
-                cwd=self._folder,
                 env={**os.environ, "PYTHONHASHSEED": HASH_SEED},
             )
         finally:
@@ -213,8 +206,7 @@ class Sandbox:
             )
 
     def close(self) -> None:
-        """Kill the worker process, if any, and remove its folder (lock-free, so that it can run at interpreter
-        exit)."""
+        """Kill the worker process, if any (lock-free, so that it can run at interpreter exit)."""
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -222,16 +214,13 @@ class Sandbox:
             self._proc.kill()
             self._proc.wait()
             self._proc = None
-        if self._folder is not None:
-            shutil.rmtree(self._folder, ignore_errors=True)
-            self._folder = None
 
     def _forget_after_fork(self) -> None:
         # A forked child must not talk to its parent's worker; closing its copy of the pipe keeps "parent gone =>
         # pipe closed => idle worker exits" true. The child starts its own worker when it needs one.
         if self._conn is not None:
             self._conn.close()
-        self._conn, self._proc, self._folder, self._lock = None, None, None, threading.Lock()
+        self._conn, self._proc, self._lock = None, None, threading.Lock()
 
 
 _SANDBOXES: weakref.WeakSet[Sandbox] = weakref.WeakSet()
