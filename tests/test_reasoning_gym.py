@@ -545,3 +545,17 @@ def test_a_build_writes_in_a_folder_of_its_own_and_leaves_out_items_that_hold_it
     assert len(list(rg._stream("codeio", {}, 0, "test", 3, failures))) == 2
     assert failures == ["an item that holds the folder it was made in"]
     assert (tmp_path / "test_dir").is_dir()  # _stream alone runs where it is
+
+
+def test_eval_refuses_a_run_whose_held_out_problems_it_cannot_make(tmp_path, capsys):
+    """A reasoning-gym run saved before each seed and split had a stream of its own (no ``task_seed`` in its
+    run_args.json) held out problems this trl_pods no longer makes: `trl-pods eval --run_dir` would score other ones,
+    some of which the run trained on. It is one `error:` line, before any model load, saying what to do instead."""
+    run = {"script": {"task": "reasoning_gym:chain_sum", "task_config": None, "task_test_size": 200},
+           "training": {"seed": 42}}  # fmt: skip
+    (tmp_path / "run_args.json").write_text(json.dumps(run))
+    with pytest.raises(SystemExit) as exit_:
+        eval_main(["--run_dir", str(tmp_path), "--task", "reasoning_gym:chain_sum"])
+    assert exit_.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "has no task_seed" in line and "--model_name_or_path" in line, line

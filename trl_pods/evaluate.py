@@ -210,9 +210,10 @@ class EvalArguments:
 
 
 def check_arguments(args: EvalArguments) -> None:
-    """Refuse what the user can fix before any download or model load: the reward, the model folders, the run folder,
-    a local data file (the task and its difficulty are checked when `EvalArguments` is built), and last a model or
-    dataset that needs the Hub where it cannot be reached (`trl_pods.train.check_hub_inputs`).
+    """Refuse what the user can fix before any download or model load: the reward, the model folders, the run folder
+    (and a reasoning-gym run whose held-out problems cannot be made, `_run_problems`), a local data file (the task and
+    its difficulty are checked when `EvalArguments` is built), and last a model or dataset that needs the Hub where it
+    cannot be reached (`trl_pods.train.check_hub_inputs`).
 
     Raises:
         ValueError: what is wrong and which flag to change.
@@ -223,6 +224,8 @@ def check_arguments(args: EvalArguments) -> None:
             check_model(flag, getattr(args, flag))
     if args.run_dir is not None and not Path(args.run_dir).is_dir():
         raise ValueError(f"--run_dir {args.run_dir}: no such folder.")
+    if is_reasoning_gym(args.task):
+        _run_problems(args)  # a run whose held-out problems this trl_pods cannot make
     check_data_file("dataset_path", args.dataset_path, args.task)
     models = {flag: getattr(args, flag) for flag in ("model_name_or_path", "base_model")}
     check_hub_inputs(models, args.task, [(args.split, args.dataset_path)], None)
@@ -285,15 +288,34 @@ def _run_arguments(run_dir: str | None) -> dict:
     return json.loads(file.read_text()) if file is not None and file.is_file() else {}
 
 
-def _reasoning_gym_problems(args: EvalArguments) -> Dataset:
-    """A reasoning-gym task's held-out problems: with ``--run_dir``, the run's (its task seed, else its seed; its task
-    config and held-out size, from ``run_args.json``; ``--max_problems`` may only take fewer), else drawn with
-    ``--seed``."""
+def _run_problems(args: EvalArguments) -> tuple[dict, int]:
+    """The script arguments of the run in ``--run_dir`` if it trained on the reasoning-gym ``--task`` ({} otherwise),
+    and the seed of its problems: its task seed, else its seed (``--seed`` without such a run).
+
+    Raises:
+        ValueError: a run saved before each seed and split had a stream of its own (no ``task_seed`` in its
+            ``run_args.json``): the problems it held out are no longer made.
+    """
     run = _run_arguments(args.run_dir)
     script = run.get("script", {}) if run.get("script", {}).get("task") == args.task else {}
+    if not script:
+        return {}, args.seed
+    if "task_seed" not in script:
+        raise ValueError(
+            f"--run_dir {args.run_dir} trained on {args.task} problems drawn before each seed and split had a stream "
+            "of its own (its run_args.json has no task_seed): this trl_pods cannot make the problems it held out. "
+            "Evaluate its models with --model_name_or_path instead (on other problems, some of which it may have "
+            "trained on)."
+        )
+    seed = run.get("training", {}).get("seed", args.seed) if script["task_seed"] is None else script["task_seed"]
+    return script, seed
+
+
+def _reasoning_gym_problems(args: EvalArguments) -> Dataset:
+    """A reasoning-gym task's held-out problems: with ``--run_dir``, the run's (`_run_problems`; its task config and
+    held-out size, from ``run_args.json``; ``--max_problems`` may only take fewer), else drawn with ``--seed``."""
+    script, seed = _run_problems(args)
     config = args.task_config if args.task_config is not None else script.get("task_config")
-    seed = run.get("training", {}).get("seed", args.seed) if script else args.seed
-    seed = seed if script.get("task_seed") is None else script["task_seed"]
     n_test = script.get("task_test_size") or args.max_problems or TASK_TEST_SIZES[args.task]
     dataset = load_task(args.task, "test", config=config, seed=seed, n_test=n_test)
     return dataset.select(range(min(args.max_problems or n_test, n_test)))
