@@ -528,7 +528,7 @@ def test_items_reasoning_gym_fails_to_make_are_left_out(tmp_path, monkeypatch):
     one on every process), here item 175 of seed 2's held-out stream."""
     monkeypatch.chdir(tmp_path)  # codeio's programs write files (test_dir/) where they run
     failures = []
-    assert len(list(rg._stream("codeio", {}, 2, "test", 200, failures))) == 199
+    assert len(list(rg._stream("codeio", {}, 2, "test", 200, str(tmp_path), failures))) == 199
     assert failures and failures[0].startswith("TypeError: Object of type int64 is not JSON serializable")
     assert len({question for question, _, _ in rg.split_rows("codeio", {}, 2, 0, 200)[1]}) == 200
 
@@ -542,7 +542,7 @@ def test_a_build_writes_in_a_folder_of_its_own_and_leaves_out_items_that_hold_it
     assert not list(tmp_path.iterdir()) and Path.cwd() == tmp_path
     assert not any("test_dir" in repr(item) for item in held_out)
     failures = []
-    assert len(list(rg._stream("codeio", {}, 0, "test", 3, failures))) == 2
+    assert len(list(rg._stream("codeio", {}, 0, "test", 3, str(tmp_path), failures))) == 2
     assert failures == ["an item that holds the folder it was made in"]
     assert (tmp_path / "test_dir").is_dir()  # _stream alone runs where it is
 

@@ -9,11 +9,12 @@ its seed a hash of the data seed, the split and the chunk (reasoning-gym draws i
 so seeds ``s`` and ``s + 1`` would be one stream shifted by an item). The held-out problems are the first ``n_test``
 *distinct* questions of the ``"test"`` stream; the training problems are the first ``n_train`` items of the
 ``"train"`` stream whose question is not held out (repeats allowed: small settings have few distinct questions). The
-streams are built in the scoring worker (`trl_pods.sandbox.Sandbox`), whose string hashing is fixed, so that
-datasets whose items depend on set order give every process and every resume the same items. So the problems are a
-function of the dataset, its settings, the data seed and the split sizes alone (and of the reasoning-gym release);
-the held-out set does not depend on ``n_train``, the first ``k`` held-out problems not on ``n_test``, and no training
-problem shares a question with the held-out set.
+streams are built in the reasoning-gym worker (`trl_pods.sandbox.Sandbox`), whose string hashing is fixed, with
+Python's and numpy's global generators seeded before each item, in an empty temporary folder; an item reasoning-gym
+fails to make, or one that holds that folder's path, is left out. So the problems are a function of the dataset, its
+settings, the data seed and the split sizes alone (and of the reasoning-gym release), on every process and every
+resume; the held-out set does not depend on ``n_train``, the first ``k`` held-out problems not on ``n_test``, and no
+training problem shares a question with the held-out set.
 
 Prompt. reasoning-gym's own ``"direct"`` system prompt (answer between ``<answer>`` tags, no preamble), then the
 question as the user message.
@@ -301,16 +302,15 @@ def stream_seed(seed: int, split: str, chunk: int) -> int:
 
 
 def _stream(
-    name: str, config: dict[str, Any], seed: int, split: str, draws: int, failures: list[str]
+    name: str, config: dict[str, Any], seed: int, split: str, draws: int, folder: str, failures: list[str]
 ) -> Iterator[dict]:
     """The items of the first ``draws`` of the ``split`` stream of data seed ``seed`` (`stream_seed`). Python's and
     numpy's global random generators are seeded before each item (with the item's own seed): list_functions draws
     from Python's, so its items would differ from one build to the next. An item reasoning-gym fails to make (codeio:
-    an output its own code cannot write as JSON; word_ladder: no path found), or one that holds the working folder
-    (codeio's programs that list files), is left out, its error appended to ``failures``."""
+    an output its own code cannot write as JSON; word_ladder: no path found), or one that holds ``folder`` (the working
+    folder: codeio's programs that list files), is left out, its error appended to ``failures``."""
     import numpy as np
 
-    folder = os.getcwd()
     for chunk in range(math.ceil(draws / STREAM_CHUNK)):
         dataset_seed = stream_seed(seed, split, chunk)
         dataset = make_dataset(name, config, dataset_seed, STREAM_CHUNK)
@@ -351,19 +351,19 @@ def split_items(
     with tempfile.TemporaryDirectory(prefix="trl_pods-reasoning-gym-") as folder:
         os.chdir(folder)
         try:
-            return _split_here(name, config, seed, n_train, n_test)
+            return _split_here(name, config, seed, n_train, n_test, os.getcwd())
         finally:
             os.chdir(previous)
 
 
 def _split_here(
-    name: str, config: dict[str, Any], seed: int, n_train: int, n_test: int
+    name: str, config: dict[str, Any], seed: int, n_train: int, n_test: int, folder: str
 ) -> tuple[list[dict], list[dict]]:
-    """`split_items` in the working folder."""
+    """`split_items` in the working folder ``folder``."""
     held_out: list[dict] = []
     questions: set[str] = set()
     failures: list[str] = []
-    for item in _stream(name, config, seed, "test", _draws(n_test), failures):
+    for item in _stream(name, config, seed, "test", _draws(n_test), folder, failures):
         if item["question"] not in questions:
             questions.add(item["question"])
             held_out.append(item)
@@ -376,7 +376,7 @@ def _split_here(
             f"{setting} gave only {len(held_out)} distinct questions in {_draws(n_test)} draws{_failed(failures)}: "
             f"{fewer} (training needs questions of their own) or widen the setting."
         )
-    stream = _stream(name, config, seed, "train", _draws(n_train) if n_train else 0, failures)
+    stream = _stream(name, config, seed, "train", _draws(n_train) if n_train else 0, folder, failures)
     train = list(itertools.islice((item for item in stream if item["question"] not in questions), n_train))
     if len(train) < n_train:
         use = f"use --task_train_size {len(train)} or less, or {fewer[4:]}" if train else fewer
@@ -417,7 +417,8 @@ def split_rows(
     answer as text or None, entry)`` rows (`encode_entry`): ``(train, held_out)``.
 
     Raises:
-        ValueError: what `split_items` raises, or a build that failed or ran past `BUILD_TIMEOUT_S` in the worker.
+        ValueError: what `split_items` raises, what else failed in the worker, or a build that ran past
+            `BUILD_TIMEOUT_S` (or its memory).
     """
     settings = json.dumps(config, sort_keys=True)
     (built,) = _worker().run([("build", name, settings, seed, n_train, n_test)], BUILD_TIMEOUT_S)
