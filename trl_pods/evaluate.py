@@ -6,7 +6,8 @@
 Every model answers each test problem ``num_samples`` (k) times. A sample is correct when its reward (``--reward``)
 is at least 1.0, so the partial format credit of the ``gsm8k`` reward does not count; an unscorable sample (reward
 None) counts as wrong and is reported. Per model the evaluation reports ``accuracy``, the mean over problems of the
-fraction of correct samples, and ``pass@j`` for j = 1, 2, 4, ... and k, with the unbiased estimator of `pass_at_k`.
+fraction of correct samples, its standard error (``accuracy_stderr``, `standard_error`: over problems, so about 0.035
+for 200 problems near 0.5), and ``pass@j`` for j = 1, 2, 4, ... and k, with the unbiased estimator of `pass_at_k`.
 
 Sampling uses only the knobs given here (``temperature``, ``top_p``; no top-k, no repetition penalty), not the
 model's ``generation_config``, and is seeded, so the same arguments give the same completions on the same hardware.
@@ -62,6 +63,7 @@ __all__ = [
     "output_paths",
     "pass_at_k",
     "plot_results",
+    "standard_error",
 ]
 
 logger = logging.getLogger(__name__)
@@ -121,8 +123,8 @@ class EvalArguments:
     arithmetic_seed: int | None = field(
         default=None,
         metadata={
-            "help": "Seed that draws the 'arithmetic' test set; pass the training run's --seed to get the run's "
-            "held-out problems (None: --seed)."
+            "help": "Seed that draws the 'arithmetic' test set; pass the training run's task seed (its --task_seed, "
+            "else its --seed) to get the run's held-out problems (None: --seed)."
         },
     )
     reward: str | None = field(
@@ -213,9 +215,10 @@ class EvalArguments:
 
 
 def check_arguments(args: EvalArguments) -> None:
-    """Refuse what the user can fix before any download or model load: the reward, the model folders, the run folder,
-    a local data file (the task and its difficulty are checked when `EvalArguments` is built), and last a model or
-    dataset that needs the Hub where it cannot be reached (`trl_pods.train.check_hub_inputs`).
+    """Refuse what the user can fix before any download or model load: the reward, the model folders, the run folder
+    (and a reasoning-gym run whose held-out problems cannot be made, `_run_problems`), a local data file (the task and
+    its difficulty are checked when `EvalArguments` is built), and last a model or dataset that needs the Hub where it
+    cannot be reached (`trl_pods.train.check_hub_inputs`).
 
     Raises:
         ValueError: what is wrong and which flag to change.
@@ -226,6 +229,8 @@ def check_arguments(args: EvalArguments) -> None:
             check_model(flag, getattr(args, flag))
     if args.run_dir is not None and not Path(args.run_dir).is_dir():
         raise ValueError(f"--run_dir {args.run_dir}: no such folder.")
+    if is_reasoning_gym(args.task):
+        _run_problems(args)  # a run whose held-out problems this trl_pods cannot make
     check_data_file("dataset_path", args.dataset_path, args.task, is_generated(args.task))
     models = {flag: getattr(args, flag) for flag in ("model_name_or_path", "base_model")}
     check_hub_inputs(models, args.task, [(args.split, args.dataset_path)], None)
@@ -258,6 +263,20 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return float(1 - math.prod(Fraction(i - k, i) for i in range(n - c + 1, n + 1)))
 
 
+def standard_error(scores: Sequence[float]) -> float:
+    """Standard error of the mean of ``scores``, one per problem in [0, 1] (e.g. the fraction of its samples that are
+    correct): sqrt(mean squared deviation / n), which for 0/1 scores is the binomial sqrt(p (1 - p) / n). At p = 0.5,
+    200 problems give 0.035 and 1,000 give 0.016.
+
+    Raises:
+        ValueError: no scores.
+    """
+    if not scores:
+        raise ValueError("A standard error needs at least one score.")
+    mean = sum(scores) / len(scores)
+    return math.sqrt(sum((score - mean) ** 2 for score in scores) / len(scores) ** 2)
+
+
 def _pass_ks(k: int) -> list[int]:
     """1, 2, 4, ... up to ``k``, and ``k``."""
     return sorted({2**i for i in range(k.bit_length())} | {k})
@@ -274,13 +293,34 @@ def _run_arguments(run_dir: str | None) -> dict:
     return json.loads(file.read_text()) if file is not None and file.is_file() else {}
 
 
-def _reasoning_gym_problems(args: EvalArguments) -> Dataset:
-    """A reasoning-gym task's held-out problems: with ``--run_dir``, the run's (its seed, task config and held-out
-    size, from ``run_args.json``; ``--max_problems`` may only take fewer), else drawn with ``--seed``."""
+def _run_problems(args: EvalArguments) -> tuple[dict, int]:
+    """The script arguments of the run in ``--run_dir`` if it trained on the reasoning-gym ``--task`` ({} otherwise),
+    and the seed of its problems: its task seed, else its seed (``--seed`` without such a run).
+
+    Raises:
+        ValueError: a run saved before each seed and split had a stream of its own (no ``task_seed`` in its
+            ``run_args.json``): the problems it held out are no longer made.
+    """
     run = _run_arguments(args.run_dir)
     script = run.get("script", {}) if run.get("script", {}).get("task") == args.task else {}
+    if not script:
+        return {}, args.seed
+    if "task_seed" not in script:
+        raise ValueError(
+            f"--run_dir {args.run_dir} trained on {args.task} problems drawn before each seed and split had a stream "
+            "of its own (its run_args.json has no task_seed): this trl_pods cannot make the problems it held out. "
+            "Evaluate its models with --model_name_or_path instead (on other problems, some of which it may have "
+            "trained on)."
+        )
+    seed = run.get("training", {}).get("seed", args.seed) if script["task_seed"] is None else script["task_seed"]
+    return script, seed
+
+
+def _reasoning_gym_problems(args: EvalArguments) -> Dataset:
+    """A reasoning-gym task's held-out problems: with ``--run_dir``, the run's (`_run_problems`; its task config and
+    held-out size, from ``run_args.json``; ``--max_problems`` may only take fewer), else drawn with ``--seed``."""
+    script, seed = _run_problems(args)
     config = args.task_config if args.task_config is not None else script.get("task_config")
-    seed = run.get("training", {}).get("seed", args.seed) if script else args.seed
     n_test = script.get("task_test_size") or args.max_problems or TASK_TEST_SIZES[args.task]
     dataset = load_task(args.task, "test", config=config, seed=seed, n_test=n_test)
     return dataset.select(range(min(args.max_problems or n_test, n_test)))
@@ -456,6 +496,7 @@ def _evaluate_model(model_path: str, dataset: Dataset, args: EvalArguments, labe
     n = len(correct)
     return {
         "accuracy": sum(c / k for c in correct) / n,
+        "accuracy_stderr": standard_error([c / k for c in correct]),
         **{f"pass@{j}": sum(pass_at_k(k, c, j) for c in correct) / n for j in _pass_ks(k)},
         "num_problems": n,
         "num_samples": k,
@@ -471,15 +512,17 @@ def _evaluate_model(model_path: str, dataset: Dataset, args: EvalArguments, labe
 
 
 def format_table(report: dict) -> str:
-    """A plain-text table of ``evaluate``'s report: one line per model."""
+    """A plain-text table of ``evaluate``'s report: one line per model, its accuracy's standard error beside it."""
     k = report["num_samples"]
-    header = f"{'step':>6} {'train min':>9} {'accuracy':>8} {f'pass@{k}':>8} {'unscorable':>10} {'eval s':>7}  model"
+    columns = f"{'accuracy':>8} {'s.e.':>6} {f'pass@{k}':>8} {'unscorable':>10} {'eval s':>7}"
+    header = f"{'step':>6} {'train min':>9} {columns}  model"
     lines = [header]
     for r in report["results"]:
         minutes = "-" if r["train_time_s"] is None else f"{r['train_time_s'] / 60:.1f}"
         step = "-" if r["step"] is None else str(r["step"])
         lines.append(
-            f"{step:>6} {minutes:>9} {r['accuracy']:>8.4f} {r[f'pass@{k}']:>8.4f} {r['unscorable']:>10} "
+            f"{step:>6} {minutes:>9} {r['accuracy']:>8.4f} {r['accuracy_stderr']:>6.4f} {r[f'pass@{k}']:>8.4f} "
+            f"{r['unscorable']:>10} "
             f"{r['eval_seconds']:>7.1f}  {r['model']}"
         )
     return "\n".join(lines)
@@ -511,8 +554,9 @@ def evaluate(args: EvalArguments) -> dict:
 
     Returns:
         ``{"task", "split", "dataset_path", "num_samples", "temperature", "results": [...]}``, one result per
-        model: ``{"model", "step", "train_time_s", "accuracy", "pass@1", "pass@2", ..., "pass@<k>", "num_problems",
-        "num_samples", "unscorable", "tokens_generated", "eval_seconds"}``. ``step`` is None for a single model;
+        model: ``{"model", "step", "train_time_s", "accuracy", "accuracy_stderr", "pass@1", "pass@2", ...,
+        "pass@<k>", "num_problems", "num_samples", "unscorable", "tokens_generated", "eval_seconds"}``
+        (``accuracy_stderr``: `standard_error` of the per-problem accuracies). ``step`` is None for a single model;
         ``train_time_s`` (training seconds to reach the checkpoint, evaluation excluded) is None when the
         checkpoint's ``trainer_state.json`` logs no ``step_time``.
     """

@@ -6,7 +6,9 @@ the worker is then killed, a fresh one started, and the remaining items sent to 
 interpreter (``python -c``, the equivalent of a 'spawn' start: nothing of the trainer's threads, CUDA state or open
 files is inherited) that registers ``trl_pods`` as a bare package, so only the named module and what it imports are
 loaded, never ``trl_pods/__init__.py`` (torch, TRL). It lives as long as its `Sandbox`: starting one costs the
-module's imports once (about a second for reasoning-gym), an item then costs one pipe round trip.
+module's imports once (about a second for reasoning-gym), an item then costs one pipe round trip. Its string hashing
+is fixed (``PYTHONHASHSEED`` `HASH_SEED`), so what it computes from sets of strings (reasoning-gym's generators) is the
+same whichever process asks, on every machine and every resume.
 
 Safety nets: each item also caps the worker's own CPU time (``RLIMIT_CPU``, timeout + 2 s) so that the kernel ends a
 runaway worker even when its parent is gone; the worker's memory is capped at what its imports took plus
@@ -32,7 +34,7 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
-__all__ = ["Sandbox"]
+__all__ = ["HASH_SEED", "Sandbox"]
 
 STARTUP_TIMEOUT_S = 120.0
 """Longest wait for a worker to import its module and say it is ready."""
@@ -48,6 +50,10 @@ _BOOT = (
     "sys.modules['trl_pods'] = package\n"
     "importlib.import_module('trl_pods.sandbox')._serve(*sys.argv[2:5], int(sys.argv[5]))\n"
 )
+
+HASH_SEED = "0"
+"""``PYTHONHASHSEED`` of every worker: the order of a set of strings, and so what a worker computes from one, is the
+same in every worker."""
 
 MEMORY_HEADROOM = 2 << 30
 """Bytes of data an item may allocate in a worker beyond what the worker held once it had imported its module: an
@@ -180,6 +186,7 @@ class Sandbox:
                 pass_fds=(fd,),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
+                env={**os.environ, "PYTHONHASHSEED": HASH_SEED},
             )
         finally:
             child_conn.close()

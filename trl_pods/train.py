@@ -101,6 +101,14 @@ class ScriptArguments:
             "--run_dir` evaluates them). Default: 50 for 'arithmetic', 200 for reasoning_gym:<name>."
         },
     )
+    task_seed: int | None = field(
+        default=None,
+        metadata={
+            "help": "Seed of a generated task's problems, both splits ('arithmetic', reasoning_gym:<name>); --seed "
+            "seeds the training. None: --seed, so each training seed has problems of its own; set it to train "
+            "several seeds on one problem set."
+        },
+    )
     dataset_path: str | None = field(
         default=None,
         metadata={
@@ -257,10 +265,12 @@ def check_arguments(script_args: ScriptArguments, training_args: PODSConfig, mod
 
 
 def load_datasets(script_args: ScriptArguments, seed: int):
-    """``(train, eval or None)`` for the task of ``script_args`` (a generated task drawn with ``seed``)."""
+    """``(train, eval or None)`` for the task of ``script_args`` (a generated task drawn with ``--task_seed``, else
+    with ``seed``)."""
     task, style = script_args.task, script_args.prompt_style
     generated = {}
     if is_generated(task):
+        seed = seed if script_args.task_seed is None else script_args.task_seed
         generated = dict(seed=seed, n_train=script_args.task_train_size, n_test=script_args.task_test_size)
         if task == "arithmetic":
             generated["difficulty"] = script_args.arithmetic_difficulty
