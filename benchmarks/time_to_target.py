@@ -28,7 +28,7 @@ NAME = "time_to_target"
 H200 = dict(call=1.031, rollout=0.000116, row=0.01279, update=0.1165)
 """Seconds per generation call, per rollout, per trained row and per update on an NVIDIA H200 (HF `generate`, the
 runs' model shape with LoRA, their prompt and completion lengths): the least-squares fits of
-``docs/benchmarks/data/gpu_cost_curve_SmolLM2-135M_lora.json`` (`gpu_cost_curve.py`), rounded."""
+``docs/benchmarks/data/gpu_cost_curve_SmolLM2-135M_lora.json`` (`finished.cost_fits`), rounded."""
 H200_PLAN_COSTS = f"call={H200['call']},rollout={H200['rollout']},step={H200['update'] + 16 * H200['row']:.3f}"
 """`H200` as ``pods_auto_costs``: a step trains 16 rows (4 prompts x 4), so the rest of a generation costs an
 update and 16 rows."""
@@ -86,7 +86,6 @@ PLAN = {
 earlier 50-problem measurement (retired: docs/benchmarks/time-to-target-earlier.md) where the arms' curves still
 rise, and every arm's earlier runs reached it within 100 steps."""
 RACE = Race(NAME, PLAN, ARMS, tuple(TRL_GROUP_SIZES))
-SMOKE_ARMS = ("trl.GRPOTrainer 4", "PODS 16->4")
 AUDIT = """The rules below changed after the runs, on an independent audit of them (the plan above is as it was
 fixed): **every run counts**, a miss at the budget (the plan used the runs that reached the target, so a run first
 reaching it at its last step made its setting "not all reached" and dropped it from the baseline: on add2x1, CPU, the
@@ -113,7 +112,7 @@ def timing_race(data: Path = DATA) -> Race:
     return RACE
 
 
-def smoke_race() -> Race:
+def known_race() -> Race:
     return RACE
 
 
@@ -224,8 +223,8 @@ def render(data: Path = DATA) -> str:
             "lower bound.")  # fmt: skip
     prices = (f"CPU minutes: each step up to the endpoint priced with the costs fitted on the interleaved timing run "
               f"([below](#interleaved-step-times)). H200-priced: with the costs measured on an H200 "
-              f"({report.costs_words(H200)}: `gpu_cost_curve.py`), a pricing, not a GPU run; circular for the arms "
-              f"that plan with these costs.")  # fmt: skip
+              f"({report.costs_words(H200)}: [GPU cost curve](gpu-cost-curve.md)), a pricing, not a GPU run; "
+              "circular for the arms that plan with these costs.")  # fmt: skip
     shared, differences = report.sections(runs, races_, pricings, tests, NAME, ends, prices, [(5, 5), (5, 8), (8, 8)])
     gpu_rows = "\n".join(f"| {arm} | " + " | ".join(report.comparison_cell(*gpu_tests[t, gpu.name, arm])
                          for t in PLAN["tasks"]) + " |" for arm in ARMS if arm not in TRL_GROUP_SIZES)  # fmt: skip
