@@ -238,19 +238,12 @@ def timing_race(data: Path = DATA) -> Race:
     return Race(f"{NAME}_timing", tuning_race().plan, TIMING_ARMS, tuple(TUNING_ARMS), TASKS)
 
 
-SMOKE_ARMS = ("trl.GRPOTrainer 4, 4 steps/gen, lr 2e-04", "auto 16->4 (pods_n)")
-
-
-def smoke_race() -> Race:
-    """Every arm the race knows (the tuned settings, the evaluation's ``baseline`` as on the first task, and the
-    trl_pods arms at lr 2e-4) on its tasks."""
-    first = TUNING_ARMS[fixing()["fixed"][next(iter(TASKS))]["baseline"]]
-    arms = {
-        **TUNING_ARMS,
-        "baseline": first,
-        **{arm: {**o, "learning_rate": 2e-4} for arm, (o, _, _) in RACED.items()},
-    }
-    return Race("smoke", tuning_race().plan, arms, (*TUNING_ARMS, "baseline"), TASKS)
+def known_race() -> Race:
+    """Every arm the race knows (what ``--arms`` may name) on its tasks."""
+    raced = {arm: options for arm, (options, _, _) in RACED.items()}
+    return Race(
+        "known", tuning_race().plan, {**TUNING_ARMS, "baseline": {}, **raced}, (*TUNING_ARMS, "baseline"), TASKS
+    )
 
 
 # -------------------------------------------------------------------------------------------------- the page
