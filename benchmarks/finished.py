@@ -1,11 +1,6 @@
-"""The pages of finished studies, each its prose (a template written by hand beside the data,
-``docs/benchmarks/data/<study>_page.notes.md``) filled with what is computed here from the committed data alone;
-a measurement's own reading lives beside its data file (``<name>.notes.md``). The scripts that measured them are
-retired: each page names the commit where its script last lived. ``tests/test_benchmarks.py`` renders every page
-again from the data.
-
-    python benchmarks/finished.py --report     # every page of `PAGES`
-"""
+"""The pages of finished studies (`PAGES`), each its prose written by hand beside its data (``<study>_page.notes.md``)
+filled with what is computed here from the committed data alone; their measuring scripts are retired, each page names
+the commit where its script last lived. ``python benchmarks/finished.py --report`` writes them."""
 
 from __future__ import annotations
 
@@ -19,8 +14,7 @@ from harness import DATA, RunStore, generated, notes, permutation_p, ratio, rati
 
 
 def page(study: str, title: str, **fields: str) -> str:
-    """The page of ``study``: its template filled with ``fields``."""
-    return generated(title, "finished.py", study, notes(f"{study}_page").format(**fields))
+    return generated(title, "finished.py", study, notes(f"{study}_page", **fields))
 
 
 def table(header: list[str], rows: list[list[str]], rule: str = "|---") -> str:
@@ -30,16 +24,12 @@ def table(header: list[str], rows: list[list[str]], rule: str = "|---") -> str:
     return "\n".join(["| " + " | ".join(lines[0]) + " |", rule, *("| " + " | ".join(c) + " |" for c in lines[1:])])
 
 
-def load_runs(path: Path) -> list[dict]:
-    """A measurement's runs: JSON lines, or ``{"args", "runs"}`` whose arguments become each run's ``settings``."""
-    if path.suffix == ".jsonl":
-        return RunStore(path, ()).runs()
-    document = json.loads(path.read_text())
-    return [{**run, "settings": document["args"]} for run in document["runs"]]
-
-
 def measurements(prefix: str) -> dict[Path, list[dict]]:
-    return {p: load_runs(p) for p in sorted(DATA.glob(f"{prefix}*")) if p.suffix in (".json", ".jsonl")}
+    """Per data file starting with ``prefix``, its runs: JSON lines, or ``{"args", "runs"}`` whose arguments become
+    each run's ``settings``."""
+    documents = {p: json.loads(p.read_text()) for p in DATA.glob(f"{prefix}*.json")}
+    found = {p: [{**run, "settings": d["args"]} for run in d["runs"]] for p, d in documents.items()}
+    return dict(sorted({**found, **{p: RunStore(p, ()).runs() for p in DATA.glob(f"{prefix}*.jsonl")}}.items()))
 
 
 def mean_of(values: list[float], digits: int) -> str:
@@ -51,15 +41,8 @@ def first_reaching(curve: list, target: float) -> list | None:
     return next((point for point in curve if point[2] >= target), None)
 
 
-def methods_of(runs: list[dict], order: list[str]) -> list[str]:
-    return [m for m in order if any(r["method"] == m for r in runs)]
-
-
 # ------------------------------------------------------------------------------------------ learning efficiency
 
-LEARNING = ["GRPO 4", "GRPO 4 + refill", "PODS 8->4", "PODS 8->4 random", "GRPO-GA 8", "PODS 16->4",
-            "PODS 16->4 + refill", "PODS 16->4 random", "GRPO-GA 16", "screened 2x4->16->4", "PODS adaptive 4->16->4",
-            "budgeted 4-32 (mean 20)"]  # fmt: skip
 LEARNING_DEFAULTS = dict(steps=24, eval_every=6, target=0.75, difficulty="add1", prompts_per_step=1, use_vllm=False)
 PER_STEP = dict(rollouts=("rollouts / step", 1), calls=("generation calls / step", 2), signal=("steps with signal", 2))
 
@@ -91,8 +74,9 @@ def learning_table(runs: list[dict], methods: list[str], target: float) -> str:
 
 def learning_section(runs: list[dict], path: Path) -> str:
     """One measurement: its settings, table, figure, data file, machines and reading."""
-    s = {**LEARNING_DEFAULTS, **{k: v for k, v in runs[0]["settings"].items() if k in LEARNING_DEFAULTS}}
-    methods, seeds = methods_of(runs, LEARNING), sorted({r["seed"] for r in runs})
+    s = {**LEARNING_DEFAULTS, **runs[0]["settings"]}
+    methods = s.get("methods") or list(dict.fromkeys(r["method"] for r in runs))  # the measurement's order
+    seeds = sorted({r["seed"] for r in runs})
     tag = path.stem.removeprefix("learning_efficiency").removeprefix(f"_{s['difficulty']}").removeprefix("_")
     machines = "\n".join(dict.fromkeys(r["environment"] for r in runs if "environment" in r))
     return f"""## {s["difficulty"]}{f" ({tag})" if tag else ""}: {" vs ".join(methods)}
@@ -191,7 +175,8 @@ def auto_against_fixed(runs: list[dict], methods: list[str], target: float) -> s
 def sampling_section(runs: list[dict], path: Path) -> str:
     """One measurement: its settings, table, auto against the fixed arms, figure, data and reading."""
     s = {"steps": 1500, "eval_every": 50, "prompts_per_step": 8, "learning_rate": 2e-4, **runs[0].get("settings", {})}
-    methods, tag = methods_of(runs, list(SAMPLING)), path.stem.removeprefix("dynamic_sampling").removeprefix("_")
+    methods = [m for m in SAMPLING if any(r["method"] == m for r in runs)]
+    tag = path.stem.removeprefix("dynamic_sampling").removeprefix("_")
     autos = "\n\n".join(part for t in TARGETS if (part := auto_against_fixed(runs, methods, t)))
     return f"""## add1 from scratch{f" ({tag})" if tag else ""}: {" vs ".join(methods)}
 

