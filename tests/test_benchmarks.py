@@ -140,6 +140,8 @@ def test_gpu_check_rehearsal_stages_carried_wheels_and_runs_until_cut(tmp_path, 
         r["label"].startswith("outside any plan") and [p[0] for p in r["curve"]] == [0, 1, 2] for r in evaluated
     )
     (out / "check.jsonl").unlink()
+    for module in ("trl_pods.train", "reasoning_gym"):  # imported whole before an alarm could stop their import
+        importlib.import_module(module)
     check.main(["--out", str(out), "--work", str(root), "--tiny", "--jobs", "curve-all-32", "--time_limit", "0"])
     cut = [json.loads(line) for line in (out / "check.jsonl").read_text().splitlines()]
     assert cut[-1]["cut"] == "SIGALRM" and cut[-1]["job"] in ("plan", "curve-all-32")
