@@ -264,8 +264,7 @@ def plan_line(args: argparse.Namespace) -> str:
         try:
             importlib.import_module(module)
         except Exception as error:  # noqa: BLE001 - any import failure is a missing piece, named
-            without = "no trainer step times, evaluations or ZeRO rows"
-            missing.append(f"{module} ({type(error).__name__}: {error}; {without})")
+            missing.append(f"{module} ({type(error).__name__}: {error}; each job that needs it fails, said so)")
     for module, without in (("deepspeed", "ZeRO rows recorded as not measured"), ("vllm", "HF generate only")):
         missing += [f"{module} ({without})"] * (importlib.util.find_spec(module) is None)
     if real_model(args.work) is None:
@@ -314,10 +313,7 @@ def main(argv: list[str] | None = None) -> None:
             current, began, (kind, shape, tokens) = job, time.monotonic(), job.split("-")
             print(f"gpu check: {job} ...", flush=True)
             try:
-                if kind != "curve" and not importlib.util.find_spec("trl"):
-                    write(args, job=job, measured=False, why="trl is not installed")
-                else:
-                    KINDS[kind](args, job, shape, int(tokens))
+                KINDS[kind](args, job, shape, int(tokens))
             except Exception as error:  # noqa: BLE001 - a job that fails is recorded, and the next one runs
                 traceback.print_exc()
                 write(args, job=job, error=f"{type(error).__name__}: {error}"[-2000:])
