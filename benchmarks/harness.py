@@ -3,7 +3,8 @@
 A study saves what it measures under ``docs/benchmarks/data/`` and writes its pages from those files alone: a script's
 ``PAGES`` maps each page it writes to the function rendering it (`generated`, `write_pages`), ``--report`` rewrites
 them, and ``tests/test_benchmarks.py`` renders every generated page again from the committed data; what a data file
-cannot hold lives beside it in ``<name>.notes.md`` (`notes`). Runs: `RunStore` (JSON lines, claims shared by
+cannot hold lives beside it in ``<name>.notes.md`` (`notes`; a page's prose, filled from the data, in
+``<study>_page.notes.md``). Runs: `RunStore` (JSON lines, claims shared by
 processes); timing: `interleaved`; statistics over seeds: `spread`, bootstrap intervals
 (`ratio`, `mean_ci`, `difference`), `permutation_p`, `holm`, `binomial_se`, `detectable`, `runs_for`.
 """
@@ -52,10 +53,12 @@ def write_pages(pages: dict[str, Callable[[], str]]) -> None:
         print(f"wrote {path.relative_to(REPO)}")
 
 
-def notes(name: str) -> str:
-    """What is written by hand beside the data file ``name`` (``docs/benchmarks/data/<name>.notes.md``), if any."""
+def notes(name: str, **fields) -> str:
+    """What is written by hand beside the data file ``name`` (``docs/benchmarks/data/<name>.notes.md``), if any; a
+    page's prose (``<study>_page.notes.md``) filled with ``fields``."""
     path = DATA / f"{name}.notes.md"
-    return path.read_text().strip() if path.exists() else ""
+    text = path.read_text().strip() if path.exists() else ""
+    return text.format(**fields) if fields else text
 
 
 # ----------------------------------------------------------------------------------------------------------- runs

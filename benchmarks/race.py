@@ -8,7 +8,6 @@ side on a CPU or a GPU (`race_report.fit_costs` turns them into a pricing's cost
 
     python benchmarks/<race>.py --phase evaluate|timing   # the plan's runs (resumes), interleaved step times
     python benchmarks/<race>.py --report [--costs FILE]   # the page; with --costs, the tables priced by FILE
-    python benchmarks/<race>.py --smoke --steps 2 --arms ...   # a few steps, nothing written
 """
 
 from __future__ import annotations
@@ -307,7 +306,6 @@ def free_port() -> int:
 
 # ------------------------------------------------------------------------------------------------- command line
 
-SMOKE_LINE = "race smoke: "  # what starts the line a smoke run prints per run
 WORK = REPO / "runs"  # where runs train (not committed): a run cut short continues from there
 
 
@@ -321,7 +319,7 @@ def parser(plan) -> argparse.ArgumentParser:
     add("--costs", help="with --report: print the tables with the H200 column priced by this costs file (JSON: "
         "call, rollout, row, update seconds, or a timing run to fit), writing nothing")  # fmt: skip
     add("--arms", nargs="+", default=None, help="only these arms")
-    add("--tasks", nargs="+", default=None, help="only these tasks (--smoke and --phase timing: the first)")
+    add("--tasks", nargs="+", default=None, help="only these tasks (--phase timing: the first)")
     add("--engine", choices=list(ENGINES), default="vllm-cpu", help="where runs generate (race.ENGINES)")
     add("--model", default=None, help="model folder or Hub name (default: SmolLM2-135M-Instruct)")
     add("--data", default=str(DATA), help="folder of the runs (another model's: a folder of its own)")
@@ -330,37 +328,12 @@ def parser(plan) -> argparse.ArgumentParser:
         "a run alone on 2 cores); --phase timing keeps 1, as its costs price one thread")  # fmt: skip
     add("--timing_rounds", type=int, default=3, help="--phase timing: rounds of every arm")
     add("--timing_steps", type=int, default=5, help="--phase timing: steps per arm and round (the first unused)")
-    add("--smoke", action="store_true", help="train a few steps per arm; write nothing")
-    add("--steps", type=int, default=2, help="--smoke: steps per run")
-    add("--eval_every", type=int, default=1, help="--smoke: steps between evaluations")
-    add("--held_out", type=int, default=200, help="--smoke: held-out problems")
-    add("--seeds", type=int, default=1, help="--smoke: seeds 0..SEEDS-1 of every arm")
-    add("--pair", default=None, help="--smoke: append each run to this JSON-lines file (outside the plan)")
     return found
-
-
-def smoke(plan, model, args: argparse.Namespace) -> None:
-    """``--steps`` steps of each of ``--arms`` on the first of ``--tasks`` and ``--seeds`` seeds; prints each run,
-    writes nothing (with ``--pair FILE``, appends each run there)."""
-    race = plan.smoke_race()
-    race = dataclasses.replace(race, plan={**race.plan, "held_out": args.held_out})
-    task = args.tasks[0]
-    settings = {**race.settings(task), "max_steps": args.steps, "eval_every": args.eval_every}
-    for seed in range(args.seeds):
-        for arm in args.arms or plan.SMOKE_ARMS:
-            result = run(race, model, task, arm, seed, settings, args.engine)
-            found = {"arm": arm, "step_seconds": [s[1] for s in result["steps"]],
-                     **{k: result[k] for k in ("curve", "eval_seconds", "raw_accuracy") if k in result}}  # fmt: skip
-            print(SMOKE_LINE + json.dumps(found), flush=True)
-            if args.pair:
-                with open(args.pair, "a") as file:
-                    file.write(json.dumps(result) + "\n")
-    print(f"pair runs appended to {args.pair}" if args.pair else "smoke run: nothing written")
 
 
 def main(plan, argv: list[str] | None = None) -> None:
     """The command line of the race ``plan`` (its module: ``NAME``, ``PAGES``, ``figure``, ``races``, ``planned``,
-    ``timing_race``, ``smoke_race``, ``SMOKE_ARMS``, ``RETIRED``, ``report_inputs``; a race fixed by tuning runs also
+    ``timing_race``, ``known_race``, ``RETIRED``, ``report_inputs``; a race fixed by tuning runs also
     ``tuning_race``, ``tuning_queue``, ``fix``). Bad input stops with one ``error:`` line before any model loads."""
     commands = parser(plan)
     args = commands.parse_args(argv)
@@ -370,22 +343,21 @@ def main(plan, argv: list[str] | None = None) -> None:
             return race_report.reprice(plan, data, Path(args.costs))
         write_pages(plan.PAGES)
         return plan.figure(data)
-    known, arms = plan.smoke_race(), args.arms or ()
+    known, arms = plan.known_race(), args.arms or ()
     args.tasks = args.tasks or list(known.plan["tasks"])
     refused = [
-        (not args.smoke and args.phase is None, "give --phase, --report or --smoke"),
+        (args.phase is None, "give --phase or --report"),
         (args.phase in ("tune", "fix") and not hasattr(plan, "fix"), f"--phase {args.phase}: this race fixes no "
          "baseline by tuning runs"),
         (args.threads < 1 or (args.threads != 1 and args.phase == "timing"), "--threads: at least 1, and 1 for "
          "--phase timing (its costs price one thread)"),
         (args.threads != 1 and args.engine != "vllm-cpu", f"--threads sets the threads of --engine vllm-cpu runs; "
          f"drop it for --engine {args.engine}"),
-        (args.pair and not args.smoke, "--pair saves the runs of --smoke: give --smoke"),
         *((task not in known.plan["tasks"], f"--tasks {task} is not a task of the race; its tasks: "
            f"{', '.join(known.plan['tasks'])}") for task in args.tasks),
         *((arm not in known.arms, f"unknown arm(s) {[arm]}: the arms are {list(known.arms)}") for arm in arms),
         *((arm in plan.RETIRED, f"{arm} cannot be trained again: {plan.RETIRED.get(arm)}") for arm in arms),
-        (args.model is not None and not args.smoke and data.resolve() == DATA.resolve(), "--model trains another "
+        (args.model is not None and data.resolve() == DATA.resolve(), "--model trains another "
          "model: give its runs a folder of their own (--data)"),
     ]  # fmt: skip
     if why := next((message for bad, message in refused if bad), None):
@@ -397,7 +369,7 @@ def main(plan, argv: list[str] | None = None) -> None:
         from trl_pods.vllm_engine import check_cpu_vllm
 
         torch.set_num_threads(args.threads)  # vLLM's CPU engine keeps it
-        os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))  # the count trl_pods's trainer keeps too
+        os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))  # what trl_pods.cpu.cpu_threads reads too
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM-CPU's default would take much more
         os.environ.setdefault("MASTER_PORT", str(free_port()))  # processes side by side would collide on 29500
         if not check_cpu_vllm():
@@ -410,8 +382,6 @@ def main(plan, argv: list[str] | None = None) -> None:
         model = fetch_smollm2()
     else:
         model = Path(args.model) if Path(args.model).exists() else args.model
-    if args.smoke:
-        return smoke(plan, model, args)
     if args.phase == "timing":
         race, gpu = plan.timing_race(data), "_gpu" * (args.engine != "vllm-cpu")
         path = data / f"{plan.NAME}_timing{gpu}.json"

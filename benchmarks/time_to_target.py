@@ -18,7 +18,7 @@ from pathlib import Path
 
 import race
 import race_report as report
-from harness import DATA, RunStore, generated, holm, ratio, ratio_text
+from harness import DATA, RunStore, generated, holm, notes, ratio, ratio_text
 from race_report import FIELD, Race
 
 from trl_pods import PODSConfig
@@ -28,7 +28,7 @@ NAME = "time_to_target"
 H200 = dict(call=1.031, rollout=0.000116, row=0.01279, update=0.1165)
 """Seconds per generation call, per rollout, per trained row and per update on an NVIDIA H200 (HF `generate`, the
 runs' model shape with LoRA, their prompt and completion lengths): the least-squares fits of
-``docs/benchmarks/data/gpu_cost_curve_SmolLM2-135M_lora.json`` (`gpu_cost_curve.py`), rounded."""
+``docs/benchmarks/data/gpu_cost_curve_SmolLM2-135M_lora.json`` (`finished.cost_fits`), rounded."""
 H200_PLAN_COSTS = f"call={H200['call']},rollout={H200['rollout']},step={H200['update'] + 16 * H200['row']:.3f}"
 """`H200` as ``pods_auto_costs``: a step trains 16 rows (4 prompts x 4), so the rest of a generation costs an
 update and 16 rows."""
@@ -86,15 +86,6 @@ PLAN = {
 earlier 50-problem measurement (retired: docs/benchmarks/time-to-target-earlier.md) where the arms' curves still
 rise, and every arm's earlier runs reached it within 100 steps."""
 RACE = Race(NAME, PLAN, ARMS, tuple(TRL_GROUP_SIZES))
-SMOKE_ARMS = ("trl.GRPOTrainer 4", "PODS 16->4")
-AUDIT = """The rules below changed after the runs, on an independent audit of them (the plan above is as it was
-fixed): **every run counts**, a miss at the budget (the plan used the runs that reached the target, so a run first
-reaching it at its last step made its setting "not all reached" and dropped it from the baseline: on add2x1, CPU, the
-plan's rule chose `trl.GRPOTrainer 8`); **within noise** is read by the rule under [Minutes to
-target](#minutes-to-target), since adjusted for the page's number of comparisons; **sized refill's contrast goal is
-tested over all its steps** (narrowed after its first run to the steps that stopped short of its draw bounds, it could
-not fail); **the H200-priced ratio of an arm that plans with the H200's costs is circular**, labelled so, and also
-read with the trainers' own H200 costs ([on a GPU](#on-a-gpu-the-trainers-own-step-times))."""
 
 
 def planned(races_: dict | None = None) -> list[tuple[str, str, int]]:
@@ -113,7 +104,7 @@ def timing_race(data: Path = DATA) -> Race:
     return RACE
 
 
-def smoke_race() -> Race:
+def known_race() -> Race:
     return RACE
 
 
@@ -180,36 +171,23 @@ def goals_text(runs: list[dict], pricings: list[report.Pricing]) -> str:
     return "\n".join(lines)
 
 
-def answer(runs: list[dict], pricings: list, tests: dict, gpu_tests: dict, differences: list) -> str:
-    """The page's answer, in numbers of the tables below."""
-    equal = [d for d in differences if d[1] == "CPU" and d[2] == 1.0 and d[3] not in TRL_GROUP_SIZES]
-    adjusted = holm([d[-1] for d in differences])
-    equal_p, most = min(zip(adjusted, differences, strict=True))
-    cpu = [v for k, v in tests.items() if k[1] == "CPU"]
-    lowest = min(tests.items(), key=lambda item: item[1][4])
+def answer(runs: list[dict], pricings: list, tests: dict, gpu_tests: dict, differences: list) -> dict:
+    """The page's answer's numbers, from the tables below (its prose: the page's)."""
+    equal = [d[4] for d in differences if d[1] == "CPU" and d[2] == 1.0 and d[3] not in TRL_GROUP_SIZES]
+    equal_p, most = min(zip(holm([d[-1] for d in differences]), differences, strict=True))
+    cpu, lowest = [v[0] for k, v in tests.items() if k[1] == "CPU"], min(tests.items(), key=lambda item: item[1][4])
     refill = [tests[t, "CPU", SIZED_REFILL] for t in PLAN["tasks"]]
     auto = [gpu_tests[t, "H200, trainers' costs", GOALS["H200-priced"][0]] for t in PLAN["tasks"]]
     cell = "{0:.2f}× ({1:.2f}–{2:.2f})".format
-    return f"""- **On the vLLM CPU engine every trl_pods arm took fewer minutes to the target than the best
-  `trl.GRPOTrainer` setting** (tuned over `num_generations` alone) on both tasks:
-  {min(v[0] for v in cpu):.2f}–{max(v[0] for v in cpu):.2f}×
-  its restricted mean minutes; sized refill {cell(*refill[0])} on add2 and {cell(*refill[1])} on add2x1 (90% CIs over
-  seeds). **No single ratio is outside noise once the page's {len(tests)} comparisons are counted**: the lowest
-  Holm-adjusted p is {lowest[1][4]:.2f} (`{lowest[0][2]}`, {lowest[0][0]}, {lowest[0][1]}: {lowest[1][3]:.3f} before);
-  with 5 runs against 5 an exact permutation p cannot fall below {2 / 252:.3f}, with 5 against 8 below {2 / 1287:.4f}.
-- **Priced with an H200's costs, no arm is told apart from the best `trl.GRPOTrainer` setting**; with the trainers'
-  own H200 costs, auto planning with them took {cell(*auto[0])} and {cell(*auto[1])} its minutes (Holm over those
-  {len(gpu_tests)}: {auto[0][4]:.2f}, {auto[1][4]:.2f}).
-- **At equal CPU minutes** (the baseline's mean run), the trl_pods arms' held-out accuracy is
-  {min(d[4] for d in equal):+.3f} to {max(d[4] for d in equal):+.3f} against the baseline's; the lowest
-  Holm-adjusted p of the page's {len(differences)} equal-compute differences is {equal_p:.2f} (`{most[3]}`, {most[0]},
-  {most[1]}, at {most[2]:g} of the baseline's mean run: {most[4]:+.3f}). **What could be
-  seen**: 5 CPU runs against 8
-  find about {report.seen_words(runs, races(), pricings[0], 5, 8)} ([below](#what-the-race-could-see)).
-- **The plan's goal for auto** (≤ 0.5× the baseline on the CPU) is not met on either task ([goals](#goals)).
-- The baseline here was tuned over `num_generations` alone; the [reasoning-gym race](time-to-target-rg.md), whose
-  `trl.GRPOTrainer` was also tuned over `steps_per_generation` and the learning rate, told no trl_pods arm apart from
-  it."""
+    return dict(cpu_span=f"{min(cpu):.2f}–{max(cpu):.2f}×", refill_add2=cell(*refill[0]), tests=len(tests),
+                refill_add2x1=cell(*refill[1]), lowest_holm=f"{lowest[1][4]:.2f}",
+                lowest=f"`{lowest[0][2]}`, {lowest[0][0]}, {lowest[0][1]}: {lowest[1][3]:.3f}",
+                floor_5_5=f"{2 / 252:.3f}", floor_5_8=f"{2 / 1287:.4f}",
+                auto_add2=cell(*auto[0]), auto_add2x1=cell(*auto[1]),
+                auto_holm=f"{auto[0][4]:.2f}, {auto[1][4]:.2f}", equal=f"{min(equal):+.3f} to {max(equal):+.3f}",
+                differences=len(differences), equal_p=f"{equal_p:.2f}", most=f"`{most[3]}`, {most[0]},",
+                most_at=f"{most[1]}, at {most[2]:g} of the baseline's mean run: {most[4]:+.3f}",
+                seen=report.seen_words(runs, races(), pricings[0], 5, 8))  # fmt: skip
 
 
 def render(data: Path = DATA) -> str:
@@ -224,71 +202,22 @@ def render(data: Path = DATA) -> str:
             "lower bound.")  # fmt: skip
     prices = (f"CPU minutes: each step up to the endpoint priced with the costs fitted on the interleaved timing run "
               f"([below](#interleaved-step-times)). H200-priced: with the costs measured on an H200 "
-              f"({report.costs_words(H200)}: `gpu_cost_curve.py`), a pricing, not a GPU run; circular for the arms "
-              f"that plan with these costs.")  # fmt: skip
+              f"({report.costs_words(H200)}: [GPU cost curve](gpu-cost-curve.md)), a pricing, not a GPU run; "
+              "circular for the arms that plan with these costs.")  # fmt: skip
     shared, differences = report.sections(runs, races_, pricings, tests, NAME, ends, prices, [(5, 5), (5, 8), (8, 8)])
     gpu_rows = "\n".join(f"| {arm} | " + " | ".join(report.comparison_cell(*gpu_tests[t, gpu.name, arm])
                          for t in PLAN["tasks"]) + " |" for arm in ARMS if arm not in TRL_GROUP_SIZES)  # fmt: skip
     arms = " ".join(f"'{a}'" for a in dict.fromkeys(r[0] for r in gpu_run["records"]))
-    body = f"""How many minutes each setting needs to reach a held-out accuracy, next to TRL's own `GRPOTrainer`, on
-the real SmolLM2-135M-Instruct with LoRA (the demo's arguments: r 16, lr 2e-4 constant, temperature 0.7, 16-token
-completions, the arithmetic reward: two-digit addition, add2, and two-digit plus one-digit, add2x1), generating on
-the real vLLM CPU engine, 4 prompts per optimizer step for every arm, every arm the same training problems, order and
-LoRA initialisation for a seed. The plan was fixed before the runs; all {len(runs)} of its runs are in.
-
-## The answer
-
-{answer(runs, pricings, tests, gpu_tests, differences)}
-
-{shared}
-
-## Goals
-
-{goals_text(runs, pricings)}
-
-## Interleaved step times
-
-{cpu_run["device"]}, {cpu_run["engine"]}; task {cpu_run["task"]}, {cpu_run["rounds"]} round of
-{cpu_run["steps_per_run"]} steps per arm (the first left out), one torch thread. Fitted over its
-{len(cpu_run["records"])} steps: a step costs {report.costs_words(pricings[0].costs)}, the CPU pricing:
-
-{report.costs_table(cpu_run, {"CPU": pricings[0].costs}, TRL_GROUP_SIZES)}
-
-## On a GPU: the trainers' own step times
-
-`python benchmarks/time_to_target.py --phase timing --engine hf --timing_rounds 2 --timing_steps 7 --arms {arms}` on
-{gpu_run["device"]} ({gpu_run["engine"]}), task {gpu_run["task"]}: what a step costs in the trainers there, against
-the H200 pricing of the same steps. Fitted over its {len(gpu_run["records"])} steps: {report.costs_words(gpu.costs)}
-("H200, trainers' costs", the honest pricing of the arms that plan with the H200's):
-
-{report.costs_table(gpu_run, {"H200-priced": H200, "trainers' costs": gpu.costs}, TRL_GROUP_SIZES)}
-
-The plan's runs priced with the trainers' costs, ÷ the baseline so priced (Holm over these {len(gpu_tests)}):
-
-| arm | {" | ".join(PLAN["tasks"])} |
-|---|---|---|
-{gpu_rows}
-
-## The plan and its corrections
-
-{report.plan_text({k: v for k, v in PLAN.items() if k != "seeds"})}
-- **seeds per arm**: 5, but 8 of `trl.GRPOTrainer` 4 and 8 and of auto 16->4 on add2
-
-{AUDIT}
-
-## Data and commands
-
-Runs: [data/{NAME}.jsonl](data/{NAME}.jsonl) (curve: step, accuracy, cumulative rollouts, rows and calls; per step:
-{", ".join(report.STEP_FIELDS)}); timing runs: [CPU](data/{NAME}_timing.json), [GPU](data/{NAME}_timing_gpu.json).
-
-```bash
-python benchmarks/time_to_target.py --phase evaluate   # the plan's runs, in the vLLM environment (resumes)
-python benchmarks/time_to_target.py --phase timing     # on an idle machine (--engine hf on a CUDA GPU)
-python benchmarks/time_to_target.py --report           # this page and its figure
-python benchmarks/time_to_target.py --report --costs FILE   # the tables with the H200 column priced by FILE
-```
-
-{report.provenance(runs)}"""
+    body = notes(
+        f"{NAME}_page", runs=len(runs), **answer(runs, pricings, tests, gpu_tests, differences), shared=shared,
+        goals=goals_text(runs, pricings), cpu=cpu_run, cpu_steps=len(cpu_run["records"]), arms=arms,
+        cpu_costs=report.costs_words(pricings[0].costs), gpu=gpu_run, gpu_steps=len(gpu_run["records"]),
+        cpu_table=report.costs_table(cpu_run, {"CPU": pricings[0].costs}, TRL_GROUP_SIZES),
+        gpu_costs=report.costs_words(gpu.costs), gpu_tests=len(gpu_tests), tasks=" | ".join(PLAN["tasks"]),
+        gpu_table=report.costs_table(gpu_run, {"H200-priced": H200, "trainers' costs": gpu.costs}, TRL_GROUP_SIZES),
+        gpu_rows=gpu_rows, plan=report.plan_text({k: v for k, v in PLAN.items() if k != "seeds"}),
+        fields=", ".join(report.STEP_FIELDS), provenance=report.provenance(runs),
+    )  # fmt: skip
     return generated("Time to target against trl.GRPOTrainer", "time_to_target.py", NAME, body)
 
 

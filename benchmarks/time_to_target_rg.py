@@ -21,7 +21,7 @@ from pathlib import Path
 
 import race
 import race_report as report
-from harness import DATA, RunStore, difference, generated, holm, ratio
+from harness import DATA, RunStore, difference, generated, holm, notes, ratio
 from race_report import Race, accumulation, confirmed, steps_per_generation
 
 NAME = "race_rg"
@@ -238,19 +238,12 @@ def timing_race(data: Path = DATA) -> Race:
     return Race(f"{NAME}_timing", tuning_race().plan, TIMING_ARMS, tuple(TUNING_ARMS), TASKS)
 
 
-SMOKE_ARMS = ("trl.GRPOTrainer 4, 4 steps/gen, lr 2e-04", "auto 16->4 (pods_n)")
-
-
-def smoke_race() -> Race:
-    """Every arm the race knows (the tuned settings, the evaluation's ``baseline`` as on the first task, and the
-    trl_pods arms at lr 2e-4) on its tasks."""
-    first = TUNING_ARMS[fixing()["fixed"][next(iter(TASKS))]["baseline"]]
-    arms = {
-        **TUNING_ARMS,
-        "baseline": first,
-        **{arm: {**o, "learning_rate": 2e-4} for arm, (o, _, _) in RACED.items()},
-    }
-    return Race("smoke", tuning_race().plan, arms, (*TUNING_ARMS, "baseline"), TASKS)
+def known_race() -> Race:
+    """Every arm the race knows (what ``--arms`` may name) on its tasks."""
+    raced = {arm: options for arm, (options, _, _) in RACED.items()}
+    return Race(
+        "known", tuning_race().plan, {**TUNING_ARMS, "baseline": {}, **raced}, (*TUNING_ARMS, "baseline"), TASKS
+    )
 
 
 # -------------------------------------------------------------------------------------------------- the page
@@ -424,62 +417,17 @@ def render(data: Path = DATA) -> str:
 
     ends = "Every run trained its whole budget; after it, a run counts at its last evaluation."
     shared, equal = report.sections(runs, races_, pricings, tests, NAME, ends, prices, [(5, 8), (8, 8)], extra)
-    body = f"""How many minutes each setting needs to reach a held-out accuracy on two reasoning-gym tasks, against
-TRL's own `GRPOTrainer` tuned as a TRL user would tune it (`num_generations`, `steps_per_generation`, learning rate),
-on tuning seeds apart from the evaluation's. SmolLM2-135M-Instruct with LoRA (the demo's), the vLLM CPU engine, 4
-prompts per optimizer step for every arm; {len(tuning)} pilot and tuning runs, {len(runs)} evaluation runs, every one
-to its budget.
-
-## The answer
-
-{answer(runs, races_, pricings, tests, equal, cpu_first)}
-
-{shared}
-
-**Goals** of the plan per auto arm (each amendment's auto against the same baseline with the same goals): its ratio
-to the baseline (upper: of its 90% CI), then to the fastest fixed trl_pods arm (the CI choosing it again in each
-resample):
-
-{goals_text(runs, races_, pricings)}
-
-## The plan, the tuning and the costs
-
-{report.plan_text(PLAN)}
-
-The tuning runs (per setting and task: runs: mean plateau); `race_rg_fixed.json`, committed before any evaluation run,
-is what the rules give on them (the report checks it):
-
-{tuning_table(tuning, pricings[0].costs)}
-
-### CPU costs
-
-{timing["device"]}, {timing["engine"]}, task {timing["task"]}: {timing["rounds"]} rounds of
-{timing["steps_per_run"]} steps per arm (the first left out), one torch thread, the order rotated each round. Fitted
-over its {len(timing["records"])} steps: a step costs {report.costs_words(pricings[0].costs)}; without the rows scored
-at generation (the fit as first registered) {report.costs_words(cpu_first)}. Each arm's mean seconds a step there,
-and each fit's pricing of the same steps over it:
-
-{report.costs_table(timing, {"amended fit": pricings[0].costs, "first fit": cpu_first}, TUNING_ARMS)}
-
-## Data and commands
-
-Runs: [evaluation](data/{NAME}.jsonl), [pilot and tuning](data/{NAME}_tuning.jsonl), [fixing](data/{NAME}_fixed.json),
-[timing](data/{NAME}_timing.json). The log of the race, its amendments and what each was for, and the replay of auto's
-planner on the states its runs announced: [data/{NAME}.notes.md](data/{NAME}.notes.md).
-
-```bash
-python benchmarks/time_to_target_rg.py --phase timing     # on an idle machine
-python benchmarks/time_to_target_rg.py --phase tune       # then fix (commit race_rg_fixed.json), then evaluate
-python benchmarks/time_to_target_rg.py --report           # this page and its figure
-```
-
-A phase takes its runs as a queue: any number of processes side by side, each saving a run as it ends; a run cut
-short continues from its last evaluated checkpoint under `runs/race_rg/` (`--work`). On a CUDA machine with vLLM the
-same race trains another model (`--engine vllm-cuda --model ... --data <a folder of its own>`).
-
-{report.provenance(runs)}"""
-    title = "Time to target on reasoning-gym tasks against a tuned trl.GRPOTrainer"
-    return generated(title, "time_to_target_rg.py", NAME, body)
+    body = notes(
+        f"{NAME}_page", tuning_runs=len(tuning), runs=len(runs), shared=shared,
+        answer=answer(runs, races_, pricings, tests, equal, cpu_first), goals=goals_text(runs, races_, pricings),
+        plan=report.plan_text(PLAN), timing=timing,
+        tuning=tuning_table(tuning, pricings[0].costs), timing_steps=len(timing["records"]),
+        amended=report.costs_words(pricings[0].costs), first=report.costs_words(cpu_first),
+        costs_table=report.costs_table(timing, {"amended fit": pricings[0].costs, "first fit": cpu_first},
+                                       TUNING_ARMS), provenance=report.provenance(runs),
+    )  # fmt: skip
+    return generated("Time to target on reasoning-gym tasks against a tuned trl.GRPOTrainer", "time_to_target_rg.py",
+                     NAME, body)  # fmt: skip
 
 
 def figure(data: Path = DATA) -> None:

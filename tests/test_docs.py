@@ -205,9 +205,11 @@ def _writers() -> set[str]:
 
 
 def test_every_study_script_writes_a_page():
-    """Every script of benchmarks/ writes a study page, but the shared harness and the race harness (``race.py``
-    runs a race's plan, ``race_report.py`` reports it); each race is a plan module that writes its page."""
-    scripts = {path.name for path in (ROOT / "benchmarks").glob("*.py")} - {"harness.py", "race.py", "race_report.py"}
+    """Every script of benchmarks/ writes a study page, but the shared harness, the race harness (``race.py`` runs a
+    race's plan, ``race_report.py`` reports it) and the GPU check (``gpu_check.py`` writes its results to a folder of
+    its own, for a page once a GPU has run it); each race is a plan module that writes its page."""
+    shared = {"harness.py", "race.py", "race_report.py", "gpu_check.py"}
+    scripts = {path.name for path in (ROOT / "benchmarks").glob("*.py")} - shared
     assert scripts == _writers()
 
 

@@ -2,15 +2,12 @@
 budget, and its page) on synthetic runs, without training: the rules with misses counted, the step records of paced
 arms, the arms each task races, the CPU costs with the rows scored at generation, the page reproducing from the data
 and refusing runs off the plan or another fixing, the queue of evaluation runs and the arms no longer trainable;
-and, with the tiny model, the command's smoke mode, a run stopped and continued, and the timing run resumed."""
+and, with the tiny model, a run stopped and continued, and the timing run resumed."""
 
 from __future__ import annotations
 
 import itertools
 import json
-import shlex
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -242,10 +239,10 @@ def test_the_command_refuses_what_it_cannot_run(plan, capsys):
     for options, message in (
         ([], "give --phase"),
         (["--phase", "evaluate", "--model", "x"], "a folder of their own"),
-        (["--smoke", "--tasks", "reasoning_gym:gcd"], "not a task of the race; its tasks: reasoning_gym:basic_arithm"),
+        (["--phase", "evaluate", "--tasks", "reasoning_gym:gcd"], "not a task of the race; its tasks: reasoning_gym:"),
         (["--phase", "timing", "--threads", "2"], "1 for --phase timing"),
         (["--phase", "tune", "--threads", "0"], "--threads: at least 1"),
-        (["--smoke", "--engine", "hf", "--threads", "2"], "drop it for --engine hf"),
+        (["--phase", "evaluate", "--engine", "hf", "--threads", "2"], "drop it for --engine hf"),
         (["--phase", "evaluate", "--arms", "GRPO 8"], "unknown arm(s) ['GRPO 8']"),
         (["--phase", "evaluate", "--arms", "auto 16->4 (square root)"], "cannot be trained again: trl_pods's auto"),
     ):
@@ -256,69 +253,6 @@ def test_the_command_refuses_what_it_cannot_run(plan, capsys):
     with pytest.raises(SystemExit):
         race.main(_benchmark("time_to_target"), ["--phase", "tune"])
     assert "this race fixes no baseline by tuning runs" in capsys.readouterr().err
-
-
-def test_smoke_trains_the_baseline_and_auto_with_the_tiny_model(tiny_model_path):
-    """`time_to_target_rg.py --smoke --engine hf --model <tiny>` trains a `trl.GRPOTrainer` setting and auto on
-    basic_arithmetic on the CPU, evaluates the base model and a checkpoint both ways (extracted and raw), writes
-    nothing: the GPU command's code path (`--engine vllm-cuda` only swaps the engine)."""
-    before = sorted((REPO / "docs").rglob("*"))
-    arms = ["auto 16->4 (pods_n)", "trl.GRPOTrainer 4, 4 steps/gen, lr 2e-04"]
-    result = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "time_to_target_rg.py"), "--smoke", "--engine", "hf", "--model",
-         str(tiny_model_path), "--steps", "2", "--eval_every", "2", "--held_out", "4", "--arms", *arms],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    prefix = _benchmark("race").SMOKE_LINE
-    lines = [json.loads(line.removeprefix(prefix)) for line in result.stdout.splitlines() if line.startswith(prefix)]
-    assert [line["arm"] for line in lines] == arms
-    for line in lines:
-        assert [p[0] for p in line["curve"]] == [0, 2] and len(line["raw_accuracy"]) == len(line["eval_seconds"]) == 2
-        assert len(line["step_seconds"]) == 2
-    assert "smoke run: nothing written" in result.stdout and sorted((REPO / "docs").rglob("*")) == before
-
-
-def test_gpu_check_dry_run_prints_commands_the_race_and_the_recipes_accept(plan, tmp_path):
-    """`benchmarks/gpu_check.sh --dry-run` (no GPU needed) prints the smallest pair's command, which the race's own
-    command line accepts (2 seeds of the pilot's setting and auto, saved with --pair), and one ZeRO launch per stage
-    whose recipe exists; without MODEL, or with an unknown argument, it stops with one ``error:`` line."""
-    script = REPO / "benchmarks" / "gpu_check.sh"
-    env = {"PATH": "/usr/bin:/bin", "MODEL": "/models/smol", "OUT": str(tmp_path), "PYTHON": sys.executable}
-    result = subprocess.run(["bash", str(script), "--dry-run"], env=env, capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    commands = [shlex.split(line[2:]) for line in result.stdout.splitlines() if line.startswith("+ ")]
-    command = commands[0][commands[0].index("benchmarks/time_to_target_rg.py") + 1 :]
-    args = _benchmark("race").parser(plan).parse_args(command)
-    assert (args.smoke, args.seeds, args.model, args.pair) == (
-        True,
-        2,
-        "/models/smol",
-        f"{tmp_path}/race_rg_pair.jsonl",
-    )
-    assert args.arms == ["trl.GRPOTrainer 8, 1 step/gen, lr 2e-04", "auto 16->4 (pods_n)"] and args.tasks == [TASK]
-    assert set(args.arms) <= set(plan.smoke_race().arms)
-    recipes = [Path(c[c.index("--config_file") + 1]) for c in commands[1:]]
-    assert [r.name for r in recipes] == ["zero2.yaml", "zero3.yaml"] and all((REPO / r).is_file() for r in recipes)
-    for extra, arguments in (({"MODEL": ""}, ["--dry-run"]), ({}, ["--dry-run", "x"])):
-        result = subprocess.run(["bash", str(script), *arguments], env={**env, **extra}, capture_output=True,
-                                text=True, timeout=60)  # fmt: skip
-        assert result.returncode == 2 and result.stderr.startswith("error: "), result.stderr
-
-
-def test_gpu_check_summarizes_step_times_and_peak_memory(tmp_path):
-    """`scripts/gpu_check_summary.py` reads a ZeRO run's step times (the first, the warm-up, apart; the median of the
-    rest) and the peak of nvidia-smi's memory samples; a run with no step time or no sample is refused."""
-    check = import_from("scripts", "gpu_check_summary")
-    history = [{"step": s, "step_time": t} for s, t in ((1, 9.0), (2, 1.0), (3, 3.0), (4, 2.0))] + [{"loss": 0.1}]
-    (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": history}))
-    (tmp_path / "memory").write_text("1200\n5300\n4100\n")
-    found = check.summarize(tmp_path, tmp_path / "memory", 3)
-    assert found == {"stage": 3, "steps": 4, "first_step_s": 9.0, "median_step_s": 2.0, "peak_memory_mib": 5300,
-                     "samples": 3}  # fmt: skip
-    (tmp_path / "memory").write_text("")
-    with pytest.raises(ValueError, match="0 memory samples"):
-        check.summarize(tmp_path, tmp_path / "memory", 3)
 
 
 def test_a_resumed_run_starts_from_its_last_evaluated_checkpoint_on_a_generation_boundary(tmp_path):

@@ -18,7 +18,7 @@ later calls sized to cover what is missing with probability ``pods_draw_coverage
 plan stopped after each of its calls: exactly at small sizes, and at any size in bounded work (log-space terms,
 neighbouring states merged, a normal distribution for a call's outcomes once they spread over many counts), so that
 planning takes a few milliseconds a generation up to 16,384 prompts a process and never
-overflows (`benchmarks/planning.py`); it is left out of the generation's timing. `best_plan` takes the plan with the
+overflows (docs/benchmarks/planning.md); it is left out of the generation's timing. `best_plan` takes the plan with the
 most progress per second of step. A step's signal is its expected trained groups with contrast, and its progress grows
 in proportion to its signal (`STEP_RETURNS`). Among plans within 1% of the best, the fewest calls, then the fewest
 prompts. It never plans worse than sized refill with the run's own settings
