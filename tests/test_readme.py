@@ -92,7 +92,7 @@ def test_the_readme_says_how_to_start_before_its_table_and_defines_its_terms_at_
     """How to start came after a 12-row table, and D3S, DAPO, add2/add2x1 and GA were used before (or without) being
     defined. Now a "Start here" line precedes the table, and each term it uses is defined where it first appears
     (D3S and DAPO always: the README names both)."""
-    assert README.index("**Start here:**") < README.index("| question |")
+    assert README.index("**Start here:**") < README.index("| machine |")
     definitions = {
         "D3S": "D3S (Dynamic Dual-Level Down-Sampling",
         "DAPO": "DAPO, a GRPO variant",
