@@ -6,6 +6,7 @@ import http.server
 import importlib.util
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -257,7 +258,8 @@ def test_a_run_in_which_no_trained_group_had_contrast_says_so(tiny_model_path, t
 def test_the_closing_eval_command_is_sized_for_a_cpu(monkeypatch):
     """The evaluation command a run printed took 9 minutes on a CPU for a reasoning-gym task (200 problems, two
     models), against 2 of training, silently. Without a GPU it now asks for `CPU_EVAL_PROBLEMS` problems and says so;
-    a held-out set that small already, or a GPU, keeps the whole set."""
+    a held-out set that small already, or a GPU, keeps the whole set. The reason was in parentheses after the command,
+    which the shell refused when the line was pasted: it is a shell comment."""
     from trl import ModelConfig
 
     from trl_pods import PODSConfig
@@ -266,8 +268,10 @@ def test_the_closing_eval_command_is_sized_for_a_cpu(monkeypatch):
     training, model = PODSConfig(output_dir="runs/x", pods_n=4, pods_m=2), ModelConfig("m")
     monkeypatch.setattr("torch.accelerator.is_available", lambda: False)
     rg = eval_command(ScriptArguments(task="reasoning_gym:chain_sum"), training, model)
-    assert rg.endswith(f"--max_problems {CPU_EVAL_PROBLEMS} (the first {CPU_EVAL_PROBLEMS} of its 200 held-out "
-                       "problems, for a CPU)")  # fmt: skip
+    assert rg.endswith(f"--max_problems {CPU_EVAL_PROBLEMS}  # the first {CPU_EVAL_PROBLEMS} of its 200 held-out "
+                       "problems, for a CPU")  # fmt: skip
+    words = shlex.split(rg, comments=True)  # as a shell reads the pasted line
+    assert words[:2] == ["trl-pods", "eval"] and words[-2:] == ["--max_problems", str(CPU_EVAL_PROBLEMS)]
     assert "--max_problems" in eval_command(ScriptArguments(task="gsm8k"), training, model)
     assert "--max_problems" not in eval_command(ScriptArguments(task="arithmetic"), training, model)  # 50 already
     monkeypatch.setattr("torch.accelerator.is_available", lambda: True)

@@ -327,14 +327,15 @@ CPU_EVAL_PROBLEMS = 50
 def eval_command(script_args: ScriptArguments, training_args: PODSConfig, model_args: ModelConfig) -> str:
     """The `trl-pods eval` command of the run's accuracy, base model against checkpoints; sized with
     ``--max_problems`` for a machine without a GPU, where the run's held-out set (or a Hub task's test split) would
-    take long."""
+    take long, and saying so in a shell comment, so that the line runs as pasted."""
     model, out, task = model_args.model_name_or_path, training_args.output_dir, script_args.task
     command = f"trl-pods eval --run_dir {shlex.quote(out)} --base_model {shlex.quote(model)} --task {task}"
     held_out = script_args.task_test_size
     if torch.accelerator.is_available() or (held_out is not None and held_out <= CPU_EVAL_PROBLEMS):
         return command
     problems = "problems" if held_out is None else f"{held_out} held-out problems"
-    return f"{command} --max_problems {CPU_EVAL_PROBLEMS} (the first {CPU_EVAL_PROBLEMS} of its {problems}, for a CPU)"
+    note = f"the first {CPU_EVAL_PROBLEMS} of its {problems}, for a CPU"
+    return f"{command} --max_problems {CPU_EVAL_PROBLEMS}  # {note}"
 
 
 def summary(
