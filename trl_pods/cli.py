@@ -6,12 +6,12 @@ manifest its previous run saved (`trl_pods.flags.precheck`): a mistake is one `e
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import sys
 from collections.abc import Sequence
 
 from .flags import precheck
+from .inputs import closest
 
 COMMANDS = {
     "train": ("trl_pods.train", "train a model with PODS (flags and/or --config recipe.yaml)"),
@@ -22,8 +22,8 @@ COMMANDS = {
 
 def unknown_command(command: str) -> str:
     """The one error line for a command `trl-pods` does not have: what was typed, the closest command, the list."""
-    close = difflib.get_close_matches(command, COMMANDS, n=1)
-    guess = f" (did you mean {close[0]!r}?)" if close else ""
+    close = closest(command, COMMANDS)
+    guess = f" (did you mean {close!r}?)" if close else ""
     return f"trl-pods: error: unknown command {command!r}{guess}; the commands: {', '.join(COMMANDS)}"
 
 
