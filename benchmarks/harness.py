@@ -240,7 +240,8 @@ def holm(ps: Sequence[float]) -> list[float]:
 
 
 def binomial_se(accuracy: float, problems: int) -> float:
-    """One evaluation's standard error: of an accuracy measured on ``problems`` problems."""
+    """One evaluation's standard error, of an accuracy on ``problems`` problems, where only the accuracy is at hand (a
+    page's mean over seeds); a run's evaluations take `trl_pods.evaluate.standard_error` of their scores."""
     return math.sqrt(accuracy * (1 - accuracy) / problems)
 
 

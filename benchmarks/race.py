@@ -26,14 +26,14 @@ from pathlib import Path
 
 import race_report
 import torch
-from harness import DATA, REPO, RunStore, binomial_se, cpu_model, interleaved, key_name, versions, write_pages
+from harness import DATA, REPO, RunStore, cpu_model, interleaved, key_name, versions, write_pages
 from race_report import FIELD, STEP_FIELDS, Race, accumulation, confirmed, steps_per_generation
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer, ModelConfig
 
 from trl_pods import PODSConfig, PODSGRPOTrainer
 from trl_pods.demo import demo_arguments, held_out
-from trl_pods.evaluate import EvalArguments, _generate_hf, _load_problems, chat_prompts
+from trl_pods.evaluate import EvalArguments, _generate_hf, _load_problems, chat_prompts, standard_error
 from trl_pods.reasoning_gym_tasks import reasoning_gym_reward, score_answers
 from trl_pods.train import ScriptArguments, train
 from trl_pods.vllm_engine import cpu_weights_in_place
@@ -136,15 +136,16 @@ def train_arm(
 
 
 def held_out_accuracy(race: Race, task: str, seed: int, problems: int, model: str) -> dict:
-    """Greedy accuracy of ``model`` on the ``problems`` held-out problems of ``seed``, its binomial standard error
-    (``se``) and seconds; on a reasoning-gym task also with the scorer on the raw completion (``raw_accuracy``)."""
+    """Greedy accuracy of ``model`` on the ``problems`` held-out problems of ``seed``, its standard error as
+    `trl-pods eval` gives it (``se``: `trl_pods.evaluate.standard_error`) and seconds; on a reasoning-gym task also
+    with the scorer on the raw completion (``raw_accuracy``)."""
     start = time.perf_counter()
     generated = race.task_configs.get(task)
     if not generated:
         with tempfile.TemporaryDirectory() as out:
             report = held_out(task, seed=seed, problems=problems, model_name_or_path=model, output=f"{out}/eval.json")
-        accuracy = report["results"][0]["accuracy"]
-        return {"accuracy": accuracy, "se": binomial_se(accuracy, problems), "seconds": time.perf_counter() - start}
+        result, seconds = report["results"][0], time.perf_counter() - start
+        return {"accuracy": result["accuracy"], "se": result["accuracy_stderr"], "seconds": seconds}
     args = EvalArguments(
         model_name_or_path=model, task=task, task_config=json.dumps(generated["config"]), seed=seed,
         max_problems=problems, temperature=0.0, max_new_tokens=generated["max_completion_length"],
@@ -159,8 +160,9 @@ def held_out_accuracy(race: Race, task: str, seed: int, problems: int, model: st
     raw = score_answers(
         [c.strip() for c in completions], *(columns[f"reasoning_gym_{k}"] for k in ("task", "config", "entry"))
     )
-    accuracy, raw_accuracy = (sum(s >= 1.0 for s in scores) / len(rows) for scores in (extracted, raw))
-    return {"accuracy": accuracy, "se": binomial_se(accuracy, len(rows)), "raw_accuracy": raw_accuracy,
+    correct = [float(score >= 1.0) for score in extracted]
+    accuracy, raw_accuracy = sum(correct) / len(rows), sum(score >= 1.0 for score in raw) / len(rows)
+    return {"accuracy": accuracy, "se": standard_error(correct), "raw_accuracy": raw_accuracy,
             "seconds": time.perf_counter() - start}  # fmt: skip
 
 
