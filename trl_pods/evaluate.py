@@ -38,7 +38,7 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from .cpu import set_cpu_threads, set_up_cpu
-from .inputs import check_data_file, check_model, checkpoint_step, is_complete
+from .inputs import check_data_file, check_model, checkpoint_step, checkpoints
 from .parsing import CommandParser
 from .reasoning_gym_tasks import is_reasoning_gym
 from .tasks import (
@@ -363,20 +363,20 @@ def _models(args: EvalArguments) -> list[dict]:
     if args.run_dir is None:
         return [{"model": args.model_name_or_path, "step": None, "train_time_s": None}]
     run = Path(args.run_dir)
-    found = [(checkpoint_step(path), path) for path in run.iterdir() if path.is_dir() and checkpoint_step(path)]
-    checkpoints = sorted((step, path) for step, path in found if is_complete(path))
-    for _, path in sorted(set(found) - set(checkpoints)):  # a run stopped while saving it
+    complete, incomplete = checkpoints(run)
+    for path in incomplete:  # a run stopped while saving it
         logger.warning("%s is incomplete (the run stopped while saving it): not evaluated.", path)
+    steps = [checkpoint_step(path) for path in complete]
     models = [
         {"model": str(path), "step": step, "train_time_s": _train_time(_trainer_state(path), step)}
-        for step, path in checkpoints
+        for step, path in zip(steps, complete, strict=True)
     ]
     if any((run / name).is_file() for name in _MODEL_FILES):  # the final model
         state = _trainer_state(run)
-        step = state.get("global_step", checkpoints[-1][0] if checkpoints else None)
+        step = state.get("global_step", steps[-1] if steps else None)
         if step is None:
             models.append({"model": str(run), "step": None, "train_time_s": None})
-        elif step not in {s for s, _ in checkpoints}:  # else it has the weights of checkpoint-<step>
+        elif step not in steps:  # else it has the weights of checkpoint-<step>
             models.append({"model": str(run), "step": step, "train_time_s": _train_time(state, step)})
     if not models:
         raise ValueError(f"No model in {run}: no checkpoint-<step> folder and no final model.")

@@ -31,6 +31,7 @@ __all__ = [
     "check_output_dir",
     "check_run_folder",
     "checkpoint_step",
+    "checkpoints",
     "closest",
     "fresh_folder",
     "is_complete",
@@ -168,16 +169,23 @@ def is_complete(checkpoint: Path) -> bool:
         return False
 
 
+def checkpoints(output_dir: str | Path) -> tuple[list[Path], list[Path]]:
+    """The ``checkpoint-<step>`` folders of ``output_dir``, oldest first: the complete ones and the incomplete ones."""
+    found = sorted(
+        (path for path in Path(output_dir).iterdir() if path.is_dir() and checkpoint_step(path) is not None),
+        key=checkpoint_step,
+    )
+    complete = [path for path in found if is_complete(path)]
+    return complete, [path for path in found if path not in complete]
+
+
 def last_checkpoint(output_dir: str | Path) -> tuple[Path | None, list[Path]]:
-    """The newest complete ``checkpoint-<step>`` in ``output_dir`` (None: none), and the newer incomplete ones."""
-    folder = Path(output_dir)
-    found = [path for path in folder.iterdir() if path.is_dir() and checkpoint_step(path) is not None]
-    skipped = []
-    for checkpoint in sorted(found, key=checkpoint_step, reverse=True):
-        if is_complete(checkpoint):
-            return checkpoint, skipped
-        skipped.append(checkpoint)
-    return None, skipped
+    """The newest complete ``checkpoint-<step>`` in ``output_dir`` (None: none), and the newer incomplete ones, newest
+    first."""
+    complete, incomplete = checkpoints(output_dir)
+    newest = complete[-1] if complete else None
+    skipped = [path for path in incomplete if newest is None or checkpoint_step(path) > checkpoint_step(newest)]
+    return newest, skipped[::-1]
 
 
 def _incomplete(checkpoints: list[Path]) -> str:
