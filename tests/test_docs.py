@@ -188,6 +188,13 @@ def test_each_study_page_says_which_script_writes_it_or_where_its_retired_script
             assert found.returncode == 0, f"commit {commit} holds no benchmarks/{script}"
 
 
+@pytest.mark.parametrize("page", DOCS, ids=lambda page: page.name)
+def test_a_guide_page_is_short(page):
+    """A guide under docs/ is at most 15,000 characters (issue 92: docs/generation.md was 45k and docs/async.md 30k,
+    research logs): what to use, how, what it logs and what it refuses, linking the studies for the rest."""
+    assert len(page.read_text()) <= 15_000
+
+
 @pytest.mark.parametrize("page", STUDIES, ids=lambda page: page.name)
 def test_a_study_page_is_short_and_a_written_one_leads_with_the_answer(page):
     """A study page is at most 25,000 characters (issue 92: the reasoning-gym race's page was 70k, dynamic sampling's
